@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Shared between the XDP programs and the Rust loader (dataplane/src/bpf.rs mirrors these
+ * numbers and a unit test checks the map sizes against them). */
+#ifndef DATAPLANE_H
+#define DATAPLANE_H
+
+/* Highest rx queue index + 1 that the steering program can redirect. */
+#define DP_MAX_QUEUES 256
+/* Local addresses (per family) the loader may register as "to the box". */
+#define DP_MAX_LOCAL_ADDRS 1024
+
+/* Per-CPU counters of the steering program, one slot each. */
+enum dp_steer_stat {
+	DP_STEER_REDIRECTED = 0, /* handed to the AF_XDP socket of this queue */
+	DP_STEER_PASS_NOT_IP,    /* ARP, LLDP, other ethertypes, runt frames */
+	DP_STEER_PASS_LOCAL,     /* addressed to one of the box's own addresses */
+	DP_STEER_PASS_CONTROL,   /* multicast, broadcast, link-local, neighbour discovery */
+	DP_STEER_PASS_NO_SOCKET, /* no AF_XDP socket bound on this rx queue */
+	DP_STEER_STAT_MAX,
+};
+
+/* Sink counters (one per-CPU slot). */
+struct dp_sink_rec {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* Generator: the headers rewritten into every live frame before it is sent. */
+#define DP_GEN_HDR_MAX 64
+struct dp_gen_cfg {
+	__u32 hdr_len;    /* bytes of hdr[] copied over the frame on every run (56 or 62) */
+	__u32 flows;      /* number of distinct UDP source ports, >= 1 */
+	__u16 sport_base; /* first UDP source port (host order) */
+	__u16 l4_off;     /* offset of the UDP header in the frame */
+	__u16 udp_csum;   /* UDP checksum of the template (0 = none, IPv4) */
+	__u16 pad;
+	__u8 hdr[DP_GEN_HDR_MAX];
+};
+
+#endif

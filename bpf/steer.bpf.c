@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* Steering program: IPv4/IPv6 transit traffic goes to the AF_XDP socket bound on the frame's rx
+ * queue; everything the kernel must see (ARP, ND, traffic to the box's own addresses, multicast,
+ * queues without a socket) is passed up the stack. Malformed IP frames are redirected too, so the
+ * poller drops and counts them by reason rather than the kernel dropping them silently. */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "dataplane.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, DP_MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, DP_MAX_LOCAL_ADDRS);
+	__type(key, __u32); /* network byte order */
+	__type(value, __u8);
+} local_v4 SEC(".maps");
+
+struct in6_key {
+	__u8 addr[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, DP_MAX_LOCAL_ADDRS);
+	__type(key, struct in6_key);
+	__type(value, __u8);
+} local_v6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DP_STEER_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} steer_stats SEC(".maps");
+
+static __always_inline int count(__u32 slot, int action)
+{
+	__u64 *c = bpf_map_lookup_elem(&steer_stats, &slot);
+
+	if (c)
+		*c += 1; /* per-CPU slot: single writer */
+	return action;
+}
+
+static __always_inline int to_socket(struct xdp_md *ctx)
+{
+	int ret = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+
+	return count(ret == XDP_REDIRECT ? DP_STEER_REDIRECTED : DP_STEER_PASS_NO_SOCKET, ret);
+}
+
+#define IP4_HDR_MIN 20
+#define IP6_HDR_LEN 40
+#define IPPROTO_ICMPV6_ 58
+
+SEC("xdp")
+int xdp_steer(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+
+	if ((void *)(eth + 1) > end)
+		return count(DP_STEER_PASS_NOT_IP, XDP_PASS);
+
+	__u16 proto = eth->h_proto;
+	__u8 *l3 = (__u8 *)(eth + 1);
+
+	if (proto == bpf_htons(ETH_P_IP)) {
+		/* A header too short to read goes to the poller, which counts it. */
+		if ((void *)(l3 + IP4_HDR_MIN) > end)
+			return to_socket(ctx);
+		__u32 dst;
+
+		__builtin_memcpy(&dst, l3 + 16, 4);
+		__u8 first = ((__u8 *)&dst)[0];
+
+		if (first >= 224) /* multicast, reserved, broadcast */
+			return count(DP_STEER_PASS_CONTROL, XDP_PASS);
+		if (bpf_map_lookup_elem(&local_v4, &dst))
+			return count(DP_STEER_PASS_LOCAL, XDP_PASS);
+		return to_socket(ctx);
+	}
+	if (proto == bpf_htons(ETH_P_IPV6)) {
+		if ((void *)(l3 + IP6_HDR_LEN) > end)
+			return to_socket(ctx);
+		struct in6_key dst;
+
+		__builtin_memcpy(&dst, l3 + 24, 16);
+		if (dst.addr[0] == 0xff) /* multicast: ND solicitations, MLD */
+			return count(DP_STEER_PASS_CONTROL, XDP_PASS);
+		if (dst.addr[0] == 0xfe && (dst.addr[1] & 0xc0) == 0x80) /* fe80::/10 */
+			return count(DP_STEER_PASS_CONTROL, XDP_PASS);
+		if (l3[6] == IPPROTO_ICMPV6_ && (void *)(l3 + IP6_HDR_LEN + 1) <= end) {
+			__u8 type = l3[IP6_HDR_LEN];
+
+			if (type >= 133 && type <= 137) /* RS, RA, NS, NA, redirect */
+				return count(DP_STEER_PASS_CONTROL, XDP_PASS);
+		}
+		if (bpf_map_lookup_elem(&local_v6, &dst))
+			return count(DP_STEER_PASS_LOCAL, XDP_PASS);
+		return to_socket(ctx);
+	}
+	/* VLAN tags are not forwarded: the poller counts them as a drop reason. */
+	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD))
+		return to_socket(ctx);
+	return count(DP_STEER_PASS_NOT_IP, XDP_PASS);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

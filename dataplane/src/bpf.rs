@@ -1,0 +1,254 @@
+//! The XDP programs in `bpf/`: loading (libbpf-rs skeletons), attaching through a bpf_link,
+//! and reading their per-CPU counters.
+//!
+//! Attaching through a link means the program is detached when the link descriptor is closed —
+//! on drop, and by the kernel if the process dies — and never detaches a program someone else
+//! attached (a netlink detach would remove whatever is there).
+#![allow(unsafe_code)]
+// The generated skeletons carry their own unsafe blocks and docs-less items.
+#![allow(missing_docs, clippy::undocumented_unsafe_blocks)]
+
+use std::mem::MaybeUninit;
+use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, OpenObject};
+
+use crate::sys;
+
+mod skel {
+    pub mod steer {
+        include!(concat!(env!("OUT_DIR"), "/steer.skel.rs"));
+    }
+    pub mod sink {
+        include!(concat!(env!("OUT_DIR"), "/sink.skel.rs"));
+    }
+    pub mod gen {
+        include!(concat!(env!("OUT_DIR"), "/gen.skel.rs"));
+    }
+}
+
+pub use skel::gen::types::dp_gen_cfg as GenConfig;
+
+/// Names of the steering program's counters, in `enum dp_steer_stat` order (bpf/dataplane.h).
+pub const STEER_STAT_NAMES: [&str; 5] = ["redirected", "pass_not_ip", "pass_local", "pass_control", "pass_no_socket"];
+
+/// A BPF step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BpfError {
+    /// libbpf refused to open/load, or a map operation failed.
+    #[error("{what}: {source}")]
+    Libbpf {
+        /// What was being done.
+        what: String,
+        /// Cause.
+        #[source]
+        source: libbpf_rs::Error,
+    },
+    /// Attaching failed.
+    #[error("attaching XDP ({mode}) to {ifname}: {source}")]
+    Attach {
+        /// Interface.
+        ifname: String,
+        /// native/generic.
+        mode: &'static str,
+        /// Cause.
+        #[source]
+        source: sys::SyscallError,
+    },
+}
+
+fn lb(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> BpfError {
+    let what = what.into();
+    move |source| BpfError::Libbpf { what, source }
+}
+
+/// Storage for an opened object. Skeletons borrow it for their lifetime; one small allocation
+/// per loaded program is leaked to give it `'static` (the object itself is closed on drop).
+fn object_storage() -> &'static mut MaybeUninit<OpenObject> {
+    Box::leak(Box::new(MaybeUninit::uninit()))
+}
+
+fn sum_percpu_u64(values: Option<Vec<Vec<u8>>>) -> u64 {
+    values
+        .unwrap_or_default()
+        .iter()
+        .map(|v| v.get(..8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_ne_bytes))
+        .sum()
+}
+
+fn attach(prog_fd: i32, ifname: &str, generic: bool) -> Result<OwnedFd, BpfError> {
+    let ifindex = sys::if_index(ifname).map_err(|source| BpfError::Attach {
+        ifname: ifname.into(),
+        mode: mode_name(generic),
+        source,
+    })?;
+    sys::xdp_link_create(prog_fd, ifindex, generic).map_err(|source| BpfError::Attach {
+        ifname: ifname.into(),
+        mode: mode_name(generic),
+        source,
+    })
+}
+
+fn mode_name(generic: bool) -> &'static str {
+    if generic {
+        "generic"
+    } else {
+        "native"
+    }
+}
+
+/// The steering program of one interface, with its own XSKMAP.
+pub struct Steer {
+    skel: skel::steer::SteerSkel<'static>,
+    link: Option<OwnedFd>,
+    ifname: String,
+}
+
+impl Steer {
+    /// Opens and loads (not attached yet).
+    pub fn load(ifname: &str) -> Result<Steer, BpfError> {
+        let open = skel::steer::SteerSkelBuilder::default()
+            .open(object_storage())
+            .map_err(lb("opening steer.bpf.o"))?;
+        let skel = open.load().map_err(lb("loading steer.bpf.o (verifier)"))?;
+        Ok(Steer {
+            skel,
+            link: None,
+            ifname: ifname.into(),
+        })
+    }
+
+    /// Marks an address as the box's own: frames to it are passed to the kernel.
+    pub fn add_local(&mut self, addr: IpAddr) -> Result<(), BpfError> {
+        let one = [1u8];
+        match addr {
+            IpAddr::V4(a) => self.skel.maps.local_v4.update(&a.octets(), &one, MapFlags::ANY),
+            IpAddr::V6(a) => self.skel.maps.local_v6.update(&a.octets(), &one, MapFlags::ANY),
+        }
+        .map_err(lb(format!("adding local address {addr}")))
+    }
+
+    /// Steers rx queue `queue` to the AF_XDP socket `fd`.
+    pub fn register_socket(&mut self, queue: u32, fd: i32) -> Result<(), BpfError> {
+        self.skel
+            .maps
+            .xsks
+            .update(&queue.to_ne_bytes(), &(fd as u32).to_ne_bytes(), MapFlags::ANY)
+            .map_err(lb(format!("XSKMAP[{queue}] of {}", self.ifname)))
+    }
+
+    /// Attaches to the interface.
+    pub fn attach(&mut self, generic: bool) -> Result<(), BpfError> {
+        let fd = self.skel.progs.xdp_steer.as_fd().as_raw_fd();
+        self.link = Some(attach(fd, &self.ifname, generic)?);
+        Ok(())
+    }
+
+    /// Detaches (closes the link). Idempotent.
+    pub fn detach(&mut self) {
+        self.link = None;
+    }
+
+    /// True while attached.
+    pub fn is_attached(&self) -> bool {
+        self.link.is_some()
+    }
+
+    /// Interface name.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// Counters summed over CPUs, in [`STEER_STAT_NAMES`] order.
+    pub fn stats(&self) -> [u64; STEER_STAT_NAMES.len()] {
+        let m = &self.skel.maps.steer_stats;
+        std::array::from_fn(|i| sum_percpu_u64(m.lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY).ok().flatten()))
+    }
+
+    /// Slots in the BPF counter map (must equal [`STEER_STAT_NAMES`]'s length).
+    pub fn stat_slots(&self) -> u32 {
+        self.skel.maps.steer_stats.max_entries()
+    }
+}
+
+/// The counting sink.
+pub struct Sink {
+    skel: skel::sink::SinkSkel<'static>,
+    _link: OwnedFd,
+}
+
+impl Sink {
+    /// Loads and attaches to `ifname`.
+    pub fn attach(ifname: &str, generic: bool) -> Result<Sink, BpfError> {
+        let open = skel::sink::SinkSkelBuilder::default()
+            .open(object_storage())
+            .map_err(lb("opening sink.bpf.o"))?;
+        let skel = open.load().map_err(lb("loading sink.bpf.o"))?;
+        let link = attach(skel.progs.xdp_sink.as_fd().as_raw_fd(), ifname, generic)?;
+        Ok(Sink { skel, _link: link })
+    }
+
+    /// (packets, bytes) received so far, summed over CPUs.
+    pub fn counts(&self) -> (u64, u64) {
+        let v = self.skel.maps.sink_stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY).ok().flatten();
+        v.unwrap_or_default().iter().fold((0, 0), |(p, b), rec| {
+            let word = |o: usize| rec.get(o..o + 8).and_then(|s| s.try_into().ok()).map_or(0, u64::from_ne_bytes);
+            (p + word(0), b + word(8))
+        })
+    }
+}
+
+/// The live-frames generator program.
+pub struct Gen {
+    skel: skel::gen::GenSkel<'static>,
+}
+
+/// BPF_F_TEST_XDP_LIVE_FRAMES (linux/bpf.h).
+const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
+
+impl Gen {
+    /// Loads the generator with its header template.
+    pub fn load(cfg: GenConfig) -> Result<Gen, BpfError> {
+        let mut open = skel::gen::GenSkelBuilder::default()
+            .open(object_storage())
+            .map_err(lb("opening gen.bpf.o"))?;
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.cfg = cfg;
+        }
+        let skel = open.load().map_err(lb("loading gen.bpf.o (verifier)"))?;
+        Ok(Gen { skel })
+    }
+
+    /// Sends `frame` `repeat` times out of `ifindex` (in the caller's netns) as live frames,
+    /// from the calling CPU. Returns the kernel's average time per frame.
+    pub fn send(&self, frame: &[u8], ifindex: u32, queue: u32, repeat: u32) -> Result<std::time::Duration, BpfError> {
+        let mut ctx = skel::gen::types::xdp_md {
+            data: 0,
+            data_end: frame.len() as u32,
+            ingress_ifindex: ifindex,
+            rx_queue_index: queue,
+            ..Default::default()
+        };
+        // SAFETY: xdp_md is a plain repr(C) struct of u32 fields without padding, so viewing it
+        // as bytes is sound; the slice does not outlive `ctx`.
+        let ctx_bytes = unsafe {
+            std::slice::from_raw_parts_mut((&mut ctx as *mut skel::gen::types::xdp_md).cast::<u8>(), std::mem::size_of_val(&ctx))
+        };
+        let input = libbpf_rs::ProgramInput {
+            context_in: Some(ctx_bytes),
+            data_in: Some(frame),
+            flags: BPF_F_TEST_XDP_LIVE_FRAMES,
+            repeat,
+            ..Default::default()
+        };
+        let out = self.skel.progs.xdp_gen.test_run(input).map_err(lb("BPF_PROG_TEST_RUN (live frames)"))?;
+        Ok(out.duration)
+    }
+
+    /// Frames the program has handled, summed over CPUs.
+    pub fn count(&self) -> u64 {
+        sum_percpu_u64(self.skel.maps.gen_count.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY).ok().flatten())
+    }
+}

@@ -1,0 +1,580 @@
+//! The TOML configuration: a strict schema (unknown keys are refused), validated into plain
+//! values before anything is attached. Every error names the key and the value that was wrong.
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::fib::{self, NextHop, Route4, Route6, Table};
+
+/// A configuration that could not be read or is not valid.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// File path.
+        path: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// TOML syntax or schema error (unknown key, wrong type), as toml reports it.
+    #[error("config {path}: {message}")]
+    Parse {
+        /// File path.
+        path: String,
+        /// toml's message, which names the key and line.
+        message: String,
+    },
+    /// A value that parses but is not acceptable.
+    #[error("config key `{key}` = {value}: {why}")]
+    Invalid {
+        /// Dotted key, e.g. `routes[2].via`.
+        key: String,
+        /// The offending value as written.
+        value: String,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
+fn invalid(key: impl Into<String>, value: impl ToString, why: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        value: value.to_string(),
+        why: why.into(),
+    }
+}
+
+/// What the pollers do with each frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Swap MACs, send out the paired interface.
+    L2fwd,
+    /// IPv4/IPv6 routing: LPM, TTL/hop limit, checksum, MAC rewrite.
+    L3fwd,
+    /// Receive and recycle: the RX ceiling.
+    Drop,
+    /// Move descriptors RX -> TX of the paired interface untouched: the floor for l3fwd's cost.
+    Bounce,
+}
+
+impl Mode {
+    /// Lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::L2fwd => "l2fwd",
+            Mode::L3fwd => "l3fwd",
+            Mode::Drop => "drop",
+            Mode::Bounce => "bounce",
+        }
+    }
+}
+
+/// How the XDP program is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum XdpMode {
+    /// In the driver (veth supports it).
+    #[default]
+    Native,
+    /// In the generic (skb) path, for drivers without XDP.
+    Generic,
+}
+
+/// What a poller does when a pass finds no work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Idle {
+    /// Sleep in poll() on the sockets (saves the core, adds wake-up latency).
+    #[default]
+    Sleep,
+    /// Spin (lowest latency, burns the core).
+    Busy,
+}
+
+/// `[dataplane]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataplaneSection {
+    /// Forwarding mode.
+    pub mode: Mode,
+    /// Descriptors taken per RX burst (1..=256).
+    #[serde(default = "default_batch")]
+    pub batch_size: u32,
+    /// XDP attach mode.
+    #[serde(default)]
+    pub xdp_mode: XdpMode,
+    /// Idle behaviour.
+    #[serde(default)]
+    pub idle: Idle,
+    /// Entries in each RX, TX, fill and completion ring (power of two).
+    #[serde(default = "default_ring")]
+    pub ring_size: u32,
+    /// UMEM frames per (interface, queue) a poller owns.
+    #[serde(default = "default_frames")]
+    pub frames_per_queue: u32,
+    /// UMEM frame size in bytes (2048 or 4096).
+    #[serde(default = "default_frame_size")]
+    pub frame_size: u32,
+}
+
+fn default_batch() -> u32 {
+    64
+}
+fn default_ring() -> u32 {
+    2048
+}
+fn default_frames() -> u32 {
+    4096
+}
+fn default_frame_size() -> u32 {
+    2048
+}
+
+/// `[[interfaces]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterfaceSection {
+    /// Kernel interface name.
+    pub name: String,
+    /// For l2fwd/bounce: where frames received here go (default: back out the same one).
+    pub peer: Option<String>,
+}
+
+/// `[[pollers]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PollerSection {
+    /// CPU to pin to; omitted = not pinned.
+    pub cpu: Option<usize>,
+    /// RX queue ids this poller owns on every interface.
+    pub queues: Vec<u32>,
+}
+
+/// `[[routes]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSection {
+    /// CIDR prefix, e.g. `198.19.0.0/16` or `2001:2:0:1::/64`; `default` / `0.0.0.0/0` allowed.
+    pub prefix: String,
+    /// Next-hop address; omitted for a connected route.
+    pub via: Option<String>,
+    /// Egress interface.
+    pub dev: String,
+}
+
+/// `[[neighbours]]` entry: a static ARP/ND entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NeighbourSection {
+    /// Neighbour address.
+    pub ip: String,
+    /// Its MAC, `aa:bb:cc:dd:ee:ff`.
+    pub mac: String,
+    /// Interface it sits behind.
+    pub dev: String,
+}
+
+/// The file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// Global settings.
+    pub dataplane: DataplaneSection,
+    /// Interfaces (order = port index).
+    pub interfaces: Vec<InterfaceSection>,
+    /// Pollers.
+    pub pollers: Vec<PollerSection>,
+    /// Routes (l3fwd).
+    #[serde(default)]
+    pub routes: Vec<RouteSection>,
+    /// Static neighbours (l3fwd).
+    #[serde(default)]
+    pub neighbours: Vec<NeighbourSection>,
+}
+
+/// A parsed route, interface resolved to its port index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// Prefix address.
+    pub prefix: IpAddr,
+    /// Prefix length.
+    pub len: u8,
+    /// Next hop, None for connected.
+    pub via: Option<IpAddr>,
+    /// Egress port.
+    pub port: u16,
+}
+
+/// A parsed neighbour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Neighbour {
+    /// Address.
+    pub ip: IpAddr,
+    /// MAC.
+    pub mac: [u8; 6],
+    /// Port it sits behind.
+    pub port: u16,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Global settings (validated).
+    pub dataplane: DataplaneSection,
+    /// Interface names, index = port.
+    pub interfaces: Vec<String>,
+    /// For each port, the port l2fwd/bounce sends to.
+    pub l2_peer: Vec<u16>,
+    /// Pollers.
+    pub pollers: Vec<PollerSection>,
+    /// Routes.
+    pub routes: Vec<Route>,
+    /// Neighbours.
+    pub neighbours: Vec<Neighbour>,
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.trim().split(':');
+    for b in &mut mac {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// Parses `addr/len`, `addr` (host route) or `default` (both families: use `0.0.0.0/0` or `::/0`).
+pub fn parse_prefix(s: &str) -> Option<(IpAddr, u8)> {
+    let (addr, len) = match s.split_once('/') {
+        Some((a, l)) => (a.parse::<IpAddr>().ok()?, Some(l.parse::<u8>().ok()?)),
+        None => (s.parse::<IpAddr>().ok()?, None),
+    };
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let len = len.unwrap_or(max);
+    (len <= max).then_some((addr, len))
+}
+
+impl Config {
+    /// Reads and validates a file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates TOML text (`origin` names it in errors).
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let file: ConfigFile = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        Self::validate(file)
+    }
+
+    fn validate(file: ConfigFile) -> Result<Config, ConfigError> {
+        let d = &file.dataplane;
+        if !(1..=256).contains(&d.batch_size) {
+            return Err(invalid("dataplane.batch_size", d.batch_size, "must be 1..=256"));
+        }
+        if !d.ring_size.is_power_of_two() || !(64..=65536).contains(&d.ring_size) {
+            return Err(invalid("dataplane.ring_size", d.ring_size, "must be a power of two in 64..=65536"));
+        }
+        if d.frame_size != 2048 && d.frame_size != 4096 {
+            return Err(invalid("dataplane.frame_size", d.frame_size, "must be 2048 or 4096"));
+        }
+        if d.frames_per_queue < d.ring_size || d.frames_per_queue > 1 << 20 {
+            return Err(invalid(
+                "dataplane.frames_per_queue",
+                d.frames_per_queue,
+                format!("must be at least ring_size ({}) and at most 1048576", d.ring_size),
+            ));
+        }
+        if file.interfaces.is_empty() {
+            return Err(invalid("interfaces", "[]", "at least one interface is needed"));
+        }
+        let mut port_of: HashMap<&str, u16> = HashMap::new();
+        for (i, itf) in file.interfaces.iter().enumerate() {
+            if itf.name.is_empty() || itf.name.len() > 15 || itf.name.contains(['/', ' ']) {
+                return Err(invalid(format!("interfaces[{i}].name"), &itf.name, "not a valid interface name"));
+            }
+            if port_of.insert(&itf.name, i as u16).is_some() {
+                return Err(invalid(format!("interfaces[{i}].name"), &itf.name, "listed twice"));
+            }
+        }
+        let port = |key: String, name: &str| {
+            port_of
+                .get(name)
+                .copied()
+                .ok_or_else(|| invalid(key, name, "not one of the configured [[interfaces]]"))
+        };
+        let mut l2_peer = Vec::new();
+        for (i, itf) in file.interfaces.iter().enumerate() {
+            l2_peer.push(match &itf.peer {
+                Some(p) => port(format!("interfaces[{i}].peer"), p)?,
+                None => i as u16,
+            });
+        }
+        if file.pollers.is_empty() {
+            return Err(invalid("pollers", "[]", "at least one poller is needed"));
+        }
+        let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut seen_q = HashSet::new();
+        for (i, p) in file.pollers.iter().enumerate() {
+            if let Some(cpu) = p.cpu {
+                if cpu >= ncpu {
+                    return Err(invalid(format!("pollers[{i}].cpu"), cpu, format!("this machine has CPUs 0..{}", ncpu - 1)));
+                }
+            }
+            if p.queues.is_empty() {
+                return Err(invalid(format!("pollers[{i}].queues"), "[]", "a poller needs at least one queue"));
+            }
+            for q in &p.queues {
+                if *q >= 256 {
+                    return Err(invalid(format!("pollers[{i}].queues"), q, "queue ids are 0..=255"));
+                }
+                if !seen_q.insert(*q) {
+                    return Err(invalid(format!("pollers[{i}].queues"), q, "queue already owned by another poller"));
+                }
+            }
+        }
+        let mut routes = Vec::new();
+        for (i, r) in file.routes.iter().enumerate() {
+            let key = format!("routes[{i}]");
+            let (prefix, len) = if r.prefix == "default" {
+                return Err(invalid(format!("{key}.prefix"), &r.prefix, "write 0.0.0.0/0 or ::/0"));
+            } else {
+                parse_prefix(&r.prefix).ok_or_else(|| invalid(format!("{key}.prefix"), &r.prefix, "not an address/length"))?
+            };
+            let via = match &r.via {
+                None => None,
+                Some(v) => {
+                    let a: IpAddr = v.parse().map_err(|_| invalid(format!("{key}.via"), v, "not an IP address"))?;
+                    if a.is_ipv4() != prefix.is_ipv4() {
+                        return Err(invalid(format!("{key}.via"), v, "address family differs from the prefix"));
+                    }
+                    Some(a)
+                }
+            };
+            routes.push(Route {
+                prefix,
+                len,
+                via,
+                port: port(format!("{key}.dev"), &r.dev)?,
+            });
+        }
+        let mut neighbours = Vec::new();
+        for (i, n) in file.neighbours.iter().enumerate() {
+            let key = format!("neighbours[{i}]");
+            neighbours.push(Neighbour {
+                ip: n.ip.parse().map_err(|_| invalid(format!("{key}.ip"), &n.ip, "not an IP address"))?,
+                mac: parse_mac(&n.mac).ok_or_else(|| invalid(format!("{key}.mac"), &n.mac, "not a MAC address aa:bb:cc:dd:ee:ff"))?,
+                port: port(format!("{key}.dev"), &n.dev)?,
+            });
+        }
+        if file.dataplane.mode == Mode::L3fwd && routes.is_empty() {
+            return Err(invalid("routes", "[]", "mode l3fwd needs at least one route"));
+        }
+        Ok(Config {
+            dataplane: file.dataplane.clone(),
+            interfaces: file.interfaces.iter().map(|i| i.name.clone()).collect(),
+            l2_peer,
+            pollers: file.pollers,
+            routes,
+            neighbours,
+        })
+    }
+
+    /// Builds the forwarding table; `port_macs[p]` is interface `p`'s own MAC (the source MAC).
+    pub fn build_table(&self, port_macs: &[[u8; 6]]) -> Result<Table, fib::FibError> {
+        build_table(&self.routes, &self.neighbours, port_macs)
+    }
+}
+
+/// Resolves routes and neighbours into a [`Table`] (see the `fib` module docs).
+pub fn build_table(
+    routes: &[Route],
+    neighbours: &[Neighbour],
+    port_macs: &[[u8; 6]],
+) -> Result<Table, fib::FibError> {
+    let mut next_hops: Vec<NextHop> = Vec::new();
+    let mut hop_index: HashMap<(u16, Option<[u8; 6]>), u32> = HashMap::new();
+    let mut hop = |port: u16, mac: Option<[u8; 6]>| -> u32 {
+        *hop_index.entry((port, mac)).or_insert_with(|| {
+            let mut macs = [0u8; 12];
+            if let Some(m) = mac {
+                macs[..6].copy_from_slice(&m);
+            }
+            if let Some(src) = port_macs.get(usize::from(port)) {
+                macs[6..].copy_from_slice(src);
+            }
+            next_hops.push(NextHop {
+                port,
+                macs,
+                resolved: mac.is_some(),
+            });
+            (next_hops.len() - 1) as u32
+        })
+    };
+    let neigh = |ip: IpAddr, port: u16| {
+        neighbours
+            .iter()
+            .rev()
+            .find(|n| n.ip == ip && n.port == port)
+            .map(|n| n.mac)
+    };
+    let (mut r4, mut r6) = (Vec::new(), Vec::new());
+    let mut push = |prefix: IpAddr, len: u8, nh: u32| match prefix {
+        IpAddr::V4(a) => r4.push(Route4 { prefix: u32::from(a), len, nh }),
+        IpAddr::V6(a) => r6.push(Route6 { prefix: u128::from(a), len, nh }),
+    };
+    for r in routes {
+        match r.via {
+            Some(via) => {
+                let nh = hop(r.port, neigh(via, r.port));
+                push(r.prefix, r.len, nh);
+            }
+            None => {
+                // Connected: the prefix itself is unresolved; each neighbour in it is a host route.
+                let nh = hop(r.port, None);
+                push(r.prefix, r.len, nh);
+                for n in neighbours.iter().filter(|n| n.port == r.port) {
+                    let inside = match (r.prefix, n.ip) {
+                        (IpAddr::V4(p), IpAddr::V4(a)) => u32::from(a) & fib::mask4(r.len) == u32::from(p) & fib::mask4(r.len),
+                        (IpAddr::V6(p), IpAddr::V6(a)) => u128::from(a) & fib::mask6(r.len) == u128::from(p) & fib::mask6(r.len),
+                        _ => false,
+                    };
+                    if inside {
+                        let nh = hop(r.port, Some(n.mac));
+                        push(n.ip, if n.ip.is_ipv4() { 32 } else { 128 }, nh);
+                    }
+                }
+            }
+        }
+    }
+    Ok(Table {
+        v4: fib::Fib4::build(&r4)?,
+        v6: fib::Fib6::build(&r6)?,
+        next_hops,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fib::Lookup;
+
+    const GOOD: &str = r#"
+[dataplane]
+mode = "l3fwd"
+
+[[interfaces]]
+name = "in0"
+[[interfaces]]
+name = "out0"
+
+[[pollers]]
+cpu = 0
+queues = [0]
+
+[[routes]]
+prefix = "198.19.0.0/16"
+via = "198.19.0.1"
+dev = "out0"
+[[routes]]
+prefix = "198.18.0.0/24"
+dev = "in0"
+[[routes]]
+prefix = "2001:2:0:1::/64"
+via = "2001:2:0:1::1"
+dev = "out0"
+[[routes]]
+prefix = "10.0.0.0/8"
+via = "198.19.0.99"
+dev = "out0"
+
+[[neighbours]]
+ip = "198.19.0.1"
+mac = "02:00:00:00:01:01"
+dev = "out0"
+[[neighbours]]
+ip = "198.18.0.1"
+mac = "02:00:00:00:00:01"
+dev = "in0"
+[[neighbours]]
+ip = "2001:2:0:1::1"
+mac = "02:00:00:00:01:01"
+dev = "out0"
+"#;
+
+    #[test]
+    fn good_config_builds_a_table() {
+        let c = Config::parse(GOOD, "t").expect("valid");
+        assert_eq!(c.dataplane.batch_size, 64);
+        let macs = [[2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 1, 2]];
+        let t = c.build_table(&macs).expect("table");
+        match t.route_v4(0xc613_0505) {
+            Lookup::Hop(h) => {
+                assert_eq!(h.port, 1);
+                assert_eq!(h.macs, [2, 0, 0, 0, 1, 1, 2, 0, 0, 0, 1, 2]);
+            }
+            other => panic!("{other:?}"),
+        }
+        match t.route_v4(0xc612_0001) {
+            Lookup::Hop(h) => assert_eq!((h.port, h.macs[5]), (0, 1)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(t.route_v4(0xc612_0005), Lookup::NoNeighbour, "connected, no neighbour");
+        assert_eq!(t.route_v4(0x0a00_0001), Lookup::NoNeighbour, "via without neighbour");
+        assert_eq!(t.route_v4(0x0808_0808), Lookup::NoRoute);
+        assert!(matches!(t.route_v6(0x2001_0002_0000_0001_0000_0000_0000_0009), Lookup::Hop(_)));
+    }
+
+    fn err(text: &str) -> String {
+        Config::parse(text, "t").expect_err("must be refused").to_string()
+    }
+
+    #[test]
+    fn bad_configs_name_the_key_and_value() {
+        let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"l3fwd\"\nring_sz = 4"));
+        assert!(e.contains("ring_sz"), "{e}");
+        let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"l3fwd\"\nring_size = 1000"));
+        assert!(e.contains("dataplane.ring_size") && e.contains("1000"), "{e}");
+        let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"fast\""));
+        assert!(e.contains("fast"), "{e}");
+        let e = err(&GOOD.replace("via = \"198.19.0.1\"", "via = \"198.19.0\""));
+        assert!(e.contains("routes[0].via") && e.contains("198.19.0"), "{e}");
+        let e = err(&GOOD.replace("198.19.0.0/16", "198.19.0.0/33"));
+        assert!(e.contains("routes[0].prefix"), "{e}");
+        let e = err(&GOOD.replace("dev = \"out0\"\n[[routes]]", "dev = \"eth9\"\n[[routes]]"));
+        assert!(e.contains("routes[0].dev") && e.contains("eth9"), "{e}");
+        let e = err(&GOOD.replace("02:00:00:00:01:01", "02:00:00:00:01"));
+        assert!(e.contains("neighbours[0].mac"), "{e}");
+        let e = err(&GOOD.replace("cpu = 0", "cpu = 4096"));
+        assert!(e.contains("pollers[0].cpu") && e.contains("4096"), "{e}");
+        let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"l3fwd\"\nbatch_size = 0"));
+        assert!(e.contains("batch_size"), "{e}");
+        let e = err(&GOOD.replace("2001:2:0:1::1\"\ndev", "198.19.0.1\"\ndev"));
+        assert!(e.contains("routes[2].via") && e.contains("family"), "{e}");
+    }
+
+    #[test]
+    fn mac_and_prefix_parsing() {
+        assert_eq!(parse_mac("02:00:0a:ff:00:01"), Some([2, 0, 10, 255, 0, 1]));
+        assert_eq!(parse_mac("02:00:0a:ff:00"), None);
+        assert_eq!(parse_mac("02:00:0a:ff:00:01:02"), None);
+        assert_eq!(parse_prefix("::/0"), Some(("::".parse().expect("lit"), 0)));
+        assert_eq!(parse_prefix("1.2.3.4"), Some(("1.2.3.4".parse().expect("lit"), 32)));
+        assert_eq!(parse_prefix("1.2.3.4/40"), None);
+    }
+}

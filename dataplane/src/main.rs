@@ -1,0 +1,352 @@
+//! The `dataplane` command: run the forwarder, build a netns testbed, generate and sink traffic.
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use dataplane::bpf::{Gen, GenConfig, Sink};
+use dataplane::config::{parse_mac, Config, Mode};
+use dataplane::packet::build::{udp_v4, udp_v6, FrameSpec};
+use dataplane::runtime::{self, RunOptions};
+use dataplane::{sys, testbed};
+
+#[derive(Parser)]
+#[command(name = "dataplane", version, about = "Userspace AF_XDP forwarder that measures itself")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Forward packets as the config says, until SIGINT/SIGTERM or --duration.
+    Run {
+        /// TOML config file (see config/).
+        #[arg(long)]
+        config: PathBuf,
+        /// Stop by itself after this many seconds.
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Seconds between rate lines (0: none).
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Also write the final summary as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Build or tear down a gen <-> dut <-> sink netns testbed.
+    Testbed {
+        #[command(subcommand)]
+        action: TestbedCmd,
+    },
+    /// Count (and drop) what arrives on an interface with an XDP program.
+    Sink {
+        /// Interface (in the current netns).
+        #[arg(long)]
+        iface: String,
+        /// Seconds to count.
+        #[arg(long, default_value_t = 10.0)]
+        duration: f64,
+        /// Attach in generic (skb) mode.
+        #[arg(long)]
+        generic: bool,
+        /// Print per-second rates.
+        #[arg(long)]
+        verbose: bool,
+        /// Write {packets, bytes, seconds} as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Send UDP frames flat out with BPF_PROG_TEST_RUN live frames (xdp-trafficgen's method).
+    Gen {
+        /// Interface to send from (in the current netns).
+        #[arg(long)]
+        iface: String,
+        /// Frame size on the wire, FCS included (64..=1518).
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Distinct flows (UDP source ports).
+        #[arg(long, default_value_t = 1)]
+        flows: u32,
+        /// Send IPv6 instead of IPv4.
+        #[arg(long)]
+        ipv6: bool,
+        /// Stop after this many seconds.
+        #[arg(long, default_value_t = 10.0)]
+        duration: f64,
+        /// Stop after this many frames (0: no limit).
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+        /// Pin to this CPU.
+        #[arg(long)]
+        cpu: Option<usize>,
+        /// Destination MAC (default: the testbed DUT's).
+        #[arg(long, default_value = testbed::DUT_IN_MAC)]
+        dst_mac: String,
+        /// Source MAC (default: the testbed generator's).
+        #[arg(long, default_value = testbed::GEN_MAC)]
+        src_mac: String,
+        /// Source address (default: the testbed generator's of the family).
+        #[arg(long)]
+        src: Option<IpAddr>,
+        /// Destination address (default: the testbed sink's of the family).
+        #[arg(long)]
+        dst: Option<IpAddr>,
+        /// Write {packets, seconds} as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum TestbedCmd {
+    /// Create the namespaces P-gen, P-dut, P-sink and their veths.
+    Up {
+        /// Name prefix (1-10 of [a-z0-9]).
+        #[arg(long, default_value = "dp")]
+        prefix: String,
+        /// Queues per veth.
+        #[arg(long, default_value_t = 1)]
+        queues: u32,
+    },
+    /// Delete the testbed's namespaces.
+    Down {
+        /// Name prefix.
+        #[arg(long, default_value = "dp")]
+        prefix: String,
+    },
+    /// Print a DUT config for the testbed: one poller per queue.
+    Config {
+        /// Name prefix.
+        #[arg(long, default_value = "dp")]
+        prefix: String,
+        /// Queues (one poller each).
+        #[arg(long, default_value_t = 1)]
+        queues: u32,
+        /// Forwarding mode.
+        #[arg(long, value_enum, default_value_t = ModeArg::L3fwd)]
+        mode: ModeArg,
+        /// Comma-separated CPUs, one per poller (default: unpinned).
+        #[arg(long, value_delimiter = ',')]
+        cpus: Vec<usize>,
+        /// Burst size.
+        #[arg(long, default_value_t = 64)]
+        batch: u32,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ModeArg {
+    L2fwd,
+    L3fwd,
+    Drop,
+    Bounce,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::L2fwd => Mode::L2fwd,
+            ModeArg::L3fwd => Mode::L3fwd,
+            ModeArg::Drop => Mode::Drop,
+            ModeArg::Bounce => Mode::Bounce,
+        }
+    }
+}
+
+fn stop_flag() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
+    }
+    Ok(stop)
+}
+
+fn write_json(path: &Option<PathBuf>, value: &serde_json::Value) -> Result<()> {
+    if let Some(p) = path {
+        std::fs::write(p, serde_json::to_string_pretty(value)?).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn secs(s: f64, what: &str) -> Result<Duration> {
+    Duration::try_from_secs_f64(s).with_context(|| format!("{what} = {s} is not a valid number of seconds"))
+}
+
+fn main() {
+    if let Err(e) = real_main() {
+        eprintln!("dataplane: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main() -> Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Run {
+            config,
+            duration,
+            interval,
+            json,
+        } => {
+            let cfg = Config::load(&config)?;
+            let opts = RunOptions {
+                duration: duration.map(|d| secs(d, "--duration")).transpose()?,
+                interval: (interval > 0.0).then(|| secs(interval, "--interval")).transpose()?,
+                stop: stop_flag()?,
+            };
+            let summary = runtime::run(&cfg, &opts, |line| eprintln!("{line}"))?;
+            print!("{}", summary.render());
+            write_json(&json, &serde_json::to_value(&summary)?)?;
+            if !summary.frames_ok {
+                eprintln!("warning: some UMEM frames were still held by the kernel at exit (see above)");
+            }
+            Ok(())
+        }
+        Cmd::Testbed { action } => match action {
+            TestbedCmd::Up { prefix, queues } => {
+                let t = testbed::Testbed::new(&prefix, queues)?;
+                t.up()?;
+                println!(
+                    "testbed {prefix} up: {} ({}) <-> {} [{} | {}] <-> {} ({}), {queues} queue(s)",
+                    t.gen_ns(),
+                    t.gen_if(),
+                    t.dut_ns(),
+                    t.dut_in(),
+                    t.dut_out(),
+                    t.sink_ns(),
+                    t.sink_if()
+                );
+                Ok(())
+            }
+            TestbedCmd::Down { prefix } => {
+                testbed::Testbed::new(&prefix, 1)?.down();
+                Ok(())
+            }
+            TestbedCmd::Config {
+                prefix,
+                queues,
+                mode,
+                cpus,
+                batch,
+            } => {
+                let t = testbed::Testbed::new(&prefix, queues)?;
+                if !cpus.is_empty() && cpus.len() != queues as usize {
+                    bail!("--cpus lists {} CPUs for {queues} queue(s): give one per queue", cpus.len());
+                }
+                let pollers: Vec<(Option<usize>, Vec<u32>)> = (0..queues).map(|q| (cpus.get(q as usize).copied(), vec![q])).collect();
+                print!("{}", t.config(mode.into(), &pollers, batch));
+                Ok(())
+            }
+        },
+        Cmd::Sink {
+            iface,
+            duration,
+            generic,
+            verbose,
+            json,
+        } => {
+            if !sys::is_root() {
+                bail!("dataplane sink needs root to attach an XDP program");
+            }
+            let stop = stop_flag()?;
+            let dur = secs(duration, "--duration")?;
+            let sink = Sink::attach(&iface, generic)?;
+            let start = Instant::now();
+            let mut last = (0, start);
+            while start.elapsed() < dur && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100).min(dur.saturating_sub(start.elapsed())));
+                if verbose && last.1.elapsed() >= Duration::from_secs(1) {
+                    let (p, _) = sink.counts();
+                    eprintln!("sink {iface}: {:.3} Mpps", (p - last.0) as f64 / last.1.elapsed().as_secs_f64() / 1e6);
+                    last = (p, Instant::now());
+                }
+            }
+            let (packets, bytes) = sink.counts();
+            let seconds = start.elapsed().as_secs_f64();
+            println!("sink {iface}: {packets} packets, {bytes} bytes in {seconds:.2} s ({:.3} Mpps)", packets as f64 / seconds / 1e6);
+            write_json(&json, &serde_json::json!({"packets": packets, "bytes": bytes, "seconds": seconds}))
+        }
+        Cmd::Gen {
+            iface,
+            size,
+            flows,
+            ipv6,
+            duration,
+            count,
+            cpu,
+            dst_mac,
+            src_mac,
+            src,
+            dst,
+            json,
+        } => {
+            if !sys::is_root() {
+                bail!("dataplane gen needs root to run BPF programs");
+            }
+            if !(64..=1518).contains(&size) {
+                bail!("--size {size} must be 64..=1518");
+            }
+            if flows == 0 || flows > 65_000 {
+                bail!("--flows {flows} must be 1..=65000");
+            }
+            let mut spec = FrameSpec {
+                dst_mac: parse_mac(&dst_mac).with_context(|| format!("--dst-mac {dst_mac} is not a MAC"))?,
+                src_mac: parse_mac(&src_mac).with_context(|| format!("--src-mac {src_mac} is not a MAC"))?,
+                sport: 10_000,
+                ..FrameSpec::default()
+            };
+            let fam = |a: Option<IpAddr>, what: &str| -> Result<Option<IpAddr>> {
+                match a {
+                    Some(a) if a.is_ipv6() != ipv6 => bail!("--{what} {a} is not an IPv{} address", if ipv6 { 6 } else { 4 }),
+                    a => Ok(a),
+                }
+            };
+            let (src, dst) = (fam(src, "src")?, fam(dst, "dst")?);
+            let frame = if ipv6 {
+                spec.src6 = match src { Some(IpAddr::V6(a)) => a, _ => testbed::GEN_V6.parse()? };
+                spec.dst6 = match dst { Some(IpAddr::V6(a)) => a, _ => testbed::SINK_V6.parse()? };
+                spec.payload_len = FrameSpec::v6_payload_for_wire_size(size);
+                udp_v6(&spec)
+            } else {
+                spec.src4 = match src { Some(IpAddr::V4(a)) => a, _ => testbed::GEN_V4.parse()? };
+                spec.dst4 = match dst { Some(IpAddr::V4(a)) => a, _ => testbed::SINK_V4.parse()? };
+                spec.payload_len = FrameSpec::v4_payload_for_wire_size(size);
+                udp_v4(&spec)
+            };
+            let (hdr_len, l4_off) = if ipv6 { (62usize, 54u16) } else { (56, 34) };
+            let mut hdr = [0u8; 64];
+            hdr[..hdr_len].copy_from_slice(&frame[..hdr_len]);
+            let cfg = GenConfig {
+                hdr_len: hdr_len as u32,
+                flows,
+                sport_base: spec.sport,
+                l4_off,
+                udp_csum: u16::from_be_bytes([frame[usize::from(l4_off) + 6], frame[usize::from(l4_off) + 7]]),
+                pad: 0,
+                hdr,
+            };
+            if let Some(c) = cpu {
+                sys::pin_current_thread(c)?;
+            }
+            let ifindex = sys::if_index(&iface).with_context(|| format!("interface {iface}"))?;
+            let gen = Gen::load(cfg)?;
+            let stop = stop_flag()?;
+            let dur = secs(duration, "--duration")?;
+            let start = Instant::now();
+            let mut sent = 0u64;
+            while start.elapsed() < dur && (count == 0 || sent < count) && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let chunk = if count == 0 { 65_536 } else { (count - sent).min(65_536) };
+                gen.send(&frame, ifindex, 0, chunk as u32)?;
+                sent += chunk;
+            }
+            let seconds = start.elapsed().as_secs_f64();
+            let packets = gen.count();
+            println!("gen {iface}: {packets} frames of {size} B in {seconds:.2} s ({:.3} Mpps)", packets as f64 / seconds / 1e6);
+            write_json(&json, &serde_json::json!({"packets": packets, "seconds": seconds, "size": size, "flows": flows}))
+        }
+    }
+}

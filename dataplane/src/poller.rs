@@ -1,0 +1,522 @@
+//! The per-core loop: receive a burst, decide, transmit, recycle completions into fill rings.
+//!
+//! A poller owns everything it touches (rings, UMEM, free list, staging arrays) and shares only
+//! its single-writer counters and a read-only forwarding table. Pinning, UMEM allocation (first
+//! touch after pinning) and socket setup happen in the spawned thread before the start signal.
+//! Inside the loop there is no allocation, lock, formatting or syscall other than the wakeups
+//! the rings ask for, and no indexing that can panic.
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use xdpilone::xdp::XdpDesc;
+
+use crate::config::Idle;
+use crate::forward::Forwarder;
+use crate::mem::{Area, FreeList};
+use crate::packet::DropReason;
+use crate::stats::{Counter, PollerStats};
+use crate::sys;
+use crate::xsk::{self, RingSizes, SocketSpec, Sockets};
+
+/// Largest burst a poller takes from one RX ring.
+pub const MAX_BATCH: usize = 256;
+
+/// What one poller is asked to run.
+#[derive(Debug, Clone)]
+pub struct PollerSpec {
+    /// Poller number (for names and reports).
+    pub id: usize,
+    /// CPU to pin to, if any.
+    pub cpu: Option<usize>,
+    /// Sockets, grouped by queue: for queue slot `k`, entries `k*ports .. (k+1)*ports` are the
+    /// interfaces in port order.
+    pub sockets: Vec<SocketSpec>,
+    /// Number of ports (interfaces).
+    pub ports: usize,
+    /// UMEM frames in total.
+    pub frames: u32,
+    /// Frame size.
+    pub frame_size: u32,
+    /// Ring entries.
+    pub ring: u32,
+    /// Burst size.
+    pub batch: u32,
+    /// Idle behaviour.
+    pub idle: Idle,
+}
+
+/// Sent by a poller once its setup is done (or failed).
+#[derive(Debug)]
+pub struct Ready {
+    /// Poller number.
+    pub id: usize,
+    /// (port, queue, socket fd) for the XSKMAPs.
+    pub fds: Vec<(u16, u32, i32)>,
+    /// Zero-copy (true) or copy mode.
+    pub zerocopy: bool,
+    /// Time spent pinning.
+    pub pin_time: Duration,
+    /// Time spent allocating and touching the UMEM.
+    pub alloc_time: Duration,
+    /// Time spent creating and binding sockets.
+    pub socket_time: Duration,
+    /// Kernel thread id.
+    pub tid: i32,
+    /// CPUs the thread is allowed on after pinning (read back).
+    pub affinity: Vec<usize>,
+}
+
+/// Setup failures inside a poller thread.
+#[derive(Debug, thiserror::Error)]
+pub enum PollerError {
+    /// Pinning failed.
+    #[error("poller {id}: pinning to CPU {cpu}: {source}")]
+    Pin {
+        /// Poller.
+        id: usize,
+        /// CPU.
+        cpu: usize,
+        /// Cause.
+        #[source]
+        source: sys::SyscallError,
+    },
+    /// UMEM allocation failed.
+    #[error("poller {id}: allocating {bytes} bytes of UMEM: {source}")]
+    Memory {
+        /// Poller.
+        id: usize,
+        /// Size.
+        bytes: usize,
+        /// Cause.
+        #[source]
+        source: sys::SyscallError,
+    },
+    /// Socket setup failed.
+    #[error("poller {id}: {source}")]
+    Socket {
+        /// Poller.
+        id: usize,
+        /// Cause.
+        #[source]
+        source: xsk::XskError,
+    },
+}
+
+/// Where every UMEM frame was when the poller stopped.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct FrameCount {
+    /// Frames in the UMEM.
+    pub total: u64,
+    /// On the poller's free list.
+    pub free: u64,
+    /// Posted to fill rings, not yet used by the kernel.
+    pub fill: u64,
+    /// On TX rings, not yet sent.
+    pub tx: u64,
+    /// On completion rings, not yet reaped.
+    pub completion: u64,
+    /// On RX rings, not yet read.
+    pub rx: u64,
+}
+
+impl FrameCount {
+    /// Frames seen in some ring or list.
+    pub fn accounted(&self) -> u64 {
+        self.free + self.fill + self.tx + self.completion + self.rx
+    }
+    /// Frames taken from a fill ring that the kernel has not handed back (its pool cache, or
+    /// lost). Zero after a clean drain.
+    pub fn held_by_kernel(&self) -> u64 {
+        self.total.saturating_sub(self.accounted())
+    }
+}
+
+/// Kernel statistics of one socket (XDP_STATISTICS).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct SocketStats {
+    /// Port.
+    pub port: u16,
+    /// Queue.
+    pub queue: u32,
+    /// Dropped by the kernel for lack of RX ring room or other reasons.
+    pub rx_dropped: u64,
+    /// Invalid RX descriptors.
+    pub rx_invalid_descs: u64,
+    /// Invalid TX descriptors.
+    pub tx_invalid_descs: u64,
+    /// RX ring full events.
+    pub rx_ring_full: u64,
+    /// Fill ring empty events.
+    pub rx_fill_ring_empty_descs: u64,
+    /// TX ring empty events.
+    pub tx_ring_empty_descs: u64,
+}
+
+/// What a poller returns when it stops.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PollerReport {
+    /// Poller number.
+    pub id: usize,
+    /// Frame accounting after the drain.
+    pub frames: FrameCount,
+    /// Per-socket kernel statistics.
+    pub sockets: Vec<SocketStats>,
+}
+
+struct Stage {
+    descs: [XdpDesc; MAX_BATCH],
+    len: usize,
+}
+
+/// The poller's owned state. Field order is drop order: the sockets (rings, UMEM registration)
+/// go before the memory they point into.
+struct Poller {
+    sockets: Sockets,
+    area: Area,
+    free: FreeList,
+    stages: Box<[Stage]>,
+    burst: Box<[XdpDesc; MAX_BATCH]>,
+    fwd: Arc<Forwarder>,
+    stats: Arc<PollerStats>,
+    ports: usize,
+    batch: u32,
+    ring: u32,
+    frame_mask: u64,
+    idle: Idle,
+    pollfds: Vec<libc::pollfd>,
+}
+
+/// Starts a poller thread. It reports on `ready`, then waits for `go` (true: run, false: quit).
+pub fn spawn(
+    spec: PollerSpec,
+    fwd: Arc<Forwarder>,
+    stats: Arc<PollerStats>,
+    stop: Arc<AtomicBool>,
+    ready: SyncSender<Result<Ready, PollerError>>,
+    go: Receiver<bool>,
+) -> std::io::Result<JoinHandle<Option<PollerReport>>> {
+    std::thread::Builder::new()
+        .name(format!("dp-poll{}", spec.id))
+        .spawn(move || {
+            let mut p = match setup(&spec, fwd, stats) {
+                Ok((p, r)) => {
+                    let _ = ready.send(Ok(r));
+                    p
+                }
+                Err(e) => {
+                    let _ = ready.send(Err(e));
+                    return None;
+                }
+            };
+            if go.recv() != Ok(true) {
+                return Some(p.finish(spec.id));
+            }
+            p.prefill();
+            p.run(&stop);
+            Some(p.finish(spec.id))
+        })
+}
+
+fn setup(spec: &PollerSpec, fwd: Arc<Forwarder>, stats: Arc<PollerStats>) -> Result<(Poller, Ready), PollerError> {
+    let id = spec.id;
+    let t0 = Instant::now();
+    if let Some(cpu) = spec.cpu {
+        sys::pin_current_thread(cpu).map_err(|source| PollerError::Pin { id, cpu, source })?;
+    }
+    let pin_time = t0.elapsed();
+    let t1 = Instant::now();
+    let bytes = spec.frames as usize * spec.frame_size as usize;
+    let area = Area::new(spec.frames, spec.frame_size).map_err(|source| PollerError::Memory { id, bytes, source })?;
+    let free = area.full_free_list();
+    let alloc_time = t1.elapsed();
+    let t2 = Instant::now();
+    let sockets = xsk::open(&area, &spec.sockets, RingSizes { entries: spec.ring })
+        .map_err(|source| PollerError::Socket { id, source })?;
+    let socket_time = t2.elapsed();
+    let fds: Vec<(u16, u32, i32)> = sockets.queues.iter().map(|q| (q.port, q.queue, q.raw_fd())).collect();
+    let pollfds = fds.iter().map(|(_, _, fd)| sys::pollfd_in(*fd)).collect();
+    let stages = (0..sockets.queues.len())
+        .map(|_| Stage {
+            descs: [XdpDesc::default(); MAX_BATCH],
+            len: 0,
+        })
+        .collect();
+    let ready = Ready {
+        id,
+        fds,
+        zerocopy: sockets.zerocopy,
+        pin_time,
+        alloc_time,
+        socket_time,
+        tid: sys::gettid(),
+        affinity: sys::current_thread_affinity().unwrap_or_default(),
+    };
+    let poller = Poller {
+        sockets,
+        free,
+        stages,
+        burst: Box::new([XdpDesc::default(); MAX_BATCH]),
+        fwd,
+        stats,
+        ports: spec.ports.max(1),
+        batch: spec.batch.clamp(1, MAX_BATCH as u32),
+        ring: spec.ring,
+        frame_mask: !(u64::from(area.frame_size()) - 1),
+        area,
+        idle: spec.idle,
+        pollfds,
+    };
+    Ok((poller, ready))
+}
+
+impl Poller {
+    /// Gives every fill ring its share of frames before traffic starts.
+    fn prefill(&mut self) {
+        for i in 0..self.sockets.queues.len() {
+            self.refill(i);
+        }
+    }
+
+    fn run(&mut self, stop: &AtomicBool) {
+        while !stop.load(Relaxed) {
+            let mut work = 0usize;
+            for i in 0..self.sockets.queues.len() {
+                work += self.receive(i);
+                self.flush();
+            }
+            work += self.maintain();
+            if work == 0 {
+                match self.idle {
+                    Idle::Busy => std::hint::spin_loop(),
+                    Idle::Sleep => {
+                        // Bounded so the stop flag is seen within 50 ms.
+                        sys::poll_readable(&mut self.pollfds, 50);
+                        self.stats.add(Counter::IdleSleeps, 1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes one burst from socket `i`'s RX ring and decides every frame.
+    #[inline]
+    fn receive(&mut self, i: usize) -> usize {
+        let Some(q) = self.sockets.queues.get_mut(i) else { return 0 };
+        let in_port = q.port;
+        let mut n = 0;
+        {
+            let mut reader = q.rx.receive(self.batch);
+            for slot in self.burst.iter_mut().take(self.batch as usize) {
+                match reader.read() {
+                    Some(d) => {
+                        *slot = d;
+                        n += 1;
+                    }
+                    None => break,
+                }
+            }
+            reader.release();
+        }
+        if n == 0 {
+            return 0;
+        }
+        let queue_base = (i / self.ports) * self.ports;
+        let mut drops = [0u32; DropReason::COUNT];
+        let mut bytes = 0u64;
+        for d in self.burst.iter().take(n) {
+            bytes += u64::from(d.len);
+            let base = d.addr & self.frame_mask;
+            let verdict = match self.area.check(d.addr, d.len) {
+                Some(off) => {
+                    let frame = self.area.frame_mut(off, d.len);
+                    self.fwd.process(in_port, frame).map(|out| (out, frame.len() as u32))
+                }
+                None => Err(DropReason::InvalidDescriptor),
+            };
+            let staged = match verdict {
+                Ok((out, len)) => self
+                    .stages
+                    .get_mut(queue_base + usize::from(out))
+                    .and_then(|s| {
+                        let slot = s.descs.get_mut(s.len)?;
+                        *slot = XdpDesc { addr: d.addr, len, options: 0 };
+                        s.len += 1;
+                        Some(())
+                    })
+                    .ok_or(DropReason::TxRingFull),
+                Err(r) => Err(r),
+            };
+            if let Err(r) = staged {
+                if let Some(c) = drops.get_mut(r as usize) {
+                    *c += 1;
+                }
+                // A descriptor outside the UMEM is not ours to recycle.
+                if r != DropReason::InvalidDescriptor || self.area.check(base, 0).is_some() {
+                    self.free.push(base);
+                }
+            }
+        }
+        self.stats.add(Counter::RxPackets, n as u64);
+        self.stats.add(Counter::RxBytes, bytes);
+        self.stats.add(Counter::Batches, 1);
+        for (r, c) in DropReason::ALL.iter().zip(drops) {
+            if c != 0 {
+                self.stats.add_drop(*r, u64::from(c));
+            }
+        }
+        n
+    }
+
+    /// Puts every staged frame on its TX ring; frames that do not fit are dropped and recycled.
+    #[inline]
+    fn flush(&mut self) {
+        for (stage, q) in self.stages.iter_mut().zip(self.sockets.queues.iter_mut()) {
+            if stage.len == 0 {
+                continue;
+            }
+            let staged = stage.descs.get(..stage.len).unwrap_or(&[]);
+            let sent = {
+                let mut w = q.tx.transmit(staged.len() as u32);
+                let cap = w.capacity() as usize;
+                let sent = w.insert(staged.iter().copied().take(cap)) as usize;
+                w.commit();
+                sent
+            };
+            let mut bytes = 0u64;
+            for d in staged.iter().take(sent) {
+                bytes += u64::from(d.len);
+            }
+            for d in staged.iter().skip(sent) {
+                self.free.push(d.addr & self.frame_mask);
+            }
+            if sent < staged.len() {
+                self.stats.add(Counter::TxRingFull, 1);
+                self.stats.add_drop(DropReason::TxRingFull, (staged.len() - sent) as u64);
+            }
+            self.stats.add(Counter::TxPackets, sent as u64);
+            self.stats.add(Counter::TxBytes, bytes);
+            stage.len = 0;
+            if sent > 0 && q.tx.needs_wakeup() {
+                q.tx.wake();
+                self.stats.add(Counter::TxWakeups, 1);
+            }
+        }
+    }
+
+    /// Reaps completions, kicks TX rings that still hold frames, refills fill rings.
+    #[inline]
+    fn maintain(&mut self) -> usize {
+        let mut work = 0;
+        for i in 0..self.sockets.queues.len() {
+            let Some(q) = self.sockets.queues.get_mut(i) else { continue };
+            let mut done = 0u64;
+            {
+                let mut c = q.fq_cq.complete(self.ring);
+                while let Some(addr) = c.read() {
+                    self.free.push(addr & self.frame_mask);
+                    done += 1;
+                }
+                c.release();
+            }
+            if done > 0 {
+                self.stats.add(Counter::Completions, done);
+                work += done as usize;
+            }
+            // Copy mode sends at most a few dozen frames per kick: keep kicking while frames
+            // are in flight, and only then.
+            if q.tx.pending() > 0 && q.tx.needs_wakeup() {
+                q.tx.wake();
+                self.stats.add(Counter::TxWakeups, 1);
+                work += 1;
+            }
+            self.refill(i);
+        }
+        work
+    }
+
+    #[inline]
+    fn refill(&mut self, i: usize) {
+        let Some(q) = self.sockets.queues.get_mut(i) else { return };
+        let want = (self.free.len() as u32).min(self.ring);
+        if want == 0 {
+            if q.fq_cq.pending() < self.ring {
+                self.stats.add(Counter::FillEmpty, 1);
+            }
+            return;
+        }
+        let n = {
+            let mut w = q.fq_cq.fill(want);
+            let cap = w.capacity() as usize;
+            let free = &mut self.free;
+            let n = w.insert(std::iter::from_fn(|| free.pop()).take(cap));
+            w.commit();
+            n
+        };
+        if n > 0 && q.fq_cq.needs_wakeup() {
+            q.fq_cq.wake();
+            self.stats.add(Counter::FillWakeups, 1);
+        }
+    }
+
+    /// Drains rings after the stop (the XDP programs are already detached) and counts where
+    /// every frame is.
+    fn finish(mut self, id: usize) -> PollerReport {
+        let deadline = Instant::now() + Duration::from_millis(300);
+        loop {
+            let mut moved = 0;
+            for i in 0..self.sockets.queues.len() {
+                let Some(q) = self.sockets.queues.get_mut(i) else { continue };
+                let mut r = q.rx.receive(self.ring);
+                while let Some(d) = r.read() {
+                    self.free.push(d.addr & self.frame_mask);
+                    moved += 1;
+                }
+                r.release();
+            }
+            // Completions and kicks, without refilling.
+            for q in self.sockets.queues.iter_mut() {
+                let mut c = q.fq_cq.complete(self.ring);
+                while let Some(a) = c.read() {
+                    self.free.push(a & self.frame_mask);
+                    moved += 1;
+                }
+                c.release();
+                if q.tx.pending() > 0 {
+                    q.tx.wake();
+                }
+            }
+            let tx_left: u32 = self.sockets.queues.iter().map(|q| q.tx.pending()).sum();
+            if (moved == 0 && tx_left == 0) || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut frames = FrameCount {
+            total: u64::from(self.area.frames()),
+            free: self.free.len() as u64,
+            ..FrameCount::default()
+        };
+        let mut sockets = Vec::new();
+        for q in &self.sockets.queues {
+            frames.fill += u64::from(q.fq_cq.pending());
+            frames.completion += u64::from(q.fq_cq.available());
+            frames.tx += u64::from(q.tx.pending());
+            frames.rx += u64::from(q.rx.available());
+            let k = q.kernel_stats().unwrap_or_default();
+            sockets.push(SocketStats {
+                port: q.port,
+                queue: q.queue,
+                rx_dropped: k.rx_dropped,
+                rx_invalid_descs: k.rx_invalid_descs,
+                tx_invalid_descs: k.tx_invalid_descs,
+                rx_ring_full: k.rx_ring_full,
+                rx_fill_ring_empty_descs: k.rx_fill_ring_empty_descs,
+                tx_ring_empty_descs: k.tx_ring_empty_descs,
+            });
+        }
+        PollerReport { id, frames, sockets }
+    }
+}

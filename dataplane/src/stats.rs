@@ -1,0 +1,206 @@
+//! Per-poller counters: one writer each, cache-line padded, summed on read.
+//!
+//! # Design
+//! The poller is the only thread that writes its [`PollerStats`]; it adds whole batches with a
+//! plain load + store (no locked read-modify-write), so the hot path never bounces a cache line
+//! between cores. The stats thread only loads. Counters are `AtomicU64` so the reader never sees
+//! a torn value; `Relaxed` is enough because each counter is independent.
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crossbeam_utils::CachePadded;
+
+use crate::packet::DropReason;
+
+/// Counter slots besides the drop reasons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Counter {
+    /// Frames taken from RX rings.
+    RxPackets = 0,
+    /// Bytes taken from RX rings.
+    RxBytes,
+    /// Frames put on TX rings.
+    TxPackets,
+    /// Bytes put on TX rings.
+    TxBytes,
+    /// Non-empty RX bursts.
+    Batches,
+    /// TX kicks (sendto) made because the ring asked for a wakeup.
+    TxWakeups,
+    /// Fill-ring kicks (poll) made because the ring asked for a wakeup.
+    FillWakeups,
+    /// Times a TX ring had no room for a whole burst.
+    TxRingFull,
+    /// Times the free list ran dry while a fill ring had room.
+    FillEmpty,
+    /// Frames returned on completion rings.
+    Completions,
+    /// Idle sleeps in poll().
+    IdleSleeps,
+}
+
+/// Number of [`Counter`] slots.
+pub const COUNTERS: usize = 11;
+/// Names of the [`Counter`] slots, in order.
+pub const COUNTER_NAMES: [&str; COUNTERS] = [
+    "rx_packets",
+    "rx_bytes",
+    "tx_packets",
+    "tx_bytes",
+    "batches",
+    "tx_wakeups",
+    "fill_wakeups",
+    "tx_ring_full_events",
+    "fill_empty_events",
+    "completions",
+    "idle_sleeps",
+];
+const SLOTS: usize = COUNTERS + DropReason::COUNT;
+
+/// The shared, single-writer counter block of one poller.
+pub struct PollerStats {
+    slots: CachePadded<[AtomicU64; SLOTS]>,
+}
+
+impl Default for PollerStats {
+    fn default() -> Self {
+        PollerStats {
+            slots: CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))),
+        }
+    }
+}
+
+impl PollerStats {
+    /// Adds to a counter. Only the owning poller may call this (single writer).
+    #[inline(always)]
+    pub fn add(&self, c: Counter, v: u64) {
+        let s = &self.slots[c as usize];
+        s.store(s.load(Relaxed).wrapping_add(v), Relaxed);
+    }
+
+    /// Adds to a drop reason. Only the owning poller may call this.
+    #[inline(always)]
+    pub fn add_drop(&self, r: DropReason, v: u64) {
+        let s = &self.slots[COUNTERS + r as usize];
+        s.store(s.load(Relaxed).wrapping_add(v), Relaxed);
+    }
+
+    /// A copy of every counter.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut s = Snapshot::default();
+        for (i, v) in s.counters.iter_mut().enumerate() {
+            *v = self.slots[i].load(Relaxed);
+        }
+        for (i, v) in s.drops.iter_mut().enumerate() {
+            *v = self.slots[COUNTERS + i].load(Relaxed);
+        }
+        s
+    }
+}
+
+/// Plain counter values (one poller's, or a sum).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Snapshot {
+    /// [`Counter`] values.
+    pub counters: [u64; COUNTERS],
+    /// Drops by [`DropReason`].
+    pub drops: [u64; DropReason::COUNT],
+}
+
+impl Snapshot {
+    /// One counter.
+    pub fn get(&self, c: Counter) -> u64 {
+        self.counters[c as usize]
+    }
+
+    /// One drop reason.
+    pub fn drop_count(&self, r: DropReason) -> u64 {
+        self.drops[r as usize]
+    }
+
+    /// All drops.
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    /// Element-wise sum.
+    pub fn sum<'a>(it: impl IntoIterator<Item = &'a Snapshot>) -> Snapshot {
+        let mut out = Snapshot::default();
+        for s in it {
+            for (o, v) in out.counters.iter_mut().zip(s.counters) {
+                *o += v;
+            }
+            for (o, v) in out.drops.iter_mut().zip(s.drops) {
+                *o += v;
+            }
+        }
+        out
+    }
+
+    /// `self - earlier`, per counter.
+    pub fn delta(&self, earlier: &Snapshot) -> Snapshot {
+        let mut out = *self;
+        for (o, e) in out.counters.iter_mut().zip(earlier.counters) {
+            *o = o.wrapping_sub(e);
+        }
+        for (o, e) in out.drops.iter_mut().zip(earlier.drops) {
+            *o = o.wrapping_sub(e);
+        }
+        out
+    }
+
+    /// Non-zero drop reasons as `name=count`, comma separated ("none" if there are none).
+    pub fn drops_line(&self) -> String {
+        let parts: Vec<String> = DropReason::ALL
+            .iter()
+            .filter(|r| self.drop_count(**r) > 0)
+            .map(|r| format!("{}={}", r.name(), self.drop_count(*r)))
+            .collect();
+        if parts.is_empty() {
+            "none".into()
+        } else {
+            parts.join(",")
+        }
+    }
+
+    /// Multi-line report of every counter and drop reason.
+    pub fn report(&self) -> String {
+        let mut s = String::new();
+        for (name, v) in COUNTER_NAMES.iter().zip(self.counters) {
+            s.push_str(&format!("  {name:<22} {v}\n"));
+        }
+        for r in DropReason::ALL {
+            s.push_str(&format!("  drop_{:<17} {}\n", r.name(), self.drop_count(r)));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_add_and_sum() {
+        let a = PollerStats::default();
+        a.add(Counter::RxPackets, 3);
+        a.add(Counter::RxPackets, 4);
+        a.add_drop(DropReason::NoRoute, 2);
+        let s = a.snapshot();
+        assert_eq!(s.get(Counter::RxPackets), 7);
+        assert_eq!(s.drop_count(DropReason::NoRoute), 2);
+        let t = Snapshot::sum([&s, &s]);
+        assert_eq!(t.get(Counter::RxPackets), 14);
+        assert_eq!(t.total_drops(), 4);
+        assert_eq!(t.delta(&s), s);
+        assert_eq!(s.drops_line(), "no_route=2");
+        assert_eq!(COUNTER_NAMES.len(), Counter::IdleSleeps as usize + 1);
+    }
+
+    #[test]
+    fn drop_reason_table_is_consistent() {
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i);
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! A netns testbed: `gen <-> dut <-> sink`, each a network namespace, joined by (multi-queue)
+//! veth pairs, with addresses in 198.18.0.0/15 and 2001:2::/48 (the benchmarking ranges of
+//! RFC 2544 / RFC 5180), routes and static neighbours. Every name carries a prefix so tests run
+//! side by side. Built with `ip` (iproute2).
+//!
+//! ```text
+//!  ns P-gen            ns P-dut                         ns P-sink
+//!  P-g0 198.18.0.1 ── P-d0 198.18.0.2 | P-d1 198.19.0.2 ── P-s0 198.19.0.1
+//!       2001:2::1         2001:2::2   | 2001:2:0:1::2        2001:2:0:1::1
+//! ```
+use std::process::Command;
+
+use crate::config::Mode;
+
+/// MAC of the generator's interface.
+pub const GEN_MAC: &str = "02:00:00:00:00:01";
+/// MAC of the DUT's gen-facing interface.
+pub const DUT_IN_MAC: &str = "02:00:00:00:00:02";
+/// MAC of the DUT's sink-facing interface.
+pub const DUT_OUT_MAC: &str = "02:00:00:00:01:02";
+/// MAC of the sink's interface.
+pub const SINK_MAC: &str = "02:00:00:00:01:01";
+/// Generator IPv4 address.
+pub const GEN_V4: &str = "198.18.0.1";
+/// DUT address towards gen.
+pub const DUT_IN_V4: &str = "198.18.0.2";
+/// DUT address towards sink.
+pub const DUT_OUT_V4: &str = "198.19.0.2";
+/// Sink IPv4 address.
+pub const SINK_V4: &str = "198.19.0.1";
+/// Generator IPv6 address.
+pub const GEN_V6: &str = "2001:2::1";
+/// DUT IPv6 address towards gen.
+pub const DUT_IN_V6: &str = "2001:2::2";
+/// DUT IPv6 address towards sink.
+pub const DUT_OUT_V6: &str = "2001:2:0:1::2";
+/// Sink IPv6 address.
+pub const SINK_V6: &str = "2001:2:0:1::1";
+
+/// A testbed step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TestbedError {
+    /// The prefix would make names longer than the kernel's 15 characters or contains odd characters.
+    #[error("testbed prefix `{0}` must be 1-10 characters of [a-z0-9]")]
+    BadPrefix(String),
+    /// Queue count out of range.
+    #[error("testbed queue count {0} must be 1..=64")]
+    BadQueues(u32),
+    /// An `ip` command failed.
+    #[error("`{cmd}` failed: {stderr}")]
+    Command {
+        /// The command line.
+        cmd: String,
+        /// What it printed.
+        stderr: String,
+    },
+}
+
+/// The names of one testbed.
+#[derive(Debug, Clone)]
+pub struct Testbed {
+    /// Name prefix.
+    pub prefix: String,
+    /// Queues per veth.
+    pub queues: u32,
+}
+
+fn run(args: &[&str]) -> Result<(), TestbedError> {
+    let out = Command::new(args[0]).args(&args[1..]).output().map_err(|e| TestbedError::Command {
+        cmd: args.join(" "),
+        stderr: e.to_string(),
+    })?;
+    if !out.status.success() {
+        return Err(TestbedError::Command {
+            cmd: args.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(())
+}
+
+impl Testbed {
+    /// Names for `prefix` (nothing is created).
+    pub fn new(prefix: &str, queues: u32) -> Result<Testbed, TestbedError> {
+        if prefix.is_empty() || prefix.len() > 10 || !prefix.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()) {
+            return Err(TestbedError::BadPrefix(prefix.into()));
+        }
+        if !(1..=64).contains(&queues) {
+            return Err(TestbedError::BadQueues(queues));
+        }
+        Ok(Testbed {
+            prefix: prefix.into(),
+            queues,
+        })
+    }
+
+    /// Generator namespace.
+    pub fn gen_ns(&self) -> String {
+        format!("{}-gen", self.prefix)
+    }
+    /// DUT namespace.
+    pub fn dut_ns(&self) -> String {
+        format!("{}-dut", self.prefix)
+    }
+    /// Sink namespace.
+    pub fn sink_ns(&self) -> String {
+        format!("{}-sink", self.prefix)
+    }
+    /// Generator interface.
+    pub fn gen_if(&self) -> String {
+        format!("{}-g0", self.prefix)
+    }
+    /// DUT interface towards gen.
+    pub fn dut_in(&self) -> String {
+        format!("{}-d0", self.prefix)
+    }
+    /// DUT interface towards sink.
+    pub fn dut_out(&self) -> String {
+        format!("{}-d1", self.prefix)
+    }
+    /// Sink interface.
+    pub fn sink_if(&self) -> String {
+        format!("{}-s0", self.prefix)
+    }
+
+    fn ns(&self, ns: &str, args: &[&str]) -> Result<(), TestbedError> {
+        let mut v = vec!["ip", "netns", "exec", ns];
+        v.extend_from_slice(args);
+        run(&v)
+    }
+
+    /// Creates the namespaces, links, addresses, routes and neighbours. Tears down a previous
+    /// testbed of the same prefix first.
+    pub fn up(&self) -> Result<(), TestbedError> {
+        self.down();
+        let built = self.build();
+        if built.is_err() {
+            self.down();
+        }
+        built
+    }
+
+    fn build(&self) -> Result<(), TestbedError> {
+        let (g, d, s) = (self.gen_ns(), self.dut_ns(), self.sink_ns());
+        for ns in [&g, &d, &s] {
+            run(&["ip", "netns", "add", ns])?;
+            self.ns(ns, &["ip", "link", "set", "lo", "up"])?;
+            self.ns(ns, &["sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0"])?;
+            self.ns(ns, &["sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0"])?;
+        }
+        let q = self.queues.to_string();
+        let pairs = [
+            (self.gen_if(), &g, GEN_MAC, self.dut_in(), &d, DUT_IN_MAC),
+            (self.dut_out(), &d, DUT_OUT_MAC, self.sink_if(), &s, SINK_MAC),
+        ];
+        for (a, ans, amac, b, bns, bmac) in &pairs {
+            run(&[
+                "ip", "link", "add", a, "numrxqueues", &q, "numtxqueues", &q, "netns", ans, "address", amac, "type", "veth",
+                "peer", "name", b, "numrxqueues", &q, "numtxqueues", &q, "netns", bns, "address", bmac,
+            ])?;
+        }
+        let addrs = [
+            (&g, self.gen_if(), GEN_V4, GEN_V6),
+            (&d, self.dut_in(), DUT_IN_V4, DUT_IN_V6),
+            (&d, self.dut_out(), DUT_OUT_V4, DUT_OUT_V6),
+            (&s, self.sink_if(), SINK_V4, SINK_V6),
+        ];
+        for (ns, dev, v4, v6) in &addrs {
+            self.ns(ns, &["ip", "addr", "add", &format!("{v4}/24"), "dev", dev])?;
+            self.ns(ns, &["ip", "-6", "addr", "add", &format!("{v6}/64"), "dev", dev, "nodad"])?;
+            self.ns(ns, &["ip", "link", "set", dev, "up"])?;
+        }
+        // Routes: gen and sink reach each other's side through the DUT.
+        self.ns(&g, &["ip", "route", "add", "198.19.0.0/16", "via", DUT_IN_V4])?;
+        self.ns(&g, &["ip", "-6", "route", "add", "2001:2:0:1::/64", "via", DUT_IN_V6])?;
+        self.ns(&s, &["ip", "route", "add", "198.18.0.0/16", "via", DUT_OUT_V4])?;
+        self.ns(&s, &["ip", "-6", "route", "add", "2001:2::/64", "via", DUT_OUT_V6])?;
+        // Static neighbours everywhere: no ARP/ND in the measured path.
+        let neigh = [
+            (&g, GEN_V4, DUT_IN_V4, DUT_IN_V6, DUT_IN_MAC, self.gen_if()),
+            (&s, SINK_V4, DUT_OUT_V4, DUT_OUT_V6, DUT_OUT_MAC, self.sink_if()),
+            (&d, DUT_IN_V4, GEN_V4, GEN_V6, GEN_MAC, self.dut_in()),
+            (&d, DUT_OUT_V4, SINK_V4, SINK_V6, SINK_MAC, self.dut_out()),
+        ];
+        for (ns, _, ip4, ip6, mac, dev) in &neigh {
+            self.ns(ns, &["ip", "neigh", "replace", ip4, "lladdr", mac, "dev", dev, "nud", "permanent"])?;
+            self.ns(ns, &["ip", "-6", "neigh", "replace", ip6, "lladdr", mac, "dev", dev, "nud", "permanent"])?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the namespaces (their veths go with them). Never fails: missing parts are fine.
+    pub fn down(&self) {
+        for ns in [self.gen_ns(), self.dut_ns(), self.sink_ns()] {
+            let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+        }
+    }
+
+    /// A dataplane config for the DUT: `pollers` lists (cpu, queues) per poller.
+    pub fn config(&self, mode: Mode, pollers: &[(Option<usize>, Vec<u32>)], batch: u32) -> String {
+        let mut s = format!(
+            "# Generated by `dataplane testbed config` for testbed `{p}`.\n[dataplane]\nmode = \"{m}\"\nbatch_size = {batch}\n\n\
+             [[interfaces]]\nname = \"{din}\"\npeer = \"{dout}\"\n\n[[interfaces]]\nname = \"{dout}\"\npeer = \"{din}\"\n",
+            p = self.prefix,
+            m = mode.name(),
+            din = self.dut_in(),
+            dout = self.dut_out()
+        );
+        for (cpu, queues) in pollers {
+            s.push_str("\n[[pollers]]\n");
+            if let Some(c) = cpu {
+                s.push_str(&format!("cpu = {c}\n"));
+            }
+            let qs: Vec<String> = queues.iter().map(|q| q.to_string()).collect();
+            s.push_str(&format!("queues = [{}]\n", qs.join(", ")));
+        }
+        let routes = [
+            ("198.19.0.0/16", SINK_V4, self.dut_out()),
+            ("198.18.0.0/16", GEN_V4, self.dut_in()),
+            ("2001:2:0:1::/64", SINK_V6, self.dut_out()),
+            ("2001:2::/64", GEN_V6, self.dut_in()),
+        ];
+        for (prefix, via, dev) in routes {
+            s.push_str(&format!("\n[[routes]]\nprefix = \"{prefix}\"\nvia = \"{via}\"\ndev = \"{dev}\"\n"));
+        }
+        let neigh = [
+            (SINK_V4, SINK_MAC, self.dut_out()),
+            (SINK_V6, SINK_MAC, self.dut_out()),
+            (GEN_V4, GEN_MAC, self.dut_in()),
+            (GEN_V6, GEN_MAC, self.dut_in()),
+        ];
+        for (ip, mac, dev) in neigh {
+            s.push_str(&format!("\n[[neighbours]]\nip = \"{ip}\"\nmac = \"{mac}\"\ndev = \"{dev}\"\n"));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn generated_config_is_valid() {
+        let t = Testbed::new("tb1", 2).expect("valid");
+        let c = Config::parse(&t.config(Mode::L3fwd, &[(None, vec![0]), (None, vec![1])], 32), "gen").expect("valid config");
+        assert_eq!(c.interfaces, vec!["tb1-d0", "tb1-d1"]);
+        assert_eq!(c.routes.len(), 4);
+        assert_eq!(c.l2_peer, vec![1, 0]);
+        assert!(Testbed::new("Bad-prefix", 1).is_err());
+        assert!(Testbed::new("waytoolongprefix", 1).is_err());
+        assert!(Testbed::new("ok", 0).is_err());
+    }
+}

@@ -1,0 +1,164 @@
+//! AF_XDP sockets on one shared UMEM (per poller), on top of `xdpilone`'s rings.
+//!
+//! Every (interface, queue) a poller owns gets one socket with its own RX, TX, fill and
+//! completion rings; all share the poller's UMEM, so forwarding between interfaces moves
+//! descriptors and never copies in userspace. The first socket registers the UMEM (its fd is the
+//! UMEM's); the others bind with XDP_SHARED_UMEM and inherit its copy/zero-copy and need_wakeup
+//! mode, as the kernel requires.
+#![allow(unsafe_code)]
+
+use std::num::NonZeroU32;
+
+use xdpilone::{DeviceQueue, IfInfo, RingRx, RingTx, Socket, SocketConfig, Umem, UmemConfig};
+
+use crate::mem::Area;
+
+/// A socket could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum XskError {
+    /// One step of the setup failed; `step` names it.
+    #[error("AF_XDP {step} on {ifname} queue {queue}: {errno}")]
+    Setup {
+        /// Which call.
+        step: &'static str,
+        /// Interface.
+        ifname: String,
+        /// Queue.
+        queue: u32,
+        /// The error.
+        errno: std::io::Error,
+    },
+}
+
+/// One bound socket: the rings of an (interface, queue).
+pub struct QueueRings {
+    /// Fill and completion rings.
+    pub fq_cq: DeviceQueue,
+    /// Receive ring.
+    pub rx: RingRx,
+    /// Transmit ring.
+    pub tx: RingTx,
+    /// Port (interface index in the config) this socket is on.
+    pub port: u16,
+    /// Queue id.
+    pub queue: u32,
+}
+
+impl QueueRings {
+    /// The socket's descriptor, for the XSKMAP and poll().
+    pub fn raw_fd(&self) -> i32 {
+        self.rx.as_raw_fd()
+    }
+
+    /// Kernel statistics (XDP_STATISTICS) of this socket.
+    pub fn kernel_stats(&self) -> Option<xdpilone::xdp::XdpStatisticsV2> {
+        self.fq_cq.statistics_v2().ok()
+    }
+}
+
+/// What the caller wants bound.
+#[derive(Debug, Clone)]
+pub struct SocketSpec {
+    /// Interface name.
+    pub ifname: String,
+    /// Interface index.
+    pub ifindex: u32,
+    /// Queue id.
+    pub queue: u32,
+    /// Port index.
+    pub port: u16,
+}
+
+/// Ring sizes.
+#[derive(Debug, Clone, Copy)]
+pub struct RingSizes {
+    /// RX/TX/fill/completion entries.
+    pub entries: u32,
+}
+
+/// The UMEM and its sockets, in drop order: rings, then the UMEM registration. The area itself
+/// is owned by the caller and must outlive this value (the poller struct declares it after).
+pub struct Sockets {
+    /// Bound sockets, in `specs` order.
+    pub queues: Vec<QueueRings>,
+    /// Kept alive for the rings.
+    _umem: Umem,
+    /// True when the kernel bound in zero-copy mode.
+    pub zerocopy: bool,
+}
+
+fn err(step: &'static str, s: &SocketSpec, e: xdpilone::Errno) -> XskError {
+    XskError::Setup {
+        step,
+        ifname: s.ifname.clone(),
+        queue: s.queue,
+        errno: std::io::Error::from_raw_os_error(e.get_raw()),
+    }
+}
+
+/// Registers `area` as a UMEM and binds one socket per spec.
+///
+/// `area` must outlive the returned [`Sockets`] (see the struct docs).
+pub fn open(area: &Area, specs: &[SocketSpec], sizes: RingSizes) -> Result<Sockets, XskError> {
+    let first = specs.first().ok_or_else(|| XskError::Setup {
+        step: "setup (no queues)",
+        ifname: String::new(),
+        queue: 0,
+        errno: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+    })?;
+    let config = UmemConfig {
+        fill_size: sizes.entries,
+        complete_size: sizes.entries,
+        frame_size: area.frame_size(),
+        headroom: 0,
+        flags: 0,
+    };
+    // SAFETY: the area is a page-aligned mapping of exactly the registered length, and the
+    // caller keeps it alive for as long as the returned value (and so the UMEM) exists.
+    let umem = unsafe { Umem::new(config, area.map().as_raw_slice()) }.map_err(|e| err("UMEM registration", first, e))?;
+    let ring = NonZeroU32::new(sizes.entries);
+    let mut queues = Vec::with_capacity(specs.len());
+    let mut zerocopy = false;
+    for (i, s) in specs.iter().enumerate() {
+        let mut info = IfInfo::invalid();
+        info.from_ifindex(s.ifindex).map_err(|e| err("interface lookup", s, e))?;
+        info.set_queue(s.queue);
+        let sock = if i == 0 {
+            Socket::with_shared(&info, &umem)
+        } else {
+            Socket::new(&info)
+        }
+        .map_err(|e| err("socket", s, e))?;
+        let fq_cq = umem.fq_cq(&sock).map_err(|e| err("fill/completion rings", s, e))?;
+        // Only the UMEM's own socket may carry mode flags; shared ones inherit them.
+        let bind_flags = if i == 0 { SocketConfig::XDP_BIND_NEED_WAKEUP } else { 0 };
+        let user = umem
+            .rx_tx(
+                &sock,
+                &SocketConfig {
+                    rx_size: ring,
+                    tx_size: ring,
+                    bind_flags,
+                },
+            )
+            .map_err(|e| err("rx/tx rings", s, e))?;
+        let rx = user.map_rx().map_err(|e| err("mmap rx ring", s, e))?;
+        let tx = user.map_tx().map_err(|e| err("mmap tx ring", s, e))?;
+        umem.bind(&user).map_err(|e| err("bind", s, e))?;
+        if i == 0 {
+            zerocopy = crate::sys::xsk_is_zerocopy(rx.as_raw_fd()).unwrap_or(false);
+        }
+        queues.push(QueueRings {
+            fq_cq,
+            rx,
+            tx,
+            port: s.port,
+            queue: s.queue,
+        });
+    }
+    Ok(Sockets {
+        queues,
+        _umem: umem,
+        zerocopy,
+    })
+}

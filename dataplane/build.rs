@@ -8,7 +8,10 @@ const PROGRAMS: &[&str] = &["steer", "sink", "gen"];
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
     let bpf_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bpf");
-    println!("cargo:rerun-if-changed={}", bpf_dir.join("dataplane.h").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        bpf_dir.join("dataplane.h").display()
+    );
     for name in PROGRAMS {
         let src = bpf_dir.join(format!("{name}.bpf.c"));
         let skel = out.join(format!("{name}.skel.rs"));

@@ -1,2 +1,2 @@
 //! placeholder
-fn main(){}
+fn main() {}

@@ -32,7 +32,13 @@ mod skel {
 pub use skel::gen::types::dp_gen_cfg as GenConfig;
 
 /// Names of the steering program's counters, in `enum dp_steer_stat` order (bpf/dataplane.h).
-pub const STEER_STAT_NAMES: [&str; 5] = ["redirected", "pass_not_ip", "pass_local", "pass_control", "pass_no_socket"];
+pub const STEER_STAT_NAMES: [&str; 5] = [
+    "redirected",
+    "pass_not_ip",
+    "pass_local",
+    "pass_control",
+    "pass_no_socket",
+];
 
 /// A BPF step failed.
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +80,11 @@ fn sum_percpu_u64(values: Option<Vec<Vec<u8>>>) -> u64 {
     values
         .unwrap_or_default()
         .iter()
-        .map(|v| v.get(..8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_ne_bytes))
+        .map(|v| {
+            v.get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_ne_bytes)
+        })
         .sum()
 }
 
@@ -124,8 +134,16 @@ impl Steer {
     pub fn add_local(&mut self, addr: IpAddr) -> Result<(), BpfError> {
         let one = [1u8];
         match addr {
-            IpAddr::V4(a) => self.skel.maps.local_v4.update(&a.octets(), &one, MapFlags::ANY),
-            IpAddr::V6(a) => self.skel.maps.local_v6.update(&a.octets(), &one, MapFlags::ANY),
+            IpAddr::V4(a) => self
+                .skel
+                .maps
+                .local_v4
+                .update(&a.octets(), &one, MapFlags::ANY),
+            IpAddr::V6(a) => self
+                .skel
+                .maps
+                .local_v6
+                .update(&a.octets(), &one, MapFlags::ANY),
         }
         .map_err(lb(format!("adding local address {addr}")))
     }
@@ -135,7 +153,11 @@ impl Steer {
         self.skel
             .maps
             .xsks
-            .update(&queue.to_ne_bytes(), &(fd as u32).to_ne_bytes(), MapFlags::ANY)
+            .update(
+                &queue.to_ne_bytes(),
+                &(fd as u32).to_ne_bytes(),
+                MapFlags::ANY,
+            )
             .map_err(lb(format!("XSKMAP[{queue}] of {}", self.ifname)))
     }
 
@@ -164,7 +186,13 @@ impl Steer {
     /// Counters summed over CPUs, in [`STEER_STAT_NAMES`] order.
     pub fn stats(&self) -> [u64; STEER_STAT_NAMES.len()] {
         let m = &self.skel.maps.steer_stats;
-        std::array::from_fn(|i| sum_percpu_u64(m.lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY).ok().flatten()))
+        std::array::from_fn(|i| {
+            sum_percpu_u64(
+                m.lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+                    .ok()
+                    .flatten(),
+            )
+        })
     }
 
     /// Slots in the BPF counter map (must equal [`STEER_STAT_NAMES`]'s length).
@@ -192,9 +220,19 @@ impl Sink {
 
     /// (packets, bytes) received so far, summed over CPUs.
     pub fn counts(&self) -> (u64, u64) {
-        let v = self.skel.maps.sink_stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY).ok().flatten();
+        let v = self
+            .skel
+            .maps
+            .sink_stats
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .ok()
+            .flatten();
         v.unwrap_or_default().iter().fold((0, 0), |(p, b), rec| {
-            let word = |o: usize| rec.get(o..o + 8).and_then(|s| s.try_into().ok()).map_or(0, u64::from_ne_bytes);
+            let word = |o: usize| {
+                rec.get(o..o + 8)
+                    .and_then(|s| s.try_into().ok())
+                    .map_or(0, u64::from_ne_bytes)
+            };
             (p + word(0), b + word(8))
         })
     }
@@ -223,7 +261,13 @@ impl Gen {
 
     /// Sends `frame` `repeat` times out of `ifindex` (in the caller's netns) as live frames,
     /// from the calling CPU. Returns the kernel's average time per frame.
-    pub fn send(&self, frame: &[u8], ifindex: u32, queue: u32, repeat: u32) -> Result<std::time::Duration, BpfError> {
+    pub fn send(
+        &self,
+        frame: &[u8],
+        ifindex: u32,
+        queue: u32,
+        repeat: u32,
+    ) -> Result<std::time::Duration, BpfError> {
         let mut ctx = skel::gen::types::xdp_md {
             data: 0,
             data_end: frame.len() as u32,
@@ -234,7 +278,10 @@ impl Gen {
         // SAFETY: xdp_md is a plain repr(C) struct of u32 fields without padding, so viewing it
         // as bytes is sound; the slice does not outlive `ctx`.
         let ctx_bytes = unsafe {
-            std::slice::from_raw_parts_mut((&mut ctx as *mut skel::gen::types::xdp_md).cast::<u8>(), std::mem::size_of_val(&ctx))
+            std::slice::from_raw_parts_mut(
+                (&mut ctx as *mut skel::gen::types::xdp_md).cast::<u8>(),
+                std::mem::size_of_val(&ctx),
+            )
         };
         let input = libbpf_rs::ProgramInput {
             context_in: Some(ctx_bytes),
@@ -243,12 +290,24 @@ impl Gen {
             repeat,
             ..Default::default()
         };
-        let out = self.skel.progs.xdp_gen.test_run(input).map_err(lb("BPF_PROG_TEST_RUN (live frames)"))?;
+        let out = self
+            .skel
+            .progs
+            .xdp_gen
+            .test_run(input)
+            .map_err(lb("BPF_PROG_TEST_RUN (live frames)"))?;
         Ok(out.duration)
     }
 
     /// Frames the program has handled, summed over CPUs.
     pub fn count(&self) -> u64 {
-        sum_percpu_u64(self.skel.maps.gen_count.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY).ok().flatten())
+        sum_percpu_u64(
+            self.skel
+                .maps
+                .gen_count
+                .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+                .ok()
+                .flatten(),
+        )
     }
 }

@@ -285,31 +285,58 @@ impl Config {
     fn validate(file: ConfigFile) -> Result<Config, ConfigError> {
         let d = &file.dataplane;
         if !(1..=256).contains(&d.batch_size) {
-            return Err(invalid("dataplane.batch_size", d.batch_size, "must be 1..=256"));
+            return Err(invalid(
+                "dataplane.batch_size",
+                d.batch_size,
+                "must be 1..=256",
+            ));
         }
         if !d.ring_size.is_power_of_two() || !(64..=65536).contains(&d.ring_size) {
-            return Err(invalid("dataplane.ring_size", d.ring_size, "must be a power of two in 64..=65536"));
+            return Err(invalid(
+                "dataplane.ring_size",
+                d.ring_size,
+                "must be a power of two in 64..=65536",
+            ));
         }
         if d.frame_size != 2048 && d.frame_size != 4096 {
-            return Err(invalid("dataplane.frame_size", d.frame_size, "must be 2048 or 4096"));
+            return Err(invalid(
+                "dataplane.frame_size",
+                d.frame_size,
+                "must be 2048 or 4096",
+            ));
         }
         if d.frames_per_queue < d.ring_size || d.frames_per_queue > 1 << 20 {
             return Err(invalid(
                 "dataplane.frames_per_queue",
                 d.frames_per_queue,
-                format!("must be at least ring_size ({}) and at most 1048576", d.ring_size),
+                format!(
+                    "must be at least ring_size ({}) and at most 1048576",
+                    d.ring_size
+                ),
             ));
         }
         if file.interfaces.is_empty() {
-            return Err(invalid("interfaces", "[]", "at least one interface is needed"));
+            return Err(invalid(
+                "interfaces",
+                "[]",
+                "at least one interface is needed",
+            ));
         }
         let mut port_of: HashMap<&str, u16> = HashMap::new();
         for (i, itf) in file.interfaces.iter().enumerate() {
             if itf.name.is_empty() || itf.name.len() > 15 || itf.name.contains(['/', ' ']) {
-                return Err(invalid(format!("interfaces[{i}].name"), &itf.name, "not a valid interface name"));
+                return Err(invalid(
+                    format!("interfaces[{i}].name"),
+                    &itf.name,
+                    "not a valid interface name",
+                ));
             }
             if port_of.insert(&itf.name, i as u16).is_some() {
-                return Err(invalid(format!("interfaces[{i}].name"), &itf.name, "listed twice"));
+                return Err(invalid(
+                    format!("interfaces[{i}].name"),
+                    &itf.name,
+                    "listed twice",
+                ));
             }
         }
         let port = |key: String, name: &str| {
@@ -333,18 +360,34 @@ impl Config {
         for (i, p) in file.pollers.iter().enumerate() {
             if let Some(cpu) = p.cpu {
                 if cpu >= ncpu {
-                    return Err(invalid(format!("pollers[{i}].cpu"), cpu, format!("this machine has CPUs 0..{}", ncpu - 1)));
+                    return Err(invalid(
+                        format!("pollers[{i}].cpu"),
+                        cpu,
+                        format!("this machine has CPUs 0..{}", ncpu - 1),
+                    ));
                 }
             }
             if p.queues.is_empty() {
-                return Err(invalid(format!("pollers[{i}].queues"), "[]", "a poller needs at least one queue"));
+                return Err(invalid(
+                    format!("pollers[{i}].queues"),
+                    "[]",
+                    "a poller needs at least one queue",
+                ));
             }
             for q in &p.queues {
                 if *q >= 256 {
-                    return Err(invalid(format!("pollers[{i}].queues"), q, "queue ids are 0..=255"));
+                    return Err(invalid(
+                        format!("pollers[{i}].queues"),
+                        q,
+                        "queue ids are 0..=255",
+                    ));
                 }
                 if !seen_q.insert(*q) {
-                    return Err(invalid(format!("pollers[{i}].queues"), q, "queue already owned by another poller"));
+                    return Err(invalid(
+                        format!("pollers[{i}].queues"),
+                        q,
+                        "queue already owned by another poller",
+                    ));
                 }
             }
         }
@@ -352,16 +395,28 @@ impl Config {
         for (i, r) in file.routes.iter().enumerate() {
             let key = format!("routes[{i}]");
             let (prefix, len) = if r.prefix == "default" {
-                return Err(invalid(format!("{key}.prefix"), &r.prefix, "write 0.0.0.0/0 or ::/0"));
+                return Err(invalid(
+                    format!("{key}.prefix"),
+                    &r.prefix,
+                    "write 0.0.0.0/0 or ::/0",
+                ));
             } else {
-                parse_prefix(&r.prefix).ok_or_else(|| invalid(format!("{key}.prefix"), &r.prefix, "not an address/length"))?
+                parse_prefix(&r.prefix).ok_or_else(|| {
+                    invalid(format!("{key}.prefix"), &r.prefix, "not an address/length")
+                })?
             };
             let via = match &r.via {
                 None => None,
                 Some(v) => {
-                    let a: IpAddr = v.parse().map_err(|_| invalid(format!("{key}.via"), v, "not an IP address"))?;
+                    let a: IpAddr = v
+                        .parse()
+                        .map_err(|_| invalid(format!("{key}.via"), v, "not an IP address"))?;
                     if a.is_ipv4() != prefix.is_ipv4() {
-                        return Err(invalid(format!("{key}.via"), v, "address family differs from the prefix"));
+                        return Err(invalid(
+                            format!("{key}.via"),
+                            v,
+                            "address family differs from the prefix",
+                        ));
                     }
                     Some(a)
                 }
@@ -377,13 +432,26 @@ impl Config {
         for (i, n) in file.neighbours.iter().enumerate() {
             let key = format!("neighbours[{i}]");
             neighbours.push(Neighbour {
-                ip: n.ip.parse().map_err(|_| invalid(format!("{key}.ip"), &n.ip, "not an IP address"))?,
-                mac: parse_mac(&n.mac).ok_or_else(|| invalid(format!("{key}.mac"), &n.mac, "not a MAC address aa:bb:cc:dd:ee:ff"))?,
+                ip: n
+                    .ip
+                    .parse()
+                    .map_err(|_| invalid(format!("{key}.ip"), &n.ip, "not an IP address"))?,
+                mac: parse_mac(&n.mac).ok_or_else(|| {
+                    invalid(
+                        format!("{key}.mac"),
+                        &n.mac,
+                        "not a MAC address aa:bb:cc:dd:ee:ff",
+                    )
+                })?,
                 port: port(format!("{key}.dev"), &n.dev)?,
             });
         }
         if file.dataplane.mode == Mode::L3fwd && routes.is_empty() {
-            return Err(invalid("routes", "[]", "mode l3fwd needs at least one route"));
+            return Err(invalid(
+                "routes",
+                "[]",
+                "mode l3fwd needs at least one route",
+            ));
         }
         Ok(Config {
             dataplane: file.dataplane.clone(),
@@ -435,8 +503,16 @@ pub fn build_table(
     };
     let (mut r4, mut r6) = (Vec::new(), Vec::new());
     let mut push = |prefix: IpAddr, len: u8, nh: u32| match prefix {
-        IpAddr::V4(a) => r4.push(Route4 { prefix: u32::from(a), len, nh }),
-        IpAddr::V6(a) => r6.push(Route6 { prefix: u128::from(a), len, nh }),
+        IpAddr::V4(a) => r4.push(Route4 {
+            prefix: u32::from(a),
+            len,
+            nh,
+        }),
+        IpAddr::V6(a) => r6.push(Route6 {
+            prefix: u128::from(a),
+            len,
+            nh,
+        }),
     };
     for r in routes {
         match r.via {
@@ -450,8 +526,12 @@ pub fn build_table(
                 push(r.prefix, r.len, nh);
                 for n in neighbours.iter().filter(|n| n.port == r.port) {
                     let inside = match (r.prefix, n.ip) {
-                        (IpAddr::V4(p), IpAddr::V4(a)) => u32::from(a) & fib::mask4(r.len) == u32::from(p) & fib::mask4(r.len),
-                        (IpAddr::V6(p), IpAddr::V6(a)) => u128::from(a) & fib::mask6(r.len) == u128::from(p) & fib::mask6(r.len),
+                        (IpAddr::V4(p), IpAddr::V4(a)) => {
+                            u32::from(a) & fib::mask4(r.len) == u32::from(p) & fib::mask4(r.len)
+                        }
+                        (IpAddr::V6(p), IpAddr::V6(a)) => {
+                            u128::from(a) & fib::mask6(r.len) == u128::from(p) & fib::mask6(r.len)
+                        }
                         _ => false,
                     };
                     if inside {
@@ -534,14 +614,27 @@ dev = "out0"
             Lookup::Hop(h) => assert_eq!((h.port, h.macs[5]), (0, 1)),
             other => panic!("{other:?}"),
         }
-        assert_eq!(t.route_v4(0xc612_0005), Lookup::NoNeighbour, "connected, no neighbour");
-        assert_eq!(t.route_v4(0x0a00_0001), Lookup::NoNeighbour, "via without neighbour");
+        assert_eq!(
+            t.route_v4(0xc612_0005),
+            Lookup::NoNeighbour,
+            "connected, no neighbour"
+        );
+        assert_eq!(
+            t.route_v4(0x0a00_0001),
+            Lookup::NoNeighbour,
+            "via without neighbour"
+        );
         assert_eq!(t.route_v4(0x0808_0808), Lookup::NoRoute);
-        assert!(matches!(t.route_v6(0x2001_0002_0000_0001_0000_0000_0000_0009), Lookup::Hop(_)));
+        assert!(matches!(
+            t.route_v6(0x2001_0002_0000_0001_0000_0000_0000_0009),
+            Lookup::Hop(_)
+        ));
     }
 
     fn err(text: &str) -> String {
-        Config::parse(text, "t").expect_err("must be refused").to_string()
+        Config::parse(text, "t")
+            .expect_err("must be refused")
+            .to_string()
     }
 
     #[test]
@@ -549,7 +642,10 @@ dev = "out0"
         let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"l3fwd\"\nring_sz = 4"));
         assert!(e.contains("ring_sz"), "{e}");
         let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"l3fwd\"\nring_size = 1000"));
-        assert!(e.contains("dataplane.ring_size") && e.contains("1000"), "{e}");
+        assert!(
+            e.contains("dataplane.ring_size") && e.contains("1000"),
+            "{e}"
+        );
         let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"fast\""));
         assert!(e.contains("fast"), "{e}");
         let e = err(&GOOD.replace("via = \"198.19.0.1\"", "via = \"198.19.0\""));
@@ -574,7 +670,10 @@ dev = "out0"
         assert_eq!(parse_mac("02:00:0a:ff:00"), None);
         assert_eq!(parse_mac("02:00:0a:ff:00:01:02"), None);
         assert_eq!(parse_prefix("::/0"), Some(("::".parse().expect("lit"), 0)));
-        assert_eq!(parse_prefix("1.2.3.4"), Some(("1.2.3.4".parse().expect("lit"), 32)));
+        assert_eq!(
+            parse_prefix("1.2.3.4"),
+            Some(("1.2.3.4".parse().expect("lit"), 32))
+        );
         assert_eq!(parse_prefix("1.2.3.4/40"), None);
     }
 }

@@ -32,7 +32,10 @@ impl Forwarder {
 
     #[inline(always)]
     fn peer(&self, in_port: u16) -> u16 {
-        self.l2_peer.get(usize::from(in_port)).copied().unwrap_or(in_port)
+        self.l2_peer
+            .get(usize::from(in_port))
+            .copied()
+            .unwrap_or(in_port)
     }
 
     /// Decides one frame received on `in_port`: the egress port, with the frame rewritten, or
@@ -86,14 +89,37 @@ mod tests {
 
     fn fwd(mode: Mode) -> Forwarder {
         let routes = vec![
-            Route { prefix: "198.19.0.0".parse().unwrap(), len: 16, via: Some("198.19.0.1".parse().unwrap()), port: 1 },
-            Route { prefix: "2001:2:0:1::".parse().unwrap(), len: 64, via: Some("2001:2:0:1::1".parse().unwrap()), port: 1 },
+            Route {
+                prefix: "198.19.0.0".parse().unwrap(),
+                len: 16,
+                via: Some("198.19.0.1".parse().unwrap()),
+                port: 1,
+            },
+            Route {
+                prefix: "2001:2:0:1::".parse().unwrap(),
+                len: 64,
+                via: Some("2001:2:0:1::1".parse().unwrap()),
+                port: 1,
+            },
         ];
         let neighbours = vec![
-            Neighbour { ip: "198.19.0.1".parse().unwrap(), mac: [2, 0, 0, 0, 1, 1], port: 1 },
-            Neighbour { ip: "2001:2:0:1::1".parse().unwrap(), mac: [2, 0, 0, 0, 1, 1], port: 1 },
+            Neighbour {
+                ip: "198.19.0.1".parse().unwrap(),
+                mac: [2, 0, 0, 0, 1, 1],
+                port: 1,
+            },
+            Neighbour {
+                ip: "2001:2:0:1::1".parse().unwrap(),
+                mac: [2, 0, 0, 0, 1, 1],
+                port: 1,
+            },
         ];
-        let t = build_table(&routes, &neighbours, &[[2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 1, 2]]).unwrap();
+        let t = build_table(
+            &routes,
+            &neighbours,
+            &[[2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 1, 2]],
+        )
+        .unwrap();
         Forwarder::new(mode, t, vec![1, 0])
     }
 
@@ -108,7 +134,10 @@ mod tests {
         let mut p6 = udp_v6(&FrameSpec::default());
         assert_eq!(f.process(0, &mut p6), Ok(1));
         assert_eq!(p6[21], 63);
-        let mut unroutable = udp_v4(&FrameSpec { dst4: "8.8.8.8".parse().unwrap(), ..FrameSpec::default() });
+        let mut unroutable = udp_v4(&FrameSpec {
+            dst4: "8.8.8.8".parse().unwrap(),
+            ..FrameSpec::default()
+        });
         assert_eq!(f.process(0, &mut unroutable), Err(DropReason::NoRoute));
     }
 
@@ -120,7 +149,13 @@ mod tests {
         assert_eq!(p, orig);
         assert_eq!(fwd(Mode::L2fwd).process(1, &mut p), Ok(0));
         assert_eq!(&p[..6], &orig[6..12]);
-        assert_eq!(fwd(Mode::Drop).process(0, &mut p), Err(DropReason::DropMode));
-        assert_eq!(fwd(Mode::L2fwd).process(0, &mut p[..10]), Err(DropReason::Truncated));
+        assert_eq!(
+            fwd(Mode::Drop).process(0, &mut p),
+            Err(DropReason::DropMode)
+        );
+        assert_eq!(
+            fwd(Mode::L2fwd).process(0, &mut p[..10]),
+            Err(DropReason::Truncated)
+        );
     }
 }

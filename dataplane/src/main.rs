@@ -15,7 +15,11 @@ use dataplane::runtime::{self, RunOptions};
 use dataplane::{sys, testbed};
 
 #[derive(Parser)]
-#[command(name = "dataplane", version, about = "Userspace AF_XDP forwarder that measures itself")]
+#[command(
+    name = "dataplane",
+    version,
+    about = "Userspace AF_XDP forwarder that measures itself"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -168,13 +172,15 @@ fn stop_flag() -> Result<Arc<AtomicBool>> {
 
 fn write_json(path: &Option<PathBuf>, value: &serde_json::Value) -> Result<()> {
     if let Some(p) = path {
-        std::fs::write(p, serde_json::to_string_pretty(value)?).with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(p, serde_json::to_string_pretty(value)?)
+            .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
 }
 
 fn secs(s: f64, what: &str) -> Result<Duration> {
-    Duration::try_from_secs_f64(s).with_context(|| format!("{what} = {s} is not a valid number of seconds"))
+    Duration::try_from_secs_f64(s)
+        .with_context(|| format!("{what} = {s} is not a valid number of seconds"))
 }
 
 fn main() {
@@ -195,14 +201,18 @@ fn real_main() -> Result<()> {
             let cfg = Config::load(&config)?;
             let opts = RunOptions {
                 duration: duration.map(|d| secs(d, "--duration")).transpose()?,
-                interval: (interval > 0.0).then(|| secs(interval, "--interval")).transpose()?,
+                interval: (interval > 0.0)
+                    .then(|| secs(interval, "--interval"))
+                    .transpose()?,
                 stop: stop_flag()?,
             };
             let summary = runtime::run(&cfg, &opts, |line| eprintln!("{line}"))?;
             print!("{}", summary.render());
             write_json(&json, &serde_json::to_value(&summary)?)?;
             if !summary.frames_ok {
-                eprintln!("warning: some UMEM frames were still held by the kernel at exit (see above)");
+                eprintln!(
+                    "warning: some UMEM frames were still held by the kernel at exit (see above)"
+                );
             }
             Ok(())
         }
@@ -235,9 +245,14 @@ fn real_main() -> Result<()> {
             } => {
                 let t = testbed::Testbed::new(&prefix, queues)?;
                 if !cpus.is_empty() && cpus.len() != queues as usize {
-                    bail!("--cpus lists {} CPUs for {queues} queue(s): give one per queue", cpus.len());
+                    bail!(
+                        "--cpus lists {} CPUs for {queues} queue(s): give one per queue",
+                        cpus.len()
+                    );
                 }
-                let pollers: Vec<(Option<usize>, Vec<u32>)> = (0..queues).map(|q| (cpus.get(q as usize).copied(), vec![q])).collect();
+                let pollers: Vec<(Option<usize>, Vec<u32>)> = (0..queues)
+                    .map(|q| (cpus.get(q as usize).copied(), vec![q]))
+                    .collect();
                 print!("{}", t.config(mode.into(), &pollers, batch));
                 Ok(())
             }
@@ -258,17 +273,28 @@ fn real_main() -> Result<()> {
             let start = Instant::now();
             let mut last = (0, start);
             while start.elapsed() < dur && !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(100).min(dur.saturating_sub(start.elapsed())));
+                std::thread::sleep(
+                    Duration::from_millis(100).min(dur.saturating_sub(start.elapsed())),
+                );
                 if verbose && last.1.elapsed() >= Duration::from_secs(1) {
                     let (p, _) = sink.counts();
-                    eprintln!("sink {iface}: {:.3} Mpps", (p - last.0) as f64 / last.1.elapsed().as_secs_f64() / 1e6);
+                    eprintln!(
+                        "sink {iface}: {:.3} Mpps",
+                        (p - last.0) as f64 / last.1.elapsed().as_secs_f64() / 1e6
+                    );
                     last = (p, Instant::now());
                 }
             }
             let (packets, bytes) = sink.counts();
             let seconds = start.elapsed().as_secs_f64();
-            println!("sink {iface}: {packets} packets, {bytes} bytes in {seconds:.2} s ({:.3} Mpps)", packets as f64 / seconds / 1e6);
-            write_json(&json, &serde_json::json!({"packets": packets, "bytes": bytes, "seconds": seconds}))
+            println!(
+                "sink {iface}: {packets} packets, {bytes} bytes in {seconds:.2} s ({:.3} Mpps)",
+                packets as f64 / seconds / 1e6
+            );
+            write_json(
+                &json,
+                &serde_json::json!({"packets": packets, "bytes": bytes, "seconds": seconds}),
+            )
         }
         Cmd::Gen {
             iface,
@@ -294,26 +320,43 @@ fn real_main() -> Result<()> {
                 bail!("--flows {flows} must be 1..=65000");
             }
             let mut spec = FrameSpec {
-                dst_mac: parse_mac(&dst_mac).with_context(|| format!("--dst-mac {dst_mac} is not a MAC"))?,
-                src_mac: parse_mac(&src_mac).with_context(|| format!("--src-mac {src_mac} is not a MAC"))?,
+                dst_mac: parse_mac(&dst_mac)
+                    .with_context(|| format!("--dst-mac {dst_mac} is not a MAC"))?,
+                src_mac: parse_mac(&src_mac)
+                    .with_context(|| format!("--src-mac {src_mac} is not a MAC"))?,
                 sport: 10_000,
                 ..FrameSpec::default()
             };
             let fam = |a: Option<IpAddr>, what: &str| -> Result<Option<IpAddr>> {
                 match a {
-                    Some(a) if a.is_ipv6() != ipv6 => bail!("--{what} {a} is not an IPv{} address", if ipv6 { 6 } else { 4 }),
+                    Some(a) if a.is_ipv6() != ipv6 => bail!(
+                        "--{what} {a} is not an IPv{} address",
+                        if ipv6 { 6 } else { 4 }
+                    ),
                     a => Ok(a),
                 }
             };
             let (src, dst) = (fam(src, "src")?, fam(dst, "dst")?);
             let frame = if ipv6 {
-                spec.src6 = match src { Some(IpAddr::V6(a)) => a, _ => testbed::GEN_V6.parse()? };
-                spec.dst6 = match dst { Some(IpAddr::V6(a)) => a, _ => testbed::SINK_V6.parse()? };
+                spec.src6 = match src {
+                    Some(IpAddr::V6(a)) => a,
+                    _ => testbed::GEN_V6.parse()?,
+                };
+                spec.dst6 = match dst {
+                    Some(IpAddr::V6(a)) => a,
+                    _ => testbed::SINK_V6.parse()?,
+                };
                 spec.payload_len = FrameSpec::v6_payload_for_wire_size(size);
                 udp_v6(&spec)
             } else {
-                spec.src4 = match src { Some(IpAddr::V4(a)) => a, _ => testbed::GEN_V4.parse()? };
-                spec.dst4 = match dst { Some(IpAddr::V4(a)) => a, _ => testbed::SINK_V4.parse()? };
+                spec.src4 = match src {
+                    Some(IpAddr::V4(a)) => a,
+                    _ => testbed::GEN_V4.parse()?,
+                };
+                spec.dst4 = match dst {
+                    Some(IpAddr::V4(a)) => a,
+                    _ => testbed::SINK_V4.parse()?,
+                };
                 spec.payload_len = FrameSpec::v4_payload_for_wire_size(size);
                 udp_v4(&spec)
             };
@@ -325,7 +368,10 @@ fn real_main() -> Result<()> {
                 flows,
                 sport_base: spec.sport,
                 l4_off,
-                udp_csum: u16::from_be_bytes([frame[usize::from(l4_off) + 6], frame[usize::from(l4_off) + 7]]),
+                udp_csum: u16::from_be_bytes([
+                    frame[usize::from(l4_off) + 6],
+                    frame[usize::from(l4_off) + 7],
+                ]),
                 pad: 0,
                 hdr,
             };
@@ -338,15 +384,28 @@ fn real_main() -> Result<()> {
             let dur = secs(duration, "--duration")?;
             let start = Instant::now();
             let mut sent = 0u64;
-            while start.elapsed() < dur && (count == 0 || sent < count) && !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let chunk = if count == 0 { 65_536 } else { (count - sent).min(65_536) };
+            while start.elapsed() < dur
+                && (count == 0 || sent < count)
+                && !stop.load(std::sync::atomic::Ordering::Relaxed)
+            {
+                let chunk = if count == 0 {
+                    65_536
+                } else {
+                    (count - sent).min(65_536)
+                };
                 gen.send(&frame, ifindex, 0, chunk as u32)?;
                 sent += chunk;
             }
             let seconds = start.elapsed().as_secs_f64();
             let packets = gen.count();
-            println!("gen {iface}: {packets} frames of {size} B in {seconds:.2} s ({:.3} Mpps)", packets as f64 / seconds / 1e6);
-            write_json(&json, &serde_json::json!({"packets": packets, "seconds": seconds, "size": size, "flows": flows}))
+            println!(
+                "gen {iface}: {packets} frames of {size} B in {seconds:.2} s ({:.3} Mpps)",
+                packets as f64 / seconds / 1e6
+            );
+            write_json(
+                &json,
+                &serde_json::json!({"packets": packets, "seconds": seconds, "size": size, "flows": flows}),
+            )
         }
     }
 }

@@ -164,7 +164,10 @@ fn parse_v4(frame: &[u8]) -> Result<L3, DropReason> {
 /// IPv6 next-header values that are extension headers (RFC 8200 4, RFC 7045).
 #[inline(always)]
 fn is_ipv6_ext(next: u8) -> bool {
-    matches!(next, 0 | 43 | 44 | 50 | 51 | 60 | 135 | 139 | 140 | 253 | 254)
+    matches!(
+        next,
+        0 | 43 | 44 | 50 | 51 | 60 | 135 | 139 | 140 | 253 | 254
+    )
 }
 
 #[inline(always)]

@@ -23,6 +23,8 @@ use crate::xsk::{self, RingSizes, SocketSpec, Sockets};
 
 /// Largest burst a poller takes from one RX ring.
 pub const MAX_BATCH: usize = 256;
+/// Most TX kicks per ring per pass (copy mode sends at most 32 frames per kick).
+const MAX_KICKS: u64 = 8;
 
 /// What one poller is asked to run.
 #[derive(Debug, Clone)]
@@ -202,7 +204,10 @@ pub fn spawn(
         .name(format!("dp-poll{}", spec.id))
         .spawn(move || {
             let mut p = match setup(&spec, fwd, stats) {
-                Ok((p, r)) => {
+                Ok((mut p, r)) => {
+                    // Fill rings are stocked before the programs are attached, so the first
+                    // frames steered to a socket find buffers waiting.
+                    p.prefill();
                     let _ = ready.send(Ok(r));
                     p
                 }
@@ -214,13 +219,16 @@ pub fn spawn(
             if go.recv() != Ok(true) {
                 return Some(p.finish(spec.id));
             }
-            p.prefill();
             p.run(&stop);
             Some(p.finish(spec.id))
         })
 }
 
-fn setup(spec: &PollerSpec, fwd: Arc<Forwarder>, stats: Arc<PollerStats>) -> Result<(Poller, Ready), PollerError> {
+fn setup(
+    spec: &PollerSpec,
+    fwd: Arc<Forwarder>,
+    stats: Arc<PollerStats>,
+) -> Result<(Poller, Ready), PollerError> {
     let id = spec.id;
     let t0 = Instant::now();
     if let Some(cpu) = spec.cpu {
@@ -229,14 +237,22 @@ fn setup(spec: &PollerSpec, fwd: Arc<Forwarder>, stats: Arc<PollerStats>) -> Res
     let pin_time = t0.elapsed();
     let t1 = Instant::now();
     let bytes = spec.frames as usize * spec.frame_size as usize;
-    let area = Area::new(spec.frames, spec.frame_size).map_err(|source| PollerError::Memory { id, bytes, source })?;
+    let area = Area::new(spec.frames, spec.frame_size).map_err(|source| PollerError::Memory {
+        id,
+        bytes,
+        source,
+    })?;
     let free = area.full_free_list();
     let alloc_time = t1.elapsed();
     let t2 = Instant::now();
     let sockets = xsk::open(&area, &spec.sockets, RingSizes { entries: spec.ring })
         .map_err(|source| PollerError::Socket { id, source })?;
     let socket_time = t2.elapsed();
-    let fds: Vec<(u16, u32, i32)> = sockets.queues.iter().map(|q| (q.port, q.queue, q.raw_fd())).collect();
+    let fds: Vec<(u16, u32, i32)> = sockets
+        .queues
+        .iter()
+        .map(|q| (q.port, q.queue, q.raw_fd()))
+        .collect();
     let pollfds = fds.iter().map(|(_, _, fd)| sys::pollfd_in(*fd)).collect();
     let stages = (0..sockets.queues.len())
         .map(|_| Stage {
@@ -304,7 +320,9 @@ impl Poller {
     /// Takes one burst from socket `i`'s RX ring and decides every frame.
     #[inline]
     fn receive(&mut self, i: usize) -> usize {
-        let Some(q) = self.sockets.queues.get_mut(i) else { return 0 };
+        let Some(q) = self.sockets.queues.get_mut(i) else {
+            return 0;
+        };
         let in_port = q.port;
         let mut n = 0;
         {
@@ -332,7 +350,9 @@ impl Poller {
             let verdict = match self.area.check(d.addr, d.len) {
                 Some(off) => {
                     let frame = self.area.frame_mut(off, d.len);
-                    self.fwd.process(in_port, frame).map(|out| (out, frame.len() as u32))
+                    self.fwd
+                        .process(in_port, frame)
+                        .map(|out| (out, frame.len() as u32))
                 }
                 None => Err(DropReason::InvalidDescriptor),
             };
@@ -342,7 +362,11 @@ impl Poller {
                     .get_mut(queue_base + usize::from(out))
                     .and_then(|s| {
                         let slot = s.descs.get_mut(s.len)?;
-                        *slot = XdpDesc { addr: d.addr, len, options: 0 };
+                        *slot = XdpDesc {
+                            addr: d.addr,
+                            len,
+                            options: 0,
+                        };
                         s.len += 1;
                         Some(())
                     })
@@ -394,7 +418,8 @@ impl Poller {
             }
             if sent < staged.len() {
                 self.stats.add(Counter::TxRingFull, 1);
-                self.stats.add_drop(DropReason::TxRingFull, (staged.len() - sent) as u64);
+                self.stats
+                    .add_drop(DropReason::TxRingFull, (staged.len() - sent) as u64);
             }
             self.stats.add(Counter::TxPackets, sent as u64);
             self.stats.add(Counter::TxBytes, bytes);
@@ -411,7 +436,9 @@ impl Poller {
     fn maintain(&mut self) -> usize {
         let mut work = 0;
         for i in 0..self.sockets.queues.len() {
-            let Some(q) = self.sockets.queues.get_mut(i) else { continue };
+            let Some(q) = self.sockets.queues.get_mut(i) else {
+                continue;
+            };
             let mut done = 0u64;
             {
                 let mut c = q.fq_cq.complete(self.ring);
@@ -427,9 +454,14 @@ impl Poller {
             }
             // Copy mode sends at most a few dozen frames per kick: keep kicking while frames
             // are in flight, and only then.
-            if q.tx.pending() > 0 && q.tx.needs_wakeup() {
+            // A bounded number of kicks: each moves what the kernel takes per call.
+            let mut kicks = 0;
+            while kicks < MAX_KICKS && q.tx.pending() > 0 && q.tx.needs_wakeup() {
                 q.tx.wake();
-                self.stats.add(Counter::TxWakeups, 1);
+                kicks += 1;
+            }
+            if kicks > 0 {
+                self.stats.add(Counter::TxWakeups, kicks);
                 work += 1;
             }
             self.refill(i);
@@ -439,7 +471,9 @@ impl Poller {
 
     #[inline]
     fn refill(&mut self, i: usize) {
-        let Some(q) = self.sockets.queues.get_mut(i) else { return };
+        let Some(q) = self.sockets.queues.get_mut(i) else {
+            return;
+        };
         let want = (self.free.len() as u32).min(self.ring);
         if want == 0 {
             if q.fq_cq.pending() < self.ring {
@@ -468,7 +502,9 @@ impl Poller {
         loop {
             let mut moved = 0;
             for i in 0..self.sockets.queues.len() {
-                let Some(q) = self.sockets.queues.get_mut(i) else { continue };
+                let Some(q) = self.sockets.queues.get_mut(i) else {
+                    continue;
+                };
                 let mut r = q.rx.receive(self.ring);
                 while let Some(d) = r.read() {
                     self.free.push(d.addr & self.frame_mask);
@@ -517,6 +553,10 @@ impl Poller {
                 tx_ring_empty_descs: k.tx_ring_empty_descs,
             });
         }
-        PollerReport { id, frames, sockets }
+        PollerReport {
+            id,
+            frames,
+            sockets,
+        }
     }
 }

@@ -126,7 +126,11 @@ impl Running {
 }
 
 /// Runs the dataplane until `opts.stop` is set or `opts.duration` passes.
-pub fn run(cfg: &Config, opts: &RunOptions, mut log: impl FnMut(&str)) -> Result<RunSummary, RunError> {
+pub fn run(
+    cfg: &Config,
+    opts: &RunOptions,
+    mut log: impl FnMut(&str),
+) -> Result<RunSummary, RunError> {
     if !sys::is_root() {
         return Err(RunError::NotRoot);
     }
@@ -156,9 +160,16 @@ pub fn run(cfg: &Config, opts: &RunOptions, mut log: impl FnMut(&str)) -> Result
             table.next_hops.len()
         ));
     }
-    let fwd = Arc::new(Forwarder::new(cfg.dataplane.mode, table, cfg.l2_peer.clone()));
+    let fwd = Arc::new(Forwarder::new(
+        cfg.dataplane.mode,
+        table,
+        cfg.l2_peer.clone(),
+    ));
     // 2. Load (not attach) the steering programs; the box's own addresses go to the kernel.
-    let locals: Vec<IpAddr> = sys::local_addresses()?.into_iter().map(|(_, a)| a).collect();
+    let locals: Vec<IpAddr> = sys::local_addresses()?
+        .into_iter()
+        .map(|(_, a)| a)
+        .collect();
     let mut steers = Vec::new();
     for name in &cfg.interfaces {
         let mut s = Steer::load(name)?;
@@ -278,6 +289,10 @@ pub fn run(cfg: &Config, opts: &RunOptions, mut log: impl FnMut(&str)) -> Result
     if setup.iter().any(|s| !s.zerocopy) {
         log("warning: AF_XDP runs in copy mode (the driver has no zero-copy support, e.g. veth)");
     }
+    // 5. Go; report every interval.
+    for g in &running.go {
+        let _ = g.send(true);
+    }
     log(&format!(
         "attached xdp_steer ({}) to {}; mode {}, batch {}",
         if generic { "generic" } else { "native" },
@@ -285,10 +300,6 @@ pub fn run(cfg: &Config, opts: &RunOptions, mut log: impl FnMut(&str)) -> Result
         cfg.dataplane.mode.name(),
         cfg.dataplane.batch_size
     ));
-    // 5. Go; report every interval.
-    for g in &running.go {
-        let _ = g.send(true);
-    }
     let start = Instant::now();
     let mut last = Snapshot::default();
     let mut last_t = start;
@@ -305,7 +316,13 @@ pub fn run(cfg: &Config, opts: &RunOptions, mut log: impl FnMut(&str)) -> Result
         }
         if let (Some(at), Some(iv)) = (next_report, opts.interval) {
             if now >= at {
-                let cur = Snapshot::sum(stats.iter().map(|s| s.snapshot()).collect::<Vec<_>>().iter());
+                let cur = Snapshot::sum(
+                    stats
+                        .iter()
+                        .map(|s| s.snapshot())
+                        .collect::<Vec<_>>()
+                        .iter(),
+                );
                 let d = cur.delta(&last);
                 let secs = (now - last_t).as_secs_f64();
                 log(&format!(
@@ -324,7 +341,10 @@ pub fn run(cfg: &Config, opts: &RunOptions, mut log: impl FnMut(&str)) -> Result
     }
     let elapsed = start.elapsed();
     // 6. Detach first (no new frames), then stop and drain the pollers.
-    let steer: Vec<(String, Vec<u64>)> = steers.iter().map(|s| (s.ifname().to_string(), s.stats().to_vec())).collect();
+    let steer: Vec<(String, Vec<u64>)> = steers
+        .iter()
+        .map(|s| (s.ifname().to_string(), s.stats().to_vec()))
+        .collect();
     steers.iter_mut().for_each(Steer::detach);
     std::thread::sleep(Duration::from_millis(20));
     stop.store(true, Ordering::Relaxed);
@@ -397,7 +417,11 @@ impl RunSummary {
             }
         }
         for (ifname, v) in &self.steer {
-            let parts: Vec<String> = STEER_STAT_NAMES.iter().zip(v).map(|(n, c)| format!("{n}={c}")).collect();
+            let parts: Vec<String> = STEER_STAT_NAMES
+                .iter()
+                .zip(v)
+                .map(|(n, c)| format!("{n}={c}"))
+                .collect();
             s.push_str(&format!("xdp_steer {ifname}: {}\n", parts.join(" ")));
         }
         s

@@ -82,12 +82,15 @@ pub fn current_thread_affinity() -> Result<Vec<usize>, SyscallError> {
     // SAFETY: an all-zero cpu_set_t is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
         return Err(SyscallError::last("sched_getaffinity"));
     }
     // SAFETY: CPU_ISSET reads the initialised set within its bounds (i < CPU_SETSIZE).
-    Ok((0..libc::CPU_SETSIZE as usize).filter(|&i| unsafe { libc::CPU_ISSET(i, &set) }).collect())
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
+        .collect())
 }
 
 /// Kernel thread id of the calling thread.
@@ -177,7 +180,15 @@ pub fn xsk_is_zerocopy(fd: RawFd) -> Result<bool, SyscallError> {
     let mut opts: u32 = 0;
     let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
     // SAFETY: `opts`/`len` are valid writable buffers of the sizes given.
-    let rc = unsafe { libc::getsockopt(fd, SOL_XDP, XDP_OPTIONS, (&mut opts as *mut u32).cast(), &mut len) };
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            SOL_XDP,
+            XDP_OPTIONS,
+            (&mut opts as *mut u32).cast(),
+            &mut len,
+        )
+    };
     if rc != 0 {
         return Err(SyscallError::last("getsockopt(XDP_OPTIONS)"));
     }
@@ -256,7 +267,11 @@ impl PacketSocket {
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_ifindex = self.ifindex;
         sll.sll_halen = 6;
-        sll.sll_addr[..6].copy_from_slice(&frame.get(..6).map_or([0; 6], |m| [m[0], m[1], m[2], m[3], m[4], m[5]]));
+        sll.sll_addr[..6].copy_from_slice(
+            &frame
+                .get(..6)
+                .map_or([0; 6], |m| [m[0], m[1], m[2], m[3], m[4], m[5]]),
+        );
         // SAFETY: `frame` and `sll` are valid for reads of the lengths given.
         let rc = unsafe {
             libc::sendto(
@@ -277,7 +292,8 @@ impl PacketSocket {
     /// Receives one frame that arrived on the interface (outgoing copies are skipped), waiting
     /// at most `timeout_ms`. None on timeout.
     pub fn recv(&self, buf: &mut [u8], timeout_ms: i32) -> Result<Option<usize>, SyscallError> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.max(0) as u64);
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.max(0) as u64);
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let mut p = [pollfd_in(self.fd.as_raw_fd())];
@@ -306,7 +322,7 @@ impl PacketSocket {
                 }
                 return Err(e);
             }
-            if from.sll_pkttype != libc::PACKET_OUTGOING as u8 {
+            if from.sll_pkttype != libc::PACKET_OUTGOING {
                 return Ok(Some(n as usize));
             }
         }
@@ -319,14 +335,27 @@ const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 
 /// Attaches an XDP program to an interface through a bpf_link, so the program is detached when
 /// the returned descriptor is closed or the process dies.
-pub fn xdp_link_create(prog_fd: RawFd, ifindex: u32, generic: bool) -> Result<OwnedFd, SyscallError> {
+pub fn xdp_link_create(
+    prog_fd: RawFd,
+    ifindex: u32,
+    generic: bool,
+) -> Result<OwnedFd, SyscallError> {
     // SAFETY: an all-zero bpf_link_create_opts is valid; `sz` is set as libbpf requires.
     let mut opts: libbpf_rs::libbpf_sys::bpf_link_create_opts = unsafe { std::mem::zeroed() };
     opts.sz = std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_link_create_opts>() as _;
-    opts.flags = if generic { XDP_FLAGS_SKB_MODE } else { XDP_FLAGS_DRV_MODE };
+    opts.flags = if generic {
+        XDP_FLAGS_SKB_MODE
+    } else {
+        XDP_FLAGS_DRV_MODE
+    };
     // SAFETY: prog_fd is a loaded program's descriptor, opts is valid for the call.
     let fd = unsafe {
-        libbpf_rs::libbpf_sys::bpf_link_create(prog_fd, ifindex as i32, libbpf_rs::libbpf_sys::BPF_XDP, &opts)
+        libbpf_rs::libbpf_sys::bpf_link_create(
+            prog_fd,
+            ifindex as i32,
+            libbpf_rs::libbpf_sys::BPF_XDP,
+            &opts,
+        )
     };
     if fd < 0 {
         return Err(SyscallError {
@@ -361,13 +390,18 @@ pub fn local_addresses() -> Result<Vec<(String, std::net::IpAddr)>, SyscallError
             continue;
         }
         // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
         // SAFETY: ifa_addr is non-null and points to a sockaddr of the family it names.
         let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
         if family == libc::AF_INET {
             // SAFETY: the family says this sockaddr is a sockaddr_in.
             let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-            out.push((name, std::net::IpAddr::V4(u32::from_be(sin.sin_addr.s_addr).into())));
+            out.push((
+                name,
+                std::net::IpAddr::V4(u32::from_be(sin.sin_addr.s_addr).into()),
+            ));
         } else if family == libc::AF_INET6 {
             // SAFETY: the family says this sockaddr is a sockaddr_in6.
             let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
@@ -388,5 +422,9 @@ pub fn interface_mac(ifname: &str) -> Option<[u8; 6]> {
 /// Number of RX queues an interface has (sysfs `queues/rx-N`).
 pub fn rx_queue_count(ifname: &str) -> Option<u32> {
     let dir = std::fs::read_dir(format!("/sys/class/net/{ifname}/queues")).ok()?;
-    Some(dir.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count() as u32)
+    Some(
+        dir.filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+            .count() as u32,
+    )
 }

@@ -66,10 +66,13 @@ pub struct Testbed {
 }
 
 fn run(args: &[&str]) -> Result<(), TestbedError> {
-    let out = Command::new(args[0]).args(&args[1..]).output().map_err(|e| TestbedError::Command {
-        cmd: args.join(" "),
-        stderr: e.to_string(),
-    })?;
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| TestbedError::Command {
+            cmd: args.join(" "),
+            stderr: e.to_string(),
+        })?;
     if !out.status.success() {
         return Err(TestbedError::Command {
             cmd: args.join(" "),
@@ -82,7 +85,12 @@ fn run(args: &[&str]) -> Result<(), TestbedError> {
 impl Testbed {
     /// Names for `prefix` (nothing is created).
     pub fn new(prefix: &str, queues: u32) -> Result<Testbed, TestbedError> {
-        if prefix.is_empty() || prefix.len() > 10 || !prefix.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()) {
+        if prefix.is_empty()
+            || prefix.len() > 10
+            || !prefix
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        {
             return Err(TestbedError::BadPrefix(prefix.into()));
         }
         if !(1..=64).contains(&queues) {
@@ -151,12 +159,42 @@ impl Testbed {
         let q = self.queues.to_string();
         let pairs = [
             (self.gen_if(), &g, GEN_MAC, self.dut_in(), &d, DUT_IN_MAC),
-            (self.dut_out(), &d, DUT_OUT_MAC, self.sink_if(), &s, SINK_MAC),
+            (
+                self.dut_out(),
+                &d,
+                DUT_OUT_MAC,
+                self.sink_if(),
+                &s,
+                SINK_MAC,
+            ),
         ];
         for (a, ans, amac, b, bns, bmac) in &pairs {
             run(&[
-                "ip", "link", "add", a, "numrxqueues", &q, "numtxqueues", &q, "netns", ans, "address", amac, "type", "veth",
-                "peer", "name", b, "numrxqueues", &q, "numtxqueues", &q, "netns", bns, "address", bmac,
+                "ip",
+                "link",
+                "add",
+                a,
+                "numrxqueues",
+                &q,
+                "numtxqueues",
+                &q,
+                "netns",
+                ans,
+                "address",
+                amac,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                b,
+                "numrxqueues",
+                &q,
+                "numtxqueues",
+                &q,
+                "netns",
+                bns,
+                "address",
+                bmac,
             ])?;
         }
         let addrs = [
@@ -167,24 +205,92 @@ impl Testbed {
         ];
         for (ns, dev, v4, v6) in &addrs {
             self.ns(ns, &["ip", "addr", "add", &format!("{v4}/24"), "dev", dev])?;
-            self.ns(ns, &["ip", "-6", "addr", "add", &format!("{v6}/64"), "dev", dev, "nodad"])?;
+            self.ns(
+                ns,
+                &[
+                    "ip",
+                    "-6",
+                    "addr",
+                    "add",
+                    &format!("{v6}/64"),
+                    "dev",
+                    dev,
+                    "nodad",
+                ],
+            )?;
             self.ns(ns, &["ip", "link", "set", dev, "up"])?;
         }
         // Routes: gen and sink reach each other's side through the DUT.
-        self.ns(&g, &["ip", "route", "add", "198.19.0.0/16", "via", DUT_IN_V4])?;
-        self.ns(&g, &["ip", "-6", "route", "add", "2001:2:0:1::/64", "via", DUT_IN_V6])?;
-        self.ns(&s, &["ip", "route", "add", "198.18.0.0/16", "via", DUT_OUT_V4])?;
-        self.ns(&s, &["ip", "-6", "route", "add", "2001:2::/64", "via", DUT_OUT_V6])?;
+        self.ns(
+            &g,
+            &["ip", "route", "add", "198.19.0.0/16", "via", DUT_IN_V4],
+        )?;
+        self.ns(
+            &g,
+            &[
+                "ip",
+                "-6",
+                "route",
+                "add",
+                "2001:2:0:1::/64",
+                "via",
+                DUT_IN_V6,
+            ],
+        )?;
+        self.ns(
+            &s,
+            &["ip", "route", "add", "198.18.0.0/16", "via", DUT_OUT_V4],
+        )?;
+        self.ns(
+            &s,
+            &["ip", "-6", "route", "add", "2001:2::/64", "via", DUT_OUT_V6],
+        )?;
         // Static neighbours everywhere: no ARP/ND in the measured path.
         let neigh = [
             (&g, GEN_V4, DUT_IN_V4, DUT_IN_V6, DUT_IN_MAC, self.gen_if()),
-            (&s, SINK_V4, DUT_OUT_V4, DUT_OUT_V6, DUT_OUT_MAC, self.sink_if()),
+            (
+                &s,
+                SINK_V4,
+                DUT_OUT_V4,
+                DUT_OUT_V6,
+                DUT_OUT_MAC,
+                self.sink_if(),
+            ),
             (&d, DUT_IN_V4, GEN_V4, GEN_V6, GEN_MAC, self.dut_in()),
             (&d, DUT_OUT_V4, SINK_V4, SINK_V6, SINK_MAC, self.dut_out()),
         ];
         for (ns, _, ip4, ip6, mac, dev) in &neigh {
-            self.ns(ns, &["ip", "neigh", "replace", ip4, "lladdr", mac, "dev", dev, "nud", "permanent"])?;
-            self.ns(ns, &["ip", "-6", "neigh", "replace", ip6, "lladdr", mac, "dev", dev, "nud", "permanent"])?;
+            self.ns(
+                ns,
+                &[
+                    "ip",
+                    "neigh",
+                    "replace",
+                    ip4,
+                    "lladdr",
+                    mac,
+                    "dev",
+                    dev,
+                    "nud",
+                    "permanent",
+                ],
+            )?;
+            self.ns(
+                ns,
+                &[
+                    "ip",
+                    "-6",
+                    "neigh",
+                    "replace",
+                    ip6,
+                    "lladdr",
+                    mac,
+                    "dev",
+                    dev,
+                    "nud",
+                    "permanent",
+                ],
+            )?;
         }
         Ok(())
     }
@@ -221,7 +327,9 @@ impl Testbed {
             ("2001:2::/64", GEN_V6, self.dut_in()),
         ];
         for (prefix, via, dev) in routes {
-            s.push_str(&format!("\n[[routes]]\nprefix = \"{prefix}\"\nvia = \"{via}\"\ndev = \"{dev}\"\n"));
+            s.push_str(&format!(
+                "\n[[routes]]\nprefix = \"{prefix}\"\nvia = \"{via}\"\ndev = \"{dev}\"\n"
+            ));
         }
         let neigh = [
             (SINK_V4, SINK_MAC, self.dut_out()),
@@ -230,7 +338,9 @@ impl Testbed {
             (GEN_V6, GEN_MAC, self.dut_in()),
         ];
         for (ip, mac, dev) in neigh {
-            s.push_str(&format!("\n[[neighbours]]\nip = \"{ip}\"\nmac = \"{mac}\"\ndev = \"{dev}\"\n"));
+            s.push_str(&format!(
+                "\n[[neighbours]]\nip = \"{ip}\"\nmac = \"{mac}\"\ndev = \"{dev}\"\n"
+            ));
         }
         s
     }
@@ -244,7 +354,11 @@ mod tests {
     #[test]
     fn generated_config_is_valid() {
         let t = Testbed::new("tb1", 2).expect("valid");
-        let c = Config::parse(&t.config(Mode::L3fwd, &[(None, vec![0]), (None, vec![1])], 32), "gen").expect("valid config");
+        let c = Config::parse(
+            &t.config(Mode::L3fwd, &[(None, vec![0]), (None, vec![1])], 32),
+            "gen",
+        )
+        .expect("valid config");
         assert_eq!(c.interfaces, vec!["tb1-d0", "tb1-d1"]);
         assert_eq!(c.routes.len(), 4);
         assert_eq!(c.l2_peer, vec![1, 0]);

@@ -115,13 +115,15 @@ pub fn open(area: &Area, specs: &[SocketSpec], sizes: RingSizes) -> Result<Socke
     };
     // SAFETY: the area is a page-aligned mapping of exactly the registered length, and the
     // caller keeps it alive for as long as the returned value (and so the UMEM) exists.
-    let umem = unsafe { Umem::new(config, area.map().as_raw_slice()) }.map_err(|e| err("UMEM registration", first, e))?;
+    let umem = unsafe { Umem::new(config, area.map().as_raw_slice()) }
+        .map_err(|e| err("UMEM registration", first, e))?;
     let ring = NonZeroU32::new(sizes.entries);
     let mut queues = Vec::with_capacity(specs.len());
     let mut zerocopy = false;
     for (i, s) in specs.iter().enumerate() {
         let mut info = IfInfo::invalid();
-        info.from_ifindex(s.ifindex).map_err(|e| err("interface lookup", s, e))?;
+        info.from_ifindex(s.ifindex)
+            .map_err(|e| err("interface lookup", s, e))?;
         info.set_queue(s.queue);
         let sock = if i == 0 {
             Socket::with_shared(&info, &umem)
@@ -129,9 +131,15 @@ pub fn open(area: &Area, specs: &[SocketSpec], sizes: RingSizes) -> Result<Socke
             Socket::new(&info)
         }
         .map_err(|e| err("socket", s, e))?;
-        let fq_cq = umem.fq_cq(&sock).map_err(|e| err("fill/completion rings", s, e))?;
+        let fq_cq = umem
+            .fq_cq(&sock)
+            .map_err(|e| err("fill/completion rings", s, e))?;
         // Only the UMEM's own socket may carry mode flags; shared ones inherit them.
-        let bind_flags = if i == 0 { SocketConfig::XDP_BIND_NEED_WAKEUP } else { 0 };
+        let bind_flags = if i == 0 {
+            SocketConfig::XDP_BIND_NEED_WAKEUP
+        } else {
+            0
+        };
         let user = umem
             .rx_tx(
                 &sock,

@@ -1,0 +1,210 @@
+//! Fixtures for the netns integration tests: a testbed guard, a DUT process guard, packet
+//! sockets inside namespaces. Tests need root; as another user they print SKIPPED and return.
+#![allow(dead_code, missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use dataplane::sys::{self, PacketSocket};
+use dataplane::testbed::Testbed;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_dataplane");
+
+/// True when the test can run; prints a loud SKIPPED line otherwise.
+pub fn root_or_skip(test: &str) -> bool {
+    if sys::is_root() {
+        return true;
+    }
+    eprintln!("SKIPPED {test}: needs root (make test runs as root)");
+    false
+}
+
+/// A testbed torn down on drop (also on panic).
+pub struct Bed(pub Testbed);
+
+impl Bed {
+    pub fn up(prefix: &str, queues: u32) -> Bed {
+        let t = Testbed::new(prefix, queues).expect("valid testbed");
+        t.up().expect("testbed up");
+        Bed(t)
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.0.down();
+    }
+}
+
+/// A dataplane process in the DUT namespace, killed on drop.
+pub struct Dut {
+    child: Option<Child>,
+    pub json: PathBuf,
+    lines: mpsc::Receiver<String>,
+    pub log: Vec<String>,
+}
+
+impl Dut {
+    /// Starts `dataplane run` with `config` and waits until its programs are attached.
+    pub fn start(bed: &Bed, config: &str) -> Dut {
+        let dir = std::env::temp_dir();
+        let cfg = dir.join(format!("{}-dut.toml", bed.0.prefix));
+        let json = dir.join(format!("{}-summary.json", bed.0.prefix));
+        let _ = std::fs::remove_file(&json);
+        std::fs::write(&cfg, config).expect("write config");
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &bed.0.dut_ns(), BIN, "run", "--config"])
+            .arg(&cfg)
+            .args(["--duration", "60", "--interval", "0", "--json"])
+            .arg(&json)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn dataplane");
+        let (tx, rx) = mpsc::channel();
+        let err = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut dut = Dut {
+            child: Some(child),
+            json,
+            lines: rx,
+            log: Vec::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match dut.lines.recv_timeout(Duration::from_millis(200)) {
+                Ok(l) => {
+                    let done = l.starts_with("attached");
+                    dut.log.push(l);
+                    if done {
+                        break;
+                    }
+                }
+                Err(_) => {
+                    if Instant::now() > deadline
+                        || dut
+                            .child
+                            .as_mut()
+                            .is_some_and(|c| c.try_wait().ok().flatten().is_some())
+                    {
+                        panic!("dataplane did not attach: {:?}", dut.log);
+                    }
+                }
+            }
+        }
+        dut
+    }
+
+    /// SIGTERM, wait, and return the JSON summary.
+    pub fn stop(mut self) -> serde_json::Value {
+        let mut child = self.child.take().expect("running");
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let status = child.wait().expect("wait");
+        let mut out = String::new();
+        if let Some(mut o) = child.stdout.take() {
+            let _ = std::io::Read::read_to_string(&mut o, &mut out);
+        }
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_millis(100)) {
+            self.log.push(l);
+        }
+        assert!(
+            status.success(),
+            "dataplane exited with {status}: {:?}\n{out}",
+            self.log
+        );
+        let text = std::fs::read_to_string(&self.json).expect("summary json");
+        serde_json::from_str(&text).expect("valid json")
+    }
+}
+
+impl Drop for Dut {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A packet socket bound to `ifname` inside namespace `ns` (opened from a helper thread, since
+/// setns changes the calling thread's namespace).
+pub fn packet_socket(ns: &str, ifname: &str) -> PacketSocket {
+    let (ns, ifname) = (ns.to_string(), ifname.to_string());
+    std::thread::spawn(move || {
+        sys::enter_netns(&ns).expect("setns");
+        PacketSocket::bind(&ifname).expect("packet socket")
+    })
+    .join()
+    .expect("socket thread")
+}
+
+/// Captures frames until `quiet` passes with nothing new or `max` elapses.
+pub fn capture(sock: &PacketSocket, quiet: Duration, max: Duration) -> Vec<Vec<u8>> {
+    let start = Instant::now();
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    while start.elapsed() < max {
+        match sock.recv(&mut buf, quiet.as_millis() as i32).expect("recv") {
+            Some(n) => out.push(buf[..n].to_vec()),
+            None => break,
+        }
+    }
+    out
+}
+
+/// Whether any XDP program is attached to `ifname` in `ns`.
+pub fn has_xdp(ns: &str, ifname: &str) -> bool {
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", ns, "ip", "-d", "link", "show", "dev", ifname,
+        ])
+        .output()
+        .expect("ip link");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.contains("xdp") || text.contains("prog/xdp")
+}
+
+/// A counter from the JSON summary: totals.counters[i] / totals.drops[reason].
+pub fn drop_count(summary: &serde_json::Value, reason: dataplane::packet::DropReason) -> u64 {
+    summary["totals"]["drops"][reason as usize]
+        .as_u64()
+        .expect("drop counter")
+}
+
+/// A Counter value from the JSON summary.
+pub fn counter(summary: &serde_json::Value, c: dataplane::stats::Counter) -> u64 {
+    summary["totals"]["counters"][c as usize]
+        .as_u64()
+        .expect("counter")
+}
+
+/// Asserts every poller accounted for every frame.
+pub fn assert_frames_accounted(summary: &serde_json::Value) {
+    assert_eq!(
+        summary["frames_ok"],
+        serde_json::Value::Bool(true),
+        "frames: {}",
+        summary["reports"]
+    );
+    for r in summary["reports"].as_array().expect("reports") {
+        let f = &r["frames"];
+        let sum: u64 = ["free", "fill", "tx", "completion", "rx"]
+            .iter()
+            .map(|k| f[*k].as_u64().expect("count"))
+            .sum();
+        assert_eq!(
+            sum,
+            f["total"].as_u64().expect("total"),
+            "frame accounting {f}"
+        );
+    }
+}

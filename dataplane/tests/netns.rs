@@ -1,0 +1,411 @@
+//! Integration tests on a netns testbed (gen <-> dut <-> sink over veth). Each test builds its
+//! own testbed with a unique prefix, so they run side by side. They need root.
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+use dataplane::config::Mode;
+use dataplane::packet::build::{udp_v4, udp_v6, FrameSpec};
+use dataplane::packet::{checksum, DropReason, ETH_P_8021Q};
+use dataplane::stats::Counter;
+use dataplane::testbed::{self, Testbed};
+
+const MARK_PORT: u16 = 7777;
+
+fn mac(s: &str) -> [u8; 6] {
+    dataplane::config::parse_mac(s).expect("mac")
+}
+
+fn base_spec() -> FrameSpec {
+    FrameSpec {
+        dst_mac: mac(testbed::DUT_IN_MAC),
+        src_mac: mac(testbed::GEN_MAC),
+        src4: testbed::GEN_V4.parse().expect("ip"),
+        dst4: testbed::SINK_V4.parse().expect("ip"),
+        src6: testbed::GEN_V6.parse().expect("ip"),
+        dst6: testbed::SINK_V6.parse().expect("ip"),
+        dport: MARK_PORT,
+        ..FrameSpec::default()
+    }
+}
+
+/// Our test frames at the sink: (is_v6, marker) where the marker is the UDP source port.
+fn marked(frames: &[Vec<u8>]) -> Vec<(bool, u16, &Vec<u8>)> {
+    frames
+        .iter()
+        .filter_map(|f| {
+            let et = u16::from_be_bytes([*f.get(12)?, *f.get(13)?]);
+            let l4 = match et {
+                0x0800 => 14 + usize::from(f.get(14)? & 0x0f) * 4,
+                0x86dd => 54,
+                _ => return None,
+            };
+            let dport = u16::from_be_bytes([*f.get(l4 + 2)?, *f.get(l4 + 3)?]);
+            (dport == MARK_PORT).then(|| (et == 0x86dd, u16::from_be_bytes([f[l4], f[l4 + 1]]), f))
+        })
+        .collect()
+}
+
+fn l3_config(bed: &Testbed, pollers: &[(Option<usize>, Vec<u32>)]) -> String {
+    bed.config(Mode::L3fwd, pollers, 64)
+}
+
+#[test]
+fn l3fwd_forwards_exactly_the_routable_mix_and_ping_still_works() {
+    if !root_or_skip("l3fwd mix") {
+        return;
+    }
+    let bed = Bed::up("tl3", 1);
+    let t = &bed.0;
+    let dut = Dut::start(&bed, &l3_config(t, &[(None, vec![0])]));
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+
+    let mut routable = BTreeSet::new();
+    for i in 0..50u16 {
+        let v4 = FrameSpec {
+            sport: 1000 + i,
+            ttl: 64 - (i % 3) as u8,
+            ident: i,
+            ..base_spec()
+        };
+        gen.send(&udp_v4(&v4)).expect("send");
+        routable.insert((false, 1000 + i));
+        let v6 = FrameSpec {
+            sport: 2000 + i,
+            ttl: 2 + i as u8,
+            ..base_spec()
+        };
+        gen.send(&udp_v6(&v6)).expect("send");
+        routable.insert((true, 2000 + i));
+    }
+    // Not forwardable: TTL 1 (v4, v6) and no route (v4, v6).
+    gen.send(&udp_v4(&FrameSpec {
+        sport: 3001,
+        ttl: 1,
+        ..base_spec()
+    }))
+    .expect("send");
+    gen.send(&udp_v6(&FrameSpec {
+        sport: 3002,
+        ttl: 1,
+        ..base_spec()
+    }))
+    .expect("send");
+    gen.send(&udp_v4(&FrameSpec {
+        sport: 3003,
+        dst4: "203.0.113.9".parse().expect("ip"),
+        ..base_spec()
+    }))
+    .expect("send");
+    gen.send(&udp_v6(&FrameSpec {
+        sport: 3004,
+        dst6: "2001:db8::9".parse().expect("ip"),
+        ..base_spec()
+    }))
+    .expect("send");
+
+    // Ping the DUT's own address while it forwards: the steering program passes it to the kernel.
+    let ping = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &t.gen_ns(),
+            "ping",
+            "-c",
+            "3",
+            "-i",
+            "0.2",
+            "-W",
+            "2",
+            testbed::DUT_IN_V4,
+        ])
+        .output()
+        .expect("ping");
+    assert!(
+        ping.status.success(),
+        "ping to the DUT failed: {}",
+        String::from_utf8_lossy(&ping.stdout)
+    );
+    let ping6 = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &t.gen_ns(),
+            "ping",
+            "-6",
+            "-c",
+            "2",
+            "-i",
+            "0.2",
+            "-W",
+            "2",
+            testbed::DUT_IN_V6,
+        ])
+        .output()
+        .expect("ping6");
+    assert!(
+        ping6.status.success(),
+        "ping6 to the DUT failed: {}",
+        String::from_utf8_lossy(&ping6.stdout)
+    );
+
+    let frames = capture(&sink, Duration::from_millis(700), Duration::from_secs(10));
+    let got = marked(&frames);
+    let got_set: BTreeSet<(bool, u16)> = got.iter().map(|(v6, m, _)| (*v6, *m)).collect();
+    assert_eq!(got.len(), got_set.len(), "duplicates at the sink");
+    assert_eq!(
+        got_set, routable,
+        "sink must see exactly the routable frames"
+    );
+    for (v6, m, f) in &got {
+        assert_eq!(
+            &f[..6],
+            &mac(testbed::SINK_MAC),
+            "dst MAC = sink's (neighbour)"
+        );
+        assert_eq!(
+            &f[6..12],
+            &mac(testbed::DUT_OUT_MAC),
+            "src MAC = DUT egress interface's"
+        );
+        if *v6 {
+            assert_eq!(f[21], 2 + (m - 2000) as u8 - 1, "hop limit one less");
+        } else {
+            assert_eq!(f[22], 64 - ((m - 1000) % 3) as u8 - 1, "TTL one less");
+            assert_eq!(checksum(&f[14..34]), 0, "valid IPv4 header checksum");
+        }
+    }
+    let s = dut.stop();
+    assert_eq!(drop_count(&s, DropReason::TtlExceeded), 2, "{s}");
+    assert_eq!(drop_count(&s, DropReason::NoRoute), 2, "{s}");
+    // Port 0 saw our 104 frames (100 forwarded, 4 dropped); whatever came back from the sink
+    // side (the sink's ICMP port-unreachable replies) was forwarded too.
+    let from_gen = s["steer"][0][1][0].as_u64().expect("d0 redirected");
+    let from_sink = s["steer"][1][1][0].as_u64().expect("d1 redirected");
+    assert_eq!(from_gen, 104, "{s}");
+    assert_eq!(counter(&s, Counter::TxPackets), 100 + from_sink, "{s}");
+    assert_frames_accounted(&s);
+    assert!(
+        !has_xdp(&t.dut_ns(), &t.dut_in()) && !has_xdp(&t.dut_ns(), &t.dut_out()),
+        "XDP left attached"
+    );
+}
+
+#[test]
+fn l2fwd_swaps_macs_and_drop_mode_drops() {
+    if !root_or_skip("l2fwd/drop") {
+        return;
+    }
+    let bed = Bed::up("tl2", 1);
+    let t = &bed.0;
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+
+    let dut = Dut::start(&bed, &t.config(Mode::L2fwd, &[(None, vec![0])], 64));
+    for i in 0..20 {
+        gen.send(&udp_v4(&FrameSpec {
+            sport: 100 + i,
+            ..base_spec()
+        }))
+        .expect("send");
+    }
+    let frames = capture(&sink, Duration::from_millis(700), Duration::from_secs(10));
+    let got = marked(&frames);
+    let s = dut.stop();
+    assert_eq!(got.len(), 20, "l2fwd delivers every frame: {s}");
+    for (_, _, f) in &got {
+        assert_eq!(
+            &f[..6],
+            &mac(testbed::GEN_MAC),
+            "l2fwd swaps: dst = original src"
+        );
+        assert_eq!(
+            &f[6..12],
+            &mac(testbed::DUT_IN_MAC),
+            "l2fwd swaps: src = original dst"
+        );
+        assert_eq!(f[22], 64, "l2fwd leaves TTL alone");
+    }
+    assert_eq!(counter(&s, Counter::TxPackets), 20);
+    assert_frames_accounted(&s);
+
+    let dut = Dut::start(&bed, &t.config(Mode::Drop, &[(None, vec![0])], 64));
+    for i in 0..20 {
+        gen.send(&udp_v4(&FrameSpec {
+            sport: 200 + i,
+            ..base_spec()
+        }))
+        .expect("send");
+    }
+    let frames = capture(&sink, Duration::from_millis(700), Duration::from_secs(10));
+    assert!(marked(&frames).is_empty(), "drop mode forwards nothing");
+    let s = dut.stop();
+    assert_eq!(drop_count(&s, DropReason::DropMode), 20);
+    assert_eq!(counter(&s, Counter::RxPackets), 20);
+    assert_frames_accounted(&s);
+    assert!(!has_xdp(&t.dut_ns(), &t.dut_in()), "XDP left attached");
+}
+
+#[test]
+fn two_queues_two_pollers_both_forward() {
+    if !root_or_skip("two queues") {
+        return;
+    }
+    let bed = Bed::up("tq2", 2);
+    let t = &bed.0;
+    let dut = Dut::start(&bed, &l3_config(t, &[(None, vec![0]), (None, vec![1])]));
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    // Many flows: the veth's transmit hash spreads them over both queues.
+    let n = 256u16;
+    for i in 0..n {
+        gen.send(&udp_v4(&FrameSpec {
+            sport: 4000 + i,
+            src4: format!("198.18.0.{}", 1 + i % 200).parse().expect("ip"),
+            ..base_spec()
+        }))
+        .expect("send");
+    }
+    let frames = capture(&sink, Duration::from_millis(700), Duration::from_secs(10));
+    assert_eq!(
+        marked(&frames).len(),
+        usize::from(n),
+        "every frame forwarded"
+    );
+    let s = dut.stop();
+    let pollers = s["pollers"].as_array().expect("pollers");
+    assert_eq!(pollers.len(), 2);
+    for (i, p) in pollers.iter().enumerate() {
+        let rx = p["counters"][Counter::RxPackets as usize]
+            .as_u64()
+            .expect("rx");
+        assert!(rx > 0, "poller {i} (queue {i}) received nothing: {s}");
+    }
+    assert_frames_accounted(&s);
+}
+
+#[test]
+fn malformed_frames_are_dropped_by_reason_without_panic() {
+    if !root_or_skip("malformed corpus") {
+        return;
+    }
+    let bed = Bed::up("tmf", 1);
+    let t = &bed.0;
+    let dut = Dut::start(&bed, &l3_config(t, &[(None, vec![0])]));
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let good = udp_v4(&base_spec());
+    let mut corpus: Vec<(Vec<u8>, DropReason)> = Vec::new();
+    corpus.push((good[..30].to_vec(), DropReason::Truncated)); // IPv4 header cut short
+    corpus.push((good[..14].to_vec(), DropReason::Truncated)); // zero-length L3 payload
+    let mut f = good.clone();
+    f[14] = 0x43; // IHL 3
+    corpus.push((f, DropReason::BadIhl));
+    let mut f = good.clone();
+    f[14] = 0x55; // version 5
+    corpus.push((f, DropReason::BadVersion));
+    let mut f = good.clone();
+    f[16..18].copy_from_slice(&1400u16.to_be_bytes()); // total length past the frame
+    corpus.push((f, DropReason::BadLength));
+    let mut f = udp_v6(&base_spec());
+    f[20] = 0; // hop-by-hop extension header
+    corpus.push((f, DropReason::Ipv6ExtHeader));
+    let mut f = good[..12].to_vec(); // 802.1Q tag, then the IPv4 frame
+    f.extend_from_slice(&ETH_P_8021Q.to_be_bytes());
+    f.extend_from_slice(&[0, 10]);
+    f.extend_from_slice(&good[12..]);
+    corpus.push((f, DropReason::VlanTagged));
+    let mut f = good.clone();
+    f[24] ^= 0x5a;
+    corpus.push((f, DropReason::BadChecksum));
+    for (frame, _) in &corpus {
+        for _ in 0..3 {
+            gen.send(frame).expect("send");
+        }
+    }
+    // A good frame last: the DUT is still forwarding after the corpus.
+    gen.send(&udp_v4(&FrameSpec {
+        sport: 5555,
+        ..base_spec()
+    }))
+    .expect("send");
+    let frames = capture(&sink, Duration::from_millis(700), Duration::from_secs(10));
+    let got = marked(&frames);
+    assert_eq!(got.len(), 1, "only the good frame reaches the sink");
+    assert_eq!(got[0].1, 5555);
+    let s = dut.stop();
+    let mut want = [0u64; DropReason::COUNT];
+    for (_, r) in &corpus {
+        want[*r as usize] += 3;
+    }
+    for r in DropReason::ALL {
+        assert_eq!(
+            drop_count(&s, r),
+            want[r as usize],
+            "drop reason {} ({s})",
+            r.name()
+        );
+    }
+    assert_frames_accounted(&s);
+}
+
+#[test]
+fn bad_config_is_refused_before_anything_is_attached() {
+    if !root_or_skip("bad config") {
+        return;
+    }
+    let bed = Bed::up("tbc", 1);
+    let t = &bed.0;
+    let dir = std::env::temp_dir();
+    let run = |cfg: &str| {
+        let p = dir.join(format!("tbc-{}.toml", cfg.len()));
+        std::fs::write(&p, cfg).expect("write");
+        let out = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &t.dut_ns(),
+                BIN,
+                "run",
+                "--duration",
+                "2",
+                "--config",
+            ])
+            .arg(&p)
+            .output()
+            .expect("run");
+        assert!(!out.status.success(), "a bad config must fail");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let good = l3_config(t, &[(None, vec![0])]);
+    let e = run(&good.replace("batch_size = 64", "batch_size = 64\nrx_ring = 5"));
+    assert!(e.contains("rx_ring"), "{e}");
+    let e = run(&good.replace(testbed::SINK_MAC, "02:00:00:00:01"));
+    assert!(e.contains("neighbours[0].mac"), "{e}");
+    let e = run(&good.replace("queues = [0]", "queues = [3]"));
+    assert!(e.contains("queue 3") && e.contains("rx queue"), "{e}");
+    let e = run(&good
+        .replace(&format!("name = \"{}\"", t.dut_out()), "name = \"nosuch0\"")
+        .replace(&format!("dev = \"{}\"", t.dut_out()), "dev = \"nosuch0\"")
+        .replace(&format!("peer = \"{}\"", t.dut_out()), "peer = \"nosuch0\""));
+    assert!(e.contains("nosuch0") && e.contains("does not exist"), "{e}");
+    assert!(
+        !has_xdp(&t.dut_ns(), &t.dut_in()) && !has_xdp(&t.dut_ns(), &t.dut_out()),
+        "nothing may be attached"
+    );
+}
+
+#[test]
+fn steering_counter_names_match_the_bpf_map() {
+    if !root_or_skip("steer map") {
+        return;
+    }
+    let s = dataplane::bpf::Steer::load("lo").expect("load steer.bpf.o");
+    assert_eq!(
+        s.stat_slots() as usize,
+        dataplane::bpf::STEER_STAT_NAMES.len()
+    );
+}

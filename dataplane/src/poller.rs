@@ -455,10 +455,17 @@ impl Poller {
             // Copy mode sends at most a few dozen frames per kick: keep kicking while frames
             // are in flight, and only then.
             // A bounded number of kicks: each moves what the kernel takes per call.
+            // Stop as soon as a kick moves nothing (the device is pushing back).
             let mut kicks = 0;
-            while kicks < MAX_KICKS && q.tx.pending() > 0 && q.tx.needs_wakeup() {
+            let mut pending = q.tx.pending();
+            while kicks < MAX_KICKS && pending > 0 && q.tx.needs_wakeup() {
                 q.tx.wake();
                 kicks += 1;
+                let now = q.tx.pending();
+                if now >= pending {
+                    break;
+                }
+                pending = now;
             }
             if kicks > 0 {
                 self.stats.add(Counter::TxWakeups, kicks);

@@ -74,7 +74,8 @@ pub fn mask6(len: u8) -> u128 {
 /// IPv4 DIR-24-8 table. Entry encoding: 0 = no route, `EXT | g` = extension group `g`,
 /// otherwise next hop + 1.
 pub struct Fib4 {
-    tbl24: Box<[u32]>,
+    /// 2^24 entries (64 MiB) on transparent huge pages: lookups hit it at random.
+    tbl24: crate::sys::Mmap,
     tbl8: Vec<u32>,
     routes: usize,
 }
@@ -101,7 +102,9 @@ impl Fib4 {
         // Shorter prefixes first, so longer ones overwrite them; stable, so the later of two
         // identical prefixes is painted last and wins.
         sorted.sort_by_key(|r| r.len);
-        let mut tbl24 = vec![0u32; TBL24_LEN].into_boxed_slice();
+        let mut map = crate::sys::Mmap::anonymous_huge(TBL24_LEN * 4)
+            .map_err(|_| FibError::Full("memory for the 2^24 table"))?;
+        let tbl24 = &mut map.as_u32s_mut()[..TBL24_LEN];
         let mut tbl8: Vec<u32> = Vec::new();
         for r in &sorted {
             let value = r.nh + 1;
@@ -129,7 +132,7 @@ impl Fib4 {
             }
         }
         Ok(Fib4 {
-            tbl24,
+            tbl24: map,
             tbl8,
             routes: sorted.len(),
         })
@@ -138,12 +141,20 @@ impl Fib4 {
     /// Longest-prefix match: the next-hop index, or None.
     #[inline(always)]
     pub fn lookup(&self, dst: u32) -> Option<u32> {
-        let mut e = *self.tbl24.get((dst >> 8) as usize)?;
+        let mut e = *self.tbl24.as_u32s().get((dst >> 8) as usize)?;
         if e & EXT != 0 {
             let i = (((e & !EXT) as usize) << 8) | (dst & 0xff) as usize;
             e = *self.tbl8.get(i)?;
         }
         e.checked_sub(1)
+    }
+
+    /// Starts loading the first-level entry for `dst` into the cache.
+    #[inline(always)]
+    pub fn prefetch(&self, dst: u32) {
+        if let Some(e) = self.tbl24.as_u32s().get((dst >> 8) as usize) {
+            crate::sys::prefetch(e);
+        }
     }
 
     /// Number of routes the table was built from.

@@ -38,28 +38,44 @@ impl Forwarder {
             .unwrap_or(in_port)
     }
 
-    /// Decides one frame received on `in_port`: the egress port, with the frame rewritten, or
-    /// the reason it is dropped (the frame is then left as it was or partly rewritten).
+    /// First half of the per-frame work: parse and check the headers and start loading the
+    /// route entry (prefetch), without writing. Run it over a whole burst before [`finish`]ing
+    /// any frame, so the burst's table misses overlap instead of queueing one after another.
+    ///
+    /// [`finish`]: Forwarder::finish
     #[inline(always)]
-    pub fn process(&self, in_port: u16, frame: &mut [u8]) -> Result<u16, DropReason> {
+    pub fn prepare(&self, frame: &[u8]) -> Result<Parsed, DropReason> {
         match self.mode {
-            Mode::L3fwd => self.route(frame),
-            Mode::L2fwd => {
-                if frame.len() < packet::ETH_HLEN {
-                    return Err(DropReason::Truncated);
+            Mode::L3fwd => {
+                let l3 = packet::parse_l3(frame)?;
+                if let L3::V4 { dst } = l3 {
+                    self.table.v4.prefetch(dst);
                 }
-                packet::swap_macs(frame);
-                Ok(self.peer(in_port))
+                Ok(Parsed::L3(l3))
             }
-            Mode::Bounce => Ok(self.peer(in_port)),
+            Mode::L2fwd if frame.len() < packet::ETH_HLEN => Err(DropReason::Truncated),
+            Mode::L2fwd | Mode::Bounce => Ok(Parsed::L2),
             Mode::Drop => Err(DropReason::DropMode),
         }
     }
 
+    /// Second half: look up, rewrite in place, and return the egress port or the drop reason.
+    /// `parsed` must come from [`Forwarder::prepare`] on the same, unmodified frame.
     #[inline(always)]
-    fn route(&self, frame: &mut [u8]) -> Result<u16, DropReason> {
-        match packet::parse_l3(frame)? {
-            L3::V4 { dst } => match self.table.route_v4(dst) {
+    pub fn finish(
+        &self,
+        in_port: u16,
+        parsed: Parsed,
+        frame: &mut [u8],
+    ) -> Result<u16, DropReason> {
+        match parsed {
+            Parsed::L2 => {
+                if self.mode == Mode::L2fwd {
+                    packet::swap_macs(frame);
+                }
+                Ok(self.peer(in_port))
+            }
+            Parsed::L3(L3::V4 { dst }) => match self.table.route_v4(dst) {
                 Lookup::Hop(h) => {
                     packet::decrement_ttl_v4(frame);
                     packet::set_macs(frame, &h.macs);
@@ -68,7 +84,7 @@ impl Forwarder {
                 Lookup::NoNeighbour => Err(DropReason::NoNeighbour),
                 Lookup::NoRoute => Err(DropReason::NoRoute),
             },
-            L3::V6 { dst } => match self.table.route_v6(dst) {
+            Parsed::L3(L3::V6 { dst }) => match self.table.route_v6(dst) {
                 Lookup::Hop(h) => {
                     packet::decrement_hop_limit_v6(frame);
                     packet::set_macs(frame, &h.macs);
@@ -79,6 +95,23 @@ impl Forwarder {
             },
         }
     }
+
+    /// Decides one frame received on `in_port`: the egress port, with the frame rewritten, or
+    /// the reason it is dropped. Same as `prepare` then `finish`.
+    #[inline(always)]
+    pub fn process(&self, in_port: u16, frame: &mut [u8]) -> Result<u16, DropReason> {
+        let parsed = self.prepare(frame)?;
+        self.finish(in_port, parsed, frame)
+    }
+}
+
+/// What [`Forwarder::prepare`] learned about a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parsed {
+    /// Forward at layer 2 (l2fwd, bounce).
+    L2,
+    /// Route this destination.
+    L3(L3),
 }
 
 #[cfg(test)]

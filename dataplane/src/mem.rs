@@ -108,6 +108,22 @@ impl Area {
         (in_frame && end <= self.map.len() as u64).then_some(addr as usize)
     }
 
+    /// Read-only view of one received frame (same contract as [`Area::frame_mut`]).
+    #[inline(always)]
+    pub fn frame(&self, off: usize, len: u32) -> &[u8] {
+        let len = len as usize;
+        if off.checked_add(len).is_none_or(|end| end > self.map.len()) {
+            return &[];
+        }
+        #[allow(unsafe_code)]
+        // SAFETY: off + len is within the mapping (checked just above); the frame is in the
+        // caller's hands, so the kernel does not write it; the borrow is tied to `&self`, so no
+        // `frame_mut` of the area can be alive at the same time.
+        unsafe {
+            std::slice::from_raw_parts(self.map.as_ptr().as_ptr().add(off), len)
+        }
+    }
+
     /// The bytes of one received frame.
     ///
     /// `off`/`len` must have passed [`Area::check`], and the frame must be in the caller's hands

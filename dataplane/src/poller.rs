@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use xdpilone::xdp::XdpDesc;
 
 use crate::config::Idle;
-use crate::forward::Forwarder;
+use crate::forward::{Forwarder, Parsed};
 use crate::mem::{Area, FreeList};
 use crate::packet::DropReason;
 use crate::stats::{Counter, PollerStats};
@@ -181,6 +181,7 @@ struct Poller {
     free: FreeList,
     stages: Box<[Stage]>,
     burst: Box<[XdpDesc; MAX_BATCH]>,
+    parsed: Box<[Result<Parsed, DropReason>; MAX_BATCH]>,
     fwd: Arc<Forwarder>,
     stats: Arc<PollerStats>,
     ports: usize,
@@ -275,6 +276,7 @@ fn setup(
         free,
         stages,
         burst: Box::new([XdpDesc::default(); MAX_BATCH]),
+        parsed: Box::new([Err(DropReason::Truncated); MAX_BATCH]),
         fwd,
         stats,
         ports: spec.ports.max(1),
@@ -344,17 +346,27 @@ impl Poller {
         let queue_base = (i / self.ports) * self.ports;
         let mut drops = [0u32; DropReason::COUNT];
         let mut bytes = 0u64;
-        for d in self.burst.iter().take(n) {
+        // Pass 1: check every descriptor and parse every frame (read only), prefetching the
+        // route entries, so the burst's table misses overlap.
+        for (d, p) in self.burst.iter().zip(self.parsed.iter_mut()).take(n) {
             bytes += u64::from(d.len);
+            *p = match self.area.check(d.addr, d.len) {
+                Some(off) => self.fwd.prepare(self.area.frame(off, d.len)),
+                None => Err(DropReason::InvalidDescriptor),
+            };
+        }
+        // Pass 2: route, rewrite, stage for TX (or recycle).
+        for (d, p) in self.burst.iter().zip(self.parsed.iter()).take(n) {
             let base = d.addr & self.frame_mask;
-            let verdict = match self.area.check(d.addr, d.len) {
-                Some(off) => {
+            let verdict = match (*p, self.area.check(d.addr, d.len)) {
+                (Ok(parsed), Some(off)) => {
                     let frame = self.area.frame_mut(off, d.len);
                     self.fwd
-                        .process(in_port, frame)
+                        .finish(in_port, parsed, frame)
                         .map(|out| (out, frame.len() as u32))
                 }
-                None => Err(DropReason::InvalidDescriptor),
+                (Err(r), _) => Err(r),
+                (Ok(_), None) => Err(DropReason::InvalidDescriptor),
             };
             let staged = match verdict {
                 Ok((out, len)) => self

@@ -108,6 +108,9 @@ pub struct Mmap {
 // SAFETY: the mapping is plain memory owned by this value; moving the owner between threads is
 // fine, and access is governed by the borrow rules of the methods below.
 unsafe impl Send for Mmap {}
+// SAFETY: through `&Mmap` the memory is only read (`as_u32s`, pointers handed to the kernel);
+// every write goes through `&mut self`, so shared references never race with a write.
+unsafe impl Sync for Mmap {}
 
 impl Mmap {
     /// Maps `len` bytes of zeroed anonymous memory.
@@ -128,6 +131,45 @@ impl Mmap {
         }
         let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| SyscallError::last("mmap"))?;
         Ok(Mmap { ptr, len })
+    }
+
+    /// Maps `len` bytes aligned to 2 MiB and asks for transparent huge pages (MADV_HUGEPAGE),
+    /// for large tables read at random (one TLB entry per 2 MiB instead of per 4 KiB). Falls
+    /// back to small pages silently where THP is off; the memory is valid either way.
+    pub fn anonymous_huge(len: usize) -> Result<Mmap, SyscallError> {
+        const HUGE: usize = 2 << 20;
+        let len = len.max(1).div_ceil(HUGE) * HUGE;
+        let raw = Mmap::anonymous(len + HUGE)?;
+        let base = raw.ptr.as_ptr() as usize;
+        let aligned = base.div_ceil(HUGE) * HUGE;
+        let (head, tail) = (aligned - base, raw.len - (aligned - base) - len);
+        std::mem::forget(raw);
+        // SAFETY: head and tail are the unused, page-aligned ends of the mapping made above,
+        // which nothing references; the middle `len` bytes stay mapped and become the result.
+        unsafe {
+            if head > 0 {
+                libc::munmap(base as *mut libc::c_void, head);
+            }
+            if tail > 0 {
+                libc::munmap((aligned + len) as *mut libc::c_void, tail);
+            }
+            libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+        }
+        let ptr = NonNull::new(aligned as *mut u8).ok_or_else(|| SyscallError::last("mmap"))?;
+        Ok(Mmap { ptr, len })
+    }
+
+    /// The mapping as zero-initialised `u32`s (anonymous memory starts zeroed).
+    pub fn as_u32s(&self) -> &[u32] {
+        // SAFETY: the mapping is page-aligned (so u32-aligned), `len / 4` u32s fit inside it,
+        // any bit pattern is a valid u32, and `&self` keeps it mapped and unaliased by `&mut`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<u32>(), self.len / 4) }
+    }
+
+    /// Mutable view of [`Mmap::as_u32s`].
+    pub fn as_u32s_mut(&mut self) -> &mut [u32] {
+        // SAFETY: as in `as_u32s`; `&mut self` guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<u32>(), self.len / 4) }
     }
 
     /// Base address.
@@ -427,4 +469,19 @@ pub fn rx_queue_count(ifname: &str) -> Option<u32> {
             .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
             .count() as u32,
     )
+}
+
+/// Hints the CPU to start loading the cache line holding `r` (no-op off x86_64).
+#[inline(always)]
+pub fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 never faults and has no architectural effect; SSE is part of the
+    // x86_64 baseline, so the instruction always exists; `r` is a valid reference anyway.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            (r as *const T).cast::<i8>(),
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
 }

@@ -172,7 +172,7 @@ def one_rep(args, bed, dut, rep):
         "sink_packets": pkts, "dut_tx_packets": tx, "suspect": suspect,
         "dut_cpu_ns": cpu1 - cpu0, "dut_cpu_ns_per_pkt": ns_per_pkt,
         "dut_cpu_util": (cpu1 - cpu0) / 1e9 / (t1 - t0),
-        "drops": summary["totals"]["drops"] if summary else None,
+        "drops": {k: v for k, v in summary["drops_by_reason"].items() if v} if summary else None,
     }
 
 
@@ -215,8 +215,8 @@ def main():
     print(f"\n{args.size}-byte UDP, {args.flows} flow(s), gen cpu {args.gen_cpu}, DUT cpu {args.dut_cpu}, "
           f"dataplane NAPI cpu {args.dp_napi_cpu}, kernel NAPI cpu {args.dut_cpu}, "
           f"median of {args.reps} (min-max), window {args.window}s after {args.warmup}s warm-up\n")
-    print("| DUT | forwarded Mpps | DUT CPU ns/pkt | offered Mpps |")
-    print("|---|---|---|---|")
+    print("| DUT | forwarded Mpps | DUT CPU ns/pkt | offered Mpps | DUT drops by reason (last rep, whole run) |")
+    print("|---|---|---|---|---|")
     med = {}
     for dut in args.duts.split(","):
         rs = [r for r in runs if r["dut"] == dut]
@@ -224,7 +224,9 @@ def main():
         c = median_range([r["dut_cpu_ns_per_pkt"] for r in rs])
         o = median_range([r["offered_pps"] / 1e6 for r in rs])
         med[dut] = c[0]
-        print(f"| {dut} | {f[0]:.3f} ({f[1]:.3f}-{f[2]:.3f}) | {c[0]:.0f} ({c[1]:.0f}-{c[2]:.0f}) | {o[0]:.2f} |")
+        drops = rs[-1]["drops"]
+        drops = "n/a (kernel)" if drops is None else (", ".join(f"{k}={v}" for k, v in drops.items()) or "none")
+        print(f"| {dut} | {f[0]:.3f} ({f[1]:.3f}-{f[2]:.3f}) | {c[0]:.0f} ({c[1]:.0f}-{c[2]:.0f}) | {o[0]:.2f} | {drops} |")
     if "l3fwd" in med and "bounce" in med and med["bounce"]:
         print(f"\nl3fwd / bounce ns/pkt = {med['l3fwd'] / med['bounce']:.3f}")
     if "l3fwd" in med and "kernel" in med and med["kernel"]:

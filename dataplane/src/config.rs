@@ -677,3 +677,30 @@ dev = "out0"
         assert_eq!(parse_prefix("1.2.3.4/40"), None);
     }
 }
+
+#[cfg(test)]
+mod example_files {
+    use super::*;
+
+    #[test]
+    fn every_example_in_config_dir_is_valid() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).expect("config/ exists") {
+            let p = e.expect("entry").path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                let parsed = Config::parse(&std::fs::read_to_string(&p).expect("read"), &p.display().to_string());
+                // CPU numbers in examples may exceed this machine's; everything else must hold.
+                if let Err(ConfigError::Invalid { key, .. }) = &parsed {
+                    if key.ends_with(".cpu") {
+                        n += 1;
+                        continue;
+                    }
+                }
+                parsed.unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                n += 1;
+            }
+        }
+        assert!(n >= 5, "expected the example configs, found {n}");
+    }
+}

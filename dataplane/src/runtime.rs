@@ -106,6 +106,8 @@ pub struct RunSummary {
     pub steer: Vec<(String, Vec<u64>)>,
     /// Whether every frame was accounted for in every poller.
     pub frames_ok: bool,
+    /// Drops by reason name (all pollers), for readers that want names rather than indices.
+    pub drops_by_reason: std::collections::BTreeMap<&'static str, u64>,
 }
 
 struct Running {
@@ -358,10 +360,13 @@ pub fn run(
     }
     let pollers: Vec<Snapshot> = stats.iter().map(|s| s.snapshot()).collect();
     let frames_ok = reports.iter().all(|r| r.frames.held_by_kernel() == 0);
+    let totals = Snapshot::sum(pollers.iter());
+    let drops_by_reason = crate::packet::DropReason::ALL.iter().map(|r| (r.name(), totals.drop_count(*r))).collect();
     Ok(RunSummary {
+        drops_by_reason,
         mode: cfg.dataplane.mode.name(),
         elapsed_s: elapsed.as_secs_f64(),
-        totals: Snapshot::sum(pollers.iter()),
+        totals,
         pollers,
         setup,
         reports,

@@ -1,0 +1,34 @@
+# dataplane: `make demo` (install what is missing, build, run the main job on a netns testbed)
+# and `make test` (the whole test suite). Both need root for the netns/XDP parts.
+SHELL := /bin/bash
+CARGO ?= cargo
+DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool iputils-ping \
+	procps util-linux python3 libhwloc-dev libudev-dev
+
+.PHONY: deps build test demo bench lint fmt clean
+
+deps:
+	@scripts/deps.sh $(DEB_PACKAGES)
+
+build: deps
+	$(CARGO) build --release --workspace
+
+test: deps
+	$(CARGO) test --workspace
+
+demo: build
+	scripts/demo.sh
+
+bench: build
+	bench/fwd_compare.py --reps 3 --json bench/out/fwd-compare.json
+	target/release/fwd-micro
+
+lint: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	$(CARGO) clean

@@ -120,6 +120,9 @@ pub struct DataplaneSection {
     /// UMEM frame size in bytes (2048 or 4096).
     #[serde(default = "default_frame_size")]
     pub frame_size: u32,
+    /// More routes, one per line in iproute2 form (`PREFIX [via ADDR] dev IFACE`), for tables
+    /// too large for TOML. Relative to the config file's directory.
+    pub routes_file: Option<std::path::PathBuf>,
 }
 
 fn default_batch() -> u32 {
@@ -238,6 +241,32 @@ pub struct Config {
     pub neighbours: Vec<Neighbour>,
 }
 
+/// Parses one `PREFIX [via ADDR] dev IFACE` line of a routes file.
+fn parse_route_line(line: &str) -> Result<(IpAddr, u8, Option<IpAddr>, &str), String> {
+    let mut words = line.split_whitespace();
+    let prefix = words.next().ok_or("empty line")?;
+    let (addr, len) =
+        parse_prefix(prefix).ok_or_else(|| format!("`{prefix}` is not an address/length"))?;
+    let (mut via, mut dev) = (None, None);
+    while let Some(w) = words.next() {
+        let v = words.next().ok_or_else(|| format!("`{w}` needs a value"))?;
+        match w {
+            "via" => {
+                let a: IpAddr = v
+                    .parse()
+                    .map_err(|_| format!("via `{v}` is not an IP address"))?;
+                if a.is_ipv4() != addr.is_ipv4() {
+                    return Err(format!("via `{v}` is not the prefix's address family"));
+                }
+                via = Some(a);
+            }
+            "dev" => dev = Some(v),
+            other => return Err(format!("unknown word `{other}` (expected via or dev)")),
+        }
+    }
+    Ok((addr, len, via, dev.ok_or("missing `dev IFACE`")?))
+}
+
 /// Parses `aa:bb:cc:dd:ee:ff`.
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
@@ -270,19 +299,25 @@ impl Config {
             path: path.display().to_string(),
             source,
         })?;
-        Self::parse(&text, &path.display().to_string())
+        Self::parse_in(&text, &path.display().to_string(), path.parent())
     }
 
-    /// Parses and validates TOML text (`origin` names it in errors).
+    /// Parses and validates TOML text (`origin` names it in errors); a relative `routes_file`
+    /// is looked up in the current directory.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        Self::parse_in(text, origin, None)
+    }
+
+    /// As [`Config::parse`], resolving a relative `routes_file` against `base`.
+    pub fn parse_in(text: &str, origin: &str, base: Option<&Path>) -> Result<Config, ConfigError> {
         let file: ConfigFile = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: origin.to_string(),
             message: e.to_string(),
         })?;
-        Self::validate(file)
+        Self::validate(file, base)
     }
 
-    fn validate(file: ConfigFile) -> Result<Config, ConfigError> {
+    fn validate(file: ConfigFile, base: Option<&Path>) -> Result<Config, ConfigError> {
         let d = &file.dataplane;
         if !(1..=256).contains(&d.batch_size) {
             return Err(invalid(
@@ -427,6 +462,38 @@ impl Config {
                 via,
                 port: port(format!("{key}.dev"), &r.dev)?,
             });
+        }
+        if let Some(rf) = &file.dataplane.routes_file {
+            let path = match base {
+                Some(b) if rf.is_relative() => b.join(rf),
+                _ => rf.clone(),
+            };
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                invalid(
+                    "dataplane.routes_file",
+                    path.display(),
+                    format!("cannot read: {e}"),
+                )
+            })?;
+            for (n, line) in text.lines().enumerate() {
+                let line = line.split('#').next().unwrap_or("").trim();
+                if line.is_empty() {
+                    continue;
+                }
+                let key = format!("{}:{}", path.display(), n + 1);
+                routes.push(
+                    parse_route_line(line)
+                        .map_err(|why| invalid(key.clone(), line, why))
+                        .and_then(|(prefix, len, via, dev)| {
+                            Ok(Route {
+                                prefix,
+                                len,
+                                via,
+                                port: port(format!("{key} dev"), dev)?,
+                            })
+                        })?,
+                );
+            }
         }
         let mut neighbours = Vec::new();
         for (i, n) in file.neighbours.iter().enumerate() {
@@ -665,6 +732,41 @@ dev = "out0"
     }
 
     #[test]
+    fn a_million_prefixes_load_from_a_routes_file() {
+        use rand::{Rng, SeedableRng};
+        let dir = std::env::temp_dir().join(format!("dp-routes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp dir");
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let mut text = String::with_capacity(40 << 20);
+        for _ in 0..1_000_000 {
+            let a: u32 = rng.gen();
+            text.push_str(&format!(
+                "{}/24 via 198.19.0.1 dev out0\n",
+                std::net::Ipv4Addr::from(a & 0xffff_ff00)
+            ));
+        }
+        text.push_str("# comment\n\n203.0.113.0/24 dev in0 # connected\n");
+        std::fs::write(dir.join("big.routes"), &text).expect("write");
+        let toml = GOOD.replace(
+            "mode = \"l3fwd\"",
+            "mode = \"l3fwd\"\nroutes_file = \"big.routes\"",
+        );
+        let c = Config::parse_in(&toml, "t", Some(&dir)).expect("valid");
+        assert_eq!(c.routes.len(), 4 + 1_000_001);
+        let t = c
+            .build_table(&[[2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 1, 2]])
+            .expect("table");
+        assert!(t.v4.len() >= 1_000_000);
+        assert!(matches!(t.route_v4(0xcb00_7105), Lookup::NoNeighbour));
+        std::fs::write(dir.join("bad.routes"), "10.0.0.0/8 via 10.0.0.1\n").expect("write");
+        let e = Config::parse_in(&toml.replace("big.routes", "bad.routes"), "t", Some(&dir))
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains("bad.routes:1") && e.contains("dev"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn mac_and_prefix_parsing() {
         assert_eq!(parse_mac("02:00:0a:ff:00:01"), Some([2, 0, 10, 255, 0, 1]));
         assert_eq!(parse_mac("02:00:0a:ff:00"), None);
@@ -689,7 +791,10 @@ mod example_files {
         for e in std::fs::read_dir(&dir).expect("config/ exists") {
             let p = e.expect("entry").path();
             if p.extension().is_some_and(|x| x == "toml") {
-                let parsed = Config::parse(&std::fs::read_to_string(&p).expect("read"), &p.display().to_string());
+                let parsed = Config::parse(
+                    &std::fs::read_to_string(&p).expect("read"),
+                    &p.display().to_string(),
+                );
                 // CPU numbers in examples may exceed this machine's; everything else must hold.
                 if let Err(ConfigError::Invalid { key, .. }) = &parsed {
                     if key.ends_with(".cpu") {

@@ -361,7 +361,10 @@ pub fn run(
     let pollers: Vec<Snapshot> = stats.iter().map(|s| s.snapshot()).collect();
     let frames_ok = reports.iter().all(|r| r.frames.held_by_kernel() == 0);
     let totals = Snapshot::sum(pollers.iter());
-    let drops_by_reason = crate::packet::DropReason::ALL.iter().map(|r| (r.name(), totals.drop_count(*r))).collect();
+    let drops_by_reason = crate::packet::DropReason::ALL
+        .iter()
+        .map(|r| (r.name(), totals.drop_count(*r)))
+        .collect();
     Ok(RunSummary {
         drops_by_reason,
         mode: cfg.dataplane.mode.name(),

@@ -172,6 +172,10 @@ impl From<ModeArg> for Mode {
 fn stop_flag() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal while the first stop is under way exits at once (status 1); the
+        // kernel still detaches the bpf_links when the process dies.
+        signal_hook::flag::register_conditional_shutdown(sig, 1, stop.clone())
+            .context("installing signal handlers")?;
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
     }
     Ok(stop)

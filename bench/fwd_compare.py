@@ -108,6 +108,8 @@ def one_rep(args, bed, dut, rep):
     else:
         cfg = sh(args.bin, "testbed", "config", "--prefix", p, "--mode", dut, "--cpus", str(args.dut_cpu),
                  "--batch", str(args.batch))
+        if args.tx_kick_budget is not None:
+            cfg = cfg.replace("[dataplane]\n", f"[dataplane]\ntx_kick_budget = {args.tx_kick_budget}\n", 1)
         cfg_path = f"/tmp/{p}-{dut}.toml"
         with open(cfg_path, "w") as f:
             f.write(cfg)
@@ -126,8 +128,10 @@ def one_rep(args, bed, dut, rep):
     # copy into the UMEM) runs on --dp-napi-cpu, by default the generator's ("same-package":
     # poller and interrupt work on different CPUs, the layout the seeds found best).
     napi_cpu = args.dut_cpu if dut == "kernel" else args.dp_napi_cpu
+    napi = []
     for dev in (d0, d1):
-        tids += [(t, t) for t in enable_threaded_napi(dut_ns, dev, napi_cpu)]
+        napi += [(t, t) for t in enable_threaded_napi(dut_ns, dev, napi_cpu)]
+    tids += napi
     total = args.warmup + args.window
     sink = subprocess.Popen(["ip", "netns", "exec", sink_ns, args.bin, "sink", "--iface", s0,
                              "--duration", str(total), "--skip", str(args.warmup), "--json",
@@ -145,9 +149,9 @@ def one_rep(args, bed, dut, rep):
             raise RuntimeError("sink exited before its window opened")
         if "window open" in line:
             break
-    cpu0, tx0, t0 = cpu_ns(tids), read_counter(dut_ns, d1, "tx_packets"), time.time()
+    cpu0, napi0, tx0, t0 = cpu_ns(tids), cpu_ns(napi), read_counter(dut_ns, d1, "tx_packets"), time.time()
     sink.wait()
-    cpu1, tx1, t1 = cpu_ns(tids), read_counter(dut_ns, d1, "tx_packets"), time.time()
+    cpu1, napi1, tx1, t1 = cpu_ns(tids), cpu_ns(napi), read_counter(dut_ns, d1, "tx_packets"), time.time()
     gen.wait()
     with open(f"/tmp/{p}-sink.json") as f:
         s = json.load(f)
@@ -172,6 +176,11 @@ def one_rep(args, bed, dut, rep):
         "sink_packets": pkts, "dut_tx_packets": tx, "suspect": suspect,
         "dut_cpu_ns": cpu1 - cpu0, "dut_cpu_ns_per_pkt": ns_per_pkt,
         "dut_cpu_util": (cpu1 - cpu0) / 1e9 / (t1 - t0),
+        # Where the DUT's time went: its NAPI kthreads (for the dataplane: XDP steer + copy into
+        # the UMEM; for the kernel: everything) and its own threads (pollers: the loop and the
+        # sendto that builds an skb per frame in copy mode).
+        "napi_ns_per_pkt": (napi1 - napi0) / pkts if pkts else None,
+        "threads_ns_per_pkt": ((cpu1 - cpu0) - (napi1 - napi0)) / pkts if pkts else None,
         "drops": {k: v for k, v in summary["drops_by_reason"].items() if v} if summary else None,
     }
 
@@ -186,6 +195,8 @@ def main():
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--flows", type=int, default=1)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--tx-kick-budget", type=int, default=None,
+                    help="set [dataplane] tx_kick_budget in the dataplane configs (0: kernel default 32)")
     ap.add_argument("--gen-cpu", type=int, default=0)
     ap.add_argument("--dut-cpu", type=int, default=1)
     ap.add_argument("--dp-napi-cpu", type=int, default=None,
@@ -215,8 +226,8 @@ def main():
     print(f"\n{args.size}-byte UDP, {args.flows} flow(s), gen cpu {args.gen_cpu}, DUT cpu {args.dut_cpu}, "
           f"dataplane NAPI cpu {args.dp_napi_cpu}, kernel NAPI cpu {args.dut_cpu}, "
           f"median of {args.reps} (min-max), window {args.window}s after {args.warmup}s warm-up\n")
-    print("| DUT | forwarded Mpps | DUT CPU ns/pkt | offered Mpps | DUT drops by reason (last rep, whole run) |")
-    print("|---|---|---|---|---|")
+    print("| DUT | forwarded Mpps | DUT CPU ns/pkt | of which NAPI / own threads | offered Mpps | DUT drops by reason (last rep, whole run) |")
+    print("|---|---|---|---|---|---|")
     med = {}
     for dut in args.duts.split(","):
         rs = [r for r in runs if r["dut"] == dut]
@@ -226,7 +237,9 @@ def main():
         med[dut] = c[0]
         drops = rs[-1]["drops"]
         drops = "n/a (kernel)" if drops is None else (", ".join(f"{k}={v}" for k, v in drops.items()) or "none")
-        print(f"| {dut} | {f[0]:.3f} ({f[1]:.3f}-{f[2]:.3f}) | {c[0]:.0f} ({c[1]:.0f}-{c[2]:.0f}) | {o[0]:.2f} | {drops} |")
+        n = median_range([r["napi_ns_per_pkt"] for r in rs])[0] or 0
+        t = median_range([r["threads_ns_per_pkt"] for r in rs])[0] or 0
+        print(f"| {dut} | {f[0]:.3f} ({f[1]:.3f}-{f[2]:.3f}) | {c[0]:.0f} ({c[1]:.0f}-{c[2]:.0f}) | {n:.0f} / {t:.0f} | {o[0]:.2f} | {drops} |")
     if "l3fwd" in med and "bounce" in med and med["bounce"]:
         print(f"\nl3fwd / bounce ns/pkt = {med['l3fwd'] / med['bounce']:.3f}")
     if "l3fwd" in med and "kernel" in med and med["kernel"]:

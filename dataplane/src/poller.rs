@@ -48,6 +48,8 @@ pub struct PollerSpec {
     pub batch: u32,
     /// Idle behaviour.
     pub idle: Idle,
+    /// Frames per copy-mode TX kick (0: kernel default).
+    pub tx_kick_budget: u32,
 }
 
 /// Sent by a poller once its setup is done (or failed).
@@ -246,8 +248,15 @@ fn setup(
     let free = area.full_free_list();
     let alloc_time = t1.elapsed();
     let t2 = Instant::now();
-    let sockets = xsk::open(&area, &spec.sockets, RingSizes { entries: spec.ring })
-        .map_err(|source| PollerError::Socket { id, source })?;
+    let sockets = xsk::open(
+        &area,
+        &spec.sockets,
+        RingSizes {
+            entries: spec.ring,
+            tx_kick_budget: spec.tx_kick_budget,
+        },
+    )
+    .map_err(|source| PollerError::Socket { id, source })?;
     let socket_time = t2.elapsed();
     let fds: Vec<(u16, u32, i32)> = sockets
         .queues

@@ -211,6 +211,7 @@ pub fn run(
             ring: cfg.dataplane.ring_size,
             batch: cfg.dataplane.batch_size,
             idle: cfg.dataplane.idle,
+            tx_kick_budget: cfg.dataplane.tx_kick_budget,
         };
         let st = Arc::new(PollerStats::default());
         stats.push(st.clone());

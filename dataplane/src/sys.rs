@@ -237,6 +237,29 @@ pub fn xsk_is_zerocopy(fd: RawFd) -> Result<bool, SyscallError> {
     Ok(opts & XDP_OPTIONS_ZEROCOPY != 0)
 }
 
+/// XDP_MAX_TX_SKB_BUDGET (Linux 6.17+): frames a copy-mode sendto() may send per call
+/// (32 before). Not in older uapi headers, hence the literal.
+const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
+
+/// Raises how many frames one copy-mode TX kick sends. Fails with ENOPROTOOPT on kernels
+/// without the option (they keep 32).
+pub fn xsk_set_tx_budget(fd: RawFd, frames: u32) -> Result<(), SyscallError> {
+    // SAFETY: `frames` is a valid u32 read by the kernel for the length given.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            SOL_XDP,
+            XDP_MAX_TX_SKB_BUDGET,
+            (&frames as *const u32).cast(),
+            std::mem::size_of::<u32>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(SyscallError::last("setsockopt(XDP_MAX_TX_SKB_BUDGET)"));
+    }
+    Ok(())
+}
+
 /// Waits up to `timeout_ms` for any of `fds` to become readable. Interruptions are not errors.
 pub fn poll_readable(fds: &mut [libc::pollfd], timeout_ms: i32) {
     // SAFETY: `fds` is a valid, writable array of pollfd of the length given.

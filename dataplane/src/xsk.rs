@@ -74,6 +74,8 @@ pub struct SocketSpec {
 pub struct RingSizes {
     /// RX/TX/fill/completion entries.
     pub entries: u32,
+    /// Frames per copy-mode TX kick (0: kernel default).
+    pub tx_kick_budget: u32,
 }
 
 /// The UMEM and its sockets, in drop order: rings, then the UMEM registration. The area itself
@@ -155,6 +157,10 @@ pub fn open(area: &Area, specs: &[SocketSpec], sizes: RingSizes) -> Result<Socke
         umem.bind(&user).map_err(|e| err("bind", s, e))?;
         if i == 0 {
             zerocopy = crate::sys::xsk_is_zerocopy(rx.as_raw_fd()).unwrap_or(false);
+        }
+        // Fewer, larger copy-mode kicks; kernels without the option keep their 32.
+        if sizes.tx_kick_budget > 0 {
+            let _ = crate::sys::xsk_set_tx_budget(rx.as_raw_fd(), sizes.tx_kick_budget);
         }
         queues.push(QueueRings {
             fq_cq,

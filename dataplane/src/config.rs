@@ -120,6 +120,18 @@ pub struct DataplaneSection {
     /// UMEM frame size in bytes (2048 or 4096).
     #[serde(default = "default_frame_size")]
     pub frame_size: u32,
+    /// Where each poller's UMEM pages live (ablation knob): `local` (the poller's node),
+    /// `remote` (another node), `interleave` (all nodes).
+    #[serde(default)]
+    pub memory: MemoryPlacement,
+    /// Packet data alignment (ablation knob): `cacheline` (data starts on a cache line) or
+    /// `offset:N` (N bytes of extra UMEM headroom, 1..=63, so data straddles lines).
+    #[serde(default = "default_align")]
+    pub align: String,
+    /// Counters (ablation knob): `percpu` (single writer per poller) or `shared` (one set of
+    /// atomic counters every poller increments: the thing the seeds warn about).
+    #[serde(default)]
+    pub stats: StatsMode,
     /// Frames one copy-mode TX kick may send (XDP_MAX_TX_SKB_BUDGET, Linux 6.17+); 0 keeps
     /// the kernel's default of 32. Ignored where the kernel lacks the option.
     #[serde(default = "default_tx_budget")]
@@ -127,6 +139,46 @@ pub struct DataplaneSection {
     /// More routes, one per line in iproute2 form (`PREFIX [via ADDR] dev IFACE`), for tables
     /// too large for TOML. Relative to the config file's directory.
     pub routes_file: Option<std::path::PathBuf>,
+}
+
+/// UMEM placement relative to the poller's NUMA node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryPlacement {
+    /// The poller's node.
+    #[default]
+    Local,
+    /// Another node (ablation).
+    Remote,
+    /// Interleaved over all nodes.
+    Interleave,
+}
+
+/// Counter layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StatsMode {
+    /// One single-writer block per poller.
+    #[default]
+    Percpu,
+    /// One block of atomics shared by all pollers (locked read-modify-write).
+    Shared,
+}
+
+fn default_align() -> String {
+    "cacheline".into()
+}
+
+/// Parses `align`: the extra UMEM headroom in bytes (0 for `cacheline`).
+pub fn parse_align(s: &str) -> Option<u32> {
+    match s {
+        "cacheline" => Some(0),
+        _ => s
+            .strip_prefix("offset:")?
+            .parse()
+            .ok()
+            .filter(|n| (1..=63).contains(n)),
+    }
 }
 
 fn default_batch() -> u32 {
@@ -357,6 +409,13 @@ impl Config {
                     "must be at least ring_size ({}) and at most 1048576",
                     d.ring_size
                 ),
+            ));
+        }
+        if parse_align(&d.align).is_none() {
+            return Err(invalid(
+                "dataplane.align",
+                &d.align,
+                "must be \"cacheline\" or \"offset:N\" with N in 1..=63",
             ));
         }
         if d.tx_kick_budget > 4096 {
@@ -741,6 +800,16 @@ dev = "out0"
         assert!(e.contains("neighbours[0].mac"), "{e}");
         let e = err(&GOOD.replace("cpu = 0", "cpu = 4096"));
         assert!(e.contains("pollers[0].cpu") && e.contains("4096"), "{e}");
+        let e = err(&GOOD.replace(
+            "mode = \"l3fwd\"",
+            "mode = \"l3fwd\"\nalign = \"offset:64\"",
+        ));
+        assert!(
+            e.contains("dataplane.align") && e.contains("offset:64"),
+            "{e}"
+        );
+        let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"l3fwd\"\nmemory = \"far\""));
+        assert!(e.contains("far"), "{e}");
         let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"l3fwd\"\nbatch_size = 0"));
         assert!(e.contains("batch_size"), "{e}");
         let e = err(&GOOD.replace("2001:2:0:1::1\"\ndev", "198.19.0.1\"\ndev"));

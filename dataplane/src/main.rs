@@ -11,7 +11,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use dataplane::bpf::{Gen, GenConfig, Sink};
 use dataplane::config::{parse_mac, Config, Mode};
 use dataplane::packet::build::{udp_v4, udp_v6, FrameSpec};
+use dataplane::plan::{self, Layout, Plan, QueueIn};
 use dataplane::runtime::{self, RunOptions};
+use dataplane::topology::{self as topo, Machine, Source};
 use dataplane::{sys, testbed};
 
 #[derive(Parser)]
@@ -41,6 +43,50 @@ enum Cmd {
         /// Also write the final summary as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Pin pollers by this layout instead of the config's cpus (irq-core, smt-sibling,
+        /// same-package, remote-node, spread, explicit, unpinned).
+        #[arg(long)]
+        layout: Option<String>,
+        /// Interrupt CPU of a queue, `QUEUE:CPU`, or `CPU` for all (veth has no IRQs: the
+        /// sender's CPU or the NAPI thread's plays it). Repeatable.
+        #[arg(long = "irq-cpu")]
+        irq_cpu: Vec<String>,
+        /// Move each queue's IRQ / NAPI thread to its planned interrupt CPU (restored at exit).
+        #[arg(long)]
+        apply_irq: bool,
+    },
+    /// Show the machine: packages, NUMA nodes, cores, threads; interfaces and queue interrupts.
+    Topology {
+        /// Load an hwloc synthetic topology instead, e.g. "pack:2 [numa] core:4 pu:2".
+        #[arg(long)]
+        synthetic: Option<String>,
+        /// Load an hwloc XML export of another machine instead.
+        #[arg(long)]
+        xml: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Plan which CPU polls which queue for a layout, with the memory node and warnings.
+    Plan {
+        /// Config file (interfaces, pollers and their queues).
+        #[arg(long)]
+        config: PathBuf,
+        /// Layout name.
+        #[arg(long)]
+        layout: String,
+        /// Interrupt CPU of a queue, `QUEUE:CPU`, or `CPU` for all. Repeatable.
+        #[arg(long = "irq-cpu")]
+        irq_cpu: Vec<String>,
+        /// Plan for an hwloc synthetic topology.
+        #[arg(long)]
+        synthetic: Option<String>,
+        /// Plan for an hwloc XML topology.
+        #[arg(long)]
+        xml: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Build or tear down a gen <-> dut <-> sink netns testbed.
     Testbed {
@@ -169,6 +215,62 @@ impl From<ModeArg> for Mode {
     }
 }
 
+/// Parses `--irq-cpu` values: `QUEUE:CPU` or `CPU` (every queue).
+fn parse_irq_overrides(vals: &[String]) -> Result<Vec<(Option<u32>, usize)>> {
+    vals.iter()
+        .map(|v| {
+            let bad = || anyhow::anyhow!("--irq-cpu {v}: expected QUEUE:CPU or CPU");
+            match v.split_once(':') {
+                Some((q, c)) => Ok((
+                    Some(q.parse().map_err(|_| bad())?),
+                    c.parse().map_err(|_| bad())?,
+                )),
+                None => Ok((None, v.parse().map_err(|_| bad())?)),
+            }
+        })
+        .collect()
+}
+
+/// Plans `layout` for the config's queues. On the host, interrupt CPUs and the interfaces'
+/// node are read from the machine unless overridden.
+fn make_plan(cfg: &Config, layout: &str, irq: &[String], source: &Source) -> Result<Plan> {
+    let layout = Layout::parse(layout).with_context(|| {
+        format!(
+            "--layout {layout}: one of {}",
+            Layout::ALL.map(|l| l.name()).join(", ")
+        )
+    })?;
+    let machine = Machine::load(source)?;
+    let overrides = parse_irq_overrides(irq)?;
+    let host = matches!(source, Source::Host);
+    let mut queues = Vec::new();
+    for p in &cfg.pollers {
+        for &q in &p.queues {
+            let over = overrides
+                .iter()
+                .rev()
+                .find(|(oq, _)| oq.is_none_or(|oq| oq == q))
+                .map(|(_, c)| *c);
+            let detected = || {
+                cfg.interfaces
+                    .iter()
+                    .find_map(|i| topo::queue_irq(i, q).and_then(|s| s.cpu()))
+            };
+            queues.push(QueueIn {
+                queue: q,
+                irq_cpu: over.or_else(|| if host { detected() } else { None }),
+                config_cpu: p.cpu,
+            });
+        }
+    }
+    let node = if host {
+        cfg.interfaces.iter().find_map(|i| topo::interface_node(i))
+    } else {
+        None
+    };
+    Ok(plan::plan(&machine, &queues, node, layout)?)
+}
+
 fn stop_flag() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -208,9 +310,23 @@ fn real_main() -> Result<()> {
             duration,
             interval,
             json,
+            layout,
+            irq_cpu,
+            apply_irq,
         } => {
             let cfg = Config::load(&config)?;
+            let plan = layout
+                .map(|l| make_plan(&cfg, &l, &irq_cpu, &Source::Host))
+                .transpose()?;
+            if apply_irq && plan.is_none() {
+                bail!("--apply-irq needs --layout (the plan says where interrupts go)");
+            }
+            if let Some(p) = &plan {
+                eprint!("{}", p.render(&cfg.interfaces));
+            }
             let opts = RunOptions {
+                plan,
+                apply_irq,
                 duration: duration.map(|d| secs(d, "--duration")).transpose()?,
                 interval: (interval > 0.0)
                     .then(|| secs(interval, "--interval"))
@@ -224,6 +340,77 @@ fn real_main() -> Result<()> {
                 eprintln!(
                     "warning: some UMEM frames were still held by the kernel at exit (see above)"
                 );
+            }
+            Ok(())
+        }
+        Cmd::Topology {
+            synthetic,
+            xml,
+            json,
+        } => {
+            let host = synthetic.is_none() && xml.is_none();
+            let m = Machine::load(&topo::source_from_args(synthetic, xml.as_deref()))?;
+            let mut ifaces = Vec::new();
+            if host {
+                let mut names: Vec<String> = std::fs::read_dir("/sys/class/net")
+                    .map(|d| {
+                        d.flatten()
+                            .map(|e| e.file_name().to_string_lossy().into_owned())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                names.sort();
+                for name in names.into_iter().filter(|n| n != "lo") {
+                    let queues = sys::rx_queue_count(&name).unwrap_or(0);
+                    let irqs: Vec<_> = (0..queues).map(|q| topo::queue_irq(&name, q)).collect();
+                    ifaces.push(serde_json::json!({"name": name, "numa_node": topo::interface_node(&name), "rx_queues": queues, "queue_irqs": irqs}));
+                }
+            }
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({"machine": m, "interfaces": ifaces})
+                    )?
+                );
+            } else {
+                print!("{}", m.render());
+                for i in &ifaces {
+                    println!(
+                        "interface {}: numa node {}, {} rx queue(s)",
+                        i["name"].as_str().unwrap_or("?"),
+                        i["numa_node"]
+                            .as_u64()
+                            .map_or("unknown".to_string(), |n| n.to_string()),
+                        i["rx_queues"]
+                    );
+                    for (q, src) in i["queue_irqs"].as_array().into_iter().flatten().enumerate() {
+                        let what = match serde_json::from_value::<Option<topo::IrqSource>>(src.clone()).ok().flatten() {
+                            Some(topo::IrqSource::Irq { irq, cpus }) => format!("IRQ {irq} on cpus {cpus:?}"),
+                            Some(topo::IrqSource::NapiThread { name, cpus, .. }) => format!("{name} on cpus {cpus:?}"),
+                            None => "no IRQ, no NAPI thread (veth without XDP/threaded NAPI: receive work runs on the sender's CPU)".into(),
+                        };
+                        println!("  queue {q}: {what}");
+                    }
+                }
+            }
+            Ok(())
+        }
+        Cmd::Plan {
+            config,
+            layout,
+            irq_cpu,
+            synthetic,
+            xml,
+            json,
+        } => {
+            let cfg = Config::load(&config)?;
+            let source = topo::source_from_args(synthetic, xml.as_deref());
+            let p = make_plan(&cfg, &layout, &irq_cpu, &source)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&p)?);
+            } else {
+                print!("{}", p.render(&cfg.interfaces));
             }
             Ok(())
         }

@@ -3,7 +3,7 @@
 //! The area is mapped and touched by the poller thread after it is pinned, so first touch places
 //! the pages on that CPU's NUMA node. Frames are `frame_size` (power of two) apart; the kernel
 //! writes packet data at a fixed headroom inside a frame, so packet data starts cache-line aligned.
-use crate::sys::{Mmap, SyscallError};
+use crate::sys::{MemPolicy, Mmap, SyscallError};
 
 /// A fixed-capacity stack of frame addresses. `push` never allocates; the capacity is the
 /// UMEM's frame count, and a frame is in exactly one place at a time, so it never overflows.
@@ -62,15 +62,28 @@ pub struct Area {
 }
 
 impl Area {
-    /// Maps and touches the area on the calling thread.
-    pub fn new(frames: u32, frame_size: u32) -> Result<Area, SyscallError> {
+    /// Maps the area, applies `policy` (before any page exists), and touches every page on
+    /// the calling thread (first touch: with no policy, pages land on the thread's node).
+    pub fn new(
+        frames: u32,
+        frame_size: u32,
+        policy: Option<(MemPolicy, &[usize])>,
+    ) -> Result<Area, SyscallError> {
         let mut map = Mmap::anonymous(frames as usize * frame_size as usize)?;
+        if let Some((p, nodes)) = policy {
+            crate::sys::mbind(&map, p, nodes)?;
+        }
         map.touch_pages();
         Ok(Area {
             map,
             frame_size,
             frames,
         })
+    }
+
+    /// Where the area's pages are: (NUMA node, sampled pages); a negative node is an errno.
+    pub fn page_nodes(&self) -> Vec<(i32, usize)> {
+        crate::sys::page_nodes(&self.map, 64).unwrap_or_default()
     }
 
     /// The mapping (to register it as the UMEM).
@@ -159,7 +172,11 @@ mod tests {
 
     #[test]
     fn descriptor_checks() {
-        let a = Area::new(4, 2048).expect("mmap");
+        let a = Area::new(4, 2048, None).expect("mmap");
+        assert!(
+            a.page_nodes().iter().all(|(n, _)| *n >= 0),
+            "touched pages are present"
+        );
         assert_eq!(a.check(256, 64), Some(256));
         assert_eq!(a.check(2048 + 2000, 48), Some(4048));
         assert_eq!(a.check(2048 + 2000, 49), None, "crosses a frame boundary");

@@ -59,7 +59,10 @@ impl Layout {
     }
 
     fn needs_irq(self) -> bool {
-        matches!(self, Layout::IrqCore | Layout::SmtSibling | Layout::SamePackage | Layout::RemoteNode)
+        matches!(
+            self,
+            Layout::IrqCore | Layout::SmtSibling | Layout::SamePackage | Layout::RemoteNode
+        )
     }
 }
 
@@ -146,7 +149,12 @@ fn check_cpu(m: &Machine, cpu: usize, what: String) -> Result<(), PlanError> {
 }
 
 /// Plans `layout` for `queues` on `m`; `iface_node` is the interfaces' NUMA node if known.
-pub fn plan(m: &Machine, queues: &[QueueIn], iface_node: Option<usize>, layout: Layout) -> Result<Plan, PlanError> {
+pub fn plan(
+    m: &Machine,
+    queues: &[QueueIn],
+    iface_node: Option<usize>,
+    layout: Layout,
+) -> Result<Plan, PlanError> {
     let name = layout.name();
     let impossible = |why: String| PlanError::Impossible { layout: name, why };
     for q in queues {
@@ -154,7 +162,10 @@ pub fn plan(m: &Machine, queues: &[QueueIn], iface_node: Option<usize>, layout: 
             check_cpu(m, c, format!("interrupt CPU of queue {}", q.queue))?;
         }
         if layout.needs_irq() && q.irq_cpu.is_none() {
-            return Err(PlanError::IrqUnknown { layout: name, queue: q.queue });
+            return Err(PlanError::IrqUnknown {
+                layout: name,
+                queue: q.queue,
+            });
         }
     }
     let irq_cpus: BTreeSet<usize> = queues.iter().filter_map(|q| q.irq_cpu).collect();
@@ -166,7 +177,10 @@ pub fn plan(m: &Machine, queues: &[QueueIn], iface_node: Option<usize>, layout: 
         let mut seen = BTreeSet::new();
         let mut pus: Vec<_> = m.pus.iter().filter(|p| filter(p)).collect();
         pus.sort_by_key(|p| p.cpu);
-        pus.into_iter().filter(|p| seen.insert(p.core)).map(|p| p.cpu).collect()
+        pus.into_iter()
+            .filter(|p| seen.insert(p.core))
+            .map(|p| p.cpu)
+            .collect()
     };
     if layout == Layout::Spread {
         let node = iface_node.or_else(|| m.nodes.first().copied());
@@ -194,7 +208,12 @@ pub fn plan(m: &Machine, queues: &[QueueIn], iface_node: Option<usize>, layout: 
             let poller = match layout {
                 Layout::Unpinned => None,
                 Layout::Explicit => {
-                    let c = q.config_cpu.ok_or_else(|| impossible(format!("the config gives no cpu for the poller of queue {}", q.queue)))?;
+                    let c = q.config_cpu.ok_or_else(|| {
+                        impossible(format!(
+                            "the config gives no cpu for the poller of queue {}",
+                            q.queue
+                        ))
+                    })?;
                     check_cpu(m, c, format!("config cpu of queue {}", q.queue))?;
                     Some(c)
                 }
@@ -203,13 +222,18 @@ pub fn plan(m: &Machine, queues: &[QueueIn], iface_node: Option<usize>, layout: 
                     let c = irq.unwrap_or_default();
                     let sibs = m.siblings(c);
                     if sibs.is_empty() {
-                        return Err(impossible(format!("CPU {c}'s core has one hardware thread (no SMT)")));
+                        return Err(impossible(format!(
+                            "CPU {c}'s core has one hardware thread (no SMT)"
+                        )));
                     }
                     Some(sibs[0])
                 }
                 Layout::SamePackage | Layout::RemoteNode => {
                     let c = irq.unwrap_or_default();
-                    let me = m.pu(c).cloned().ok_or_else(|| impossible(format!("CPU {c} unknown")))?;
+                    let me = m
+                        .pu(c)
+                        .cloned()
+                        .ok_or_else(|| impossible(format!("CPU {c} unknown")))?;
                     if layout == Layout::RemoteNode && m.nodes.len() < 2 {
                         return Err(impossible(format!("it has {} NUMA node(s)", m.nodes.len())));
                     }
@@ -233,11 +257,17 @@ pub fn plan(m: &Machine, queues: &[QueueIn], iface_node: Option<usize>, layout: 
                             cpu,
                         )
                     });
-                    let pick = cands.into_iter().find(|cpu| !used_cores.contains(&core_of(*cpu).unwrap_or(usize::MAX)));
+                    let pick = cands
+                        .into_iter()
+                        .find(|cpu| !used_cores.contains(&core_of(*cpu).unwrap_or(usize::MAX)));
                     Some(pick.ok_or_else(|| {
                         impossible(format!(
                             "no free core {} CPU {c} for queue {}",
-                            if layout == Layout::SamePackage { "in the package of" } else { "on a node other than that of" },
+                            if layout == Layout::SamePackage {
+                                "in the package of"
+                            } else {
+                                "on a node other than that of"
+                            },
                             q.queue
                         ))
                     })?)
@@ -257,7 +287,11 @@ pub fn plan(m: &Machine, queues: &[QueueIn], iface_node: Option<usize>, layout: 
         }
     }
     let warnings = warnings(m, &entries, iface_node);
-    Ok(Plan { layout, entries, warnings })
+    Ok(Plan {
+        layout,
+        entries,
+        warnings,
+    })
 }
 
 fn warnings(m: &Machine, entries: &[PlanEntry], iface_node: Option<usize>) -> Vec<String> {
@@ -271,7 +305,10 @@ fn warnings(m: &Machine, entries: &[PlanEntry], iface_node: Option<usize>) -> Ve
         }
         if let Some(c) = e.poller_cpu {
             if irq.contains(&c) {
-                w.push(format!("queue {}: poller on CPU {c}, which takes interrupts", e.queue));
+                w.push(format!(
+                    "queue {}: poller on CPU {c}, which takes interrupts",
+                    e.queue
+                ));
             }
             let core = m.pu(c).map(|p| p.core);
             for o in &entries[i + 1..] {
@@ -292,7 +329,15 @@ fn warnings(m: &Machine, entries: &[PlanEntry], iface_node: Option<usize>) -> Ve
 impl Plan {
     /// The table `dataplane plan` prints, one row per interface and queue.
     pub fn render(&self, interfaces: &[String]) -> String {
-        let mut s = format!("layout {}\n{:<16} {:>5} {:>8} {:>10} {:>8}\n", self.layout.name(), "iface", "queue", "irq cpu", "poller cpu", "mem node");
+        let mut s = format!(
+            "layout {}\n{:<16} {:>5} {:>8} {:>10} {:>8}\n",
+            self.layout.name(),
+            "iface",
+            "queue",
+            "irq cpu",
+            "poller cpu",
+            "mem node"
+        );
         let opt = |o: Option<usize>| o.map_or("-".to_string(), |v| v.to_string());
         for e in &self.entries {
             for i in interfaces {
@@ -326,7 +371,11 @@ mod tests {
     }
 
     fn q(queue: u32, irq: usize) -> QueueIn {
-        QueueIn { queue, irq_cpu: Some(irq), config_cpu: None }
+        QueueIn {
+            queue,
+            irq_cpu: Some(irq),
+            config_cpu: None,
+        }
     }
 
     fn pollers(p: &Plan) -> Vec<Option<usize>> {
@@ -350,28 +399,63 @@ mod tests {
             let (pc, ic) = (m.pu(e.poller_cpu.unwrap()).unwrap(), m.pu(irq).unwrap());
             assert_eq!(pc.package, ic.package);
             assert_ne!(pc.core, ic.core);
-            assert_ne!(pc.core, m.pu(2 - irq).unwrap().core, "avoids the other queue's interrupt core");
+            assert_ne!(
+                pc.core,
+                m.pu(2 - irq).unwrap().core,
+                "avoids the other queue's interrupt core"
+            );
         }
         assert_ne!(p.entries[0].poller_cpu, p.entries[1].poller_cpu);
         let p = plan(&m, &qs, Some(node_of(0).unwrap()), Layout::RemoteNode).unwrap();
         for e in &p.entries {
             assert_ne!(e.mem_node, node_of(0));
-            assert_eq!(e.mem_node, m.pu(e.poller_cpu.unwrap()).unwrap().node, "memory follows the poller");
+            assert_eq!(
+                e.mem_node,
+                m.pu(e.poller_cpu.unwrap()).unwrap().node,
+                "memory follows the poller"
+            );
         }
         assert!(p.warnings.iter().any(|w| w.contains("remote memory")));
-        let p = plan(&m, &[q(0, 5), q(1, 5), q(2, 5)], Some(node_of(8).unwrap()), Layout::Spread).unwrap();
-        let cores: BTreeSet<usize> = p.entries.iter().map(|e| m.pu(e.poller_cpu.unwrap()).unwrap().core).collect();
+        let p = plan(
+            &m,
+            &[q(0, 5), q(1, 5), q(2, 5)],
+            Some(node_of(8).unwrap()),
+            Layout::Spread,
+        )
+        .unwrap();
+        let cores: BTreeSet<usize> = p
+            .entries
+            .iter()
+            .map(|e| m.pu(e.poller_cpu.unwrap()).unwrap().core)
+            .collect();
         assert_eq!(cores.len(), 3, "no two pollers on one core");
         for e in &p.entries {
-            assert_eq!(e.mem_node, node_of(8), "spread stays on the interface's node");
+            assert_eq!(
+                e.mem_node,
+                node_of(8),
+                "spread stays on the interface's node"
+            );
             assert_eq!(e.irq_cpu, e.poller_cpu, "interrupts aligned to the poller");
             assert!(e.irq_moved);
         }
-        assert!(!p.warnings.iter().any(|w| w.contains("remote") || w.contains("share")), "{:?}", p.warnings);
+        assert!(
+            !p.warnings
+                .iter()
+                .any(|w| w.contains("remote") || w.contains("share")),
+            "{:?}",
+            p.warnings
+        );
         let p = plan(&m, &qs, None, Layout::Unpinned).unwrap();
         assert_eq!(pollers(&p), vec![None, None]);
-        let qe = [QueueIn { queue: 0, irq_cpu: None, config_cpu: Some(7) }];
-        assert_eq!(pollers(&plan(&m, &qe, None, Layout::Explicit).unwrap()), vec![Some(7)]);
+        let qe = [QueueIn {
+            queue: 0,
+            irq_cpu: None,
+            config_cpu: Some(7),
+        }];
+        assert_eq!(
+            pollers(&plan(&m, &qe, None, Layout::Explicit).unwrap()),
+            vec![Some(7)]
+        );
         let too_many: Vec<QueueIn> = (0..5).map(|i| q(i, 0)).collect();
         let e = plan(&m, &too_many, node_of(0), Layout::Spread).unwrap_err();
         assert!(e.to_string().contains("5 queues"), "{e}");
@@ -384,7 +468,10 @@ mod tests {
         let irq_node = m.pu(0).unwrap().node;
         let p = plan(&m, &[q(0, 0)], irq_node, Layout::SamePackage).unwrap();
         let pc = m.pu(p.entries[0].poller_cpu.unwrap()).unwrap();
-        assert_eq!(pc.node, irq_node, "same package prefers the interrupt CPU's node");
+        assert_eq!(
+            pc.node, irq_node,
+            "same package prefers the interrupt CPU's node"
+        );
         assert_ne!(pc.core, m.pu(0).unwrap().core);
         let p = plan(&m, &[q(0, 0)], irq_node, Layout::RemoteNode).unwrap();
         assert_ne!(p.entries[0].mem_node, irq_node);
@@ -406,7 +493,17 @@ mod tests {
         assert_eq!(pollers(&p), vec![Some(1)]);
         let p = plan(&m, &[q(0, 0)], None, Layout::IrqCore).unwrap();
         assert_eq!(pollers(&p), vec![Some(0)]);
-        let e = plan(&m, &[QueueIn { queue: 0, irq_cpu: None, config_cpu: None }], None, Layout::IrqCore).unwrap_err();
+        let e = plan(
+            &m,
+            &[QueueIn {
+                queue: 0,
+                irq_cpu: None,
+                config_cpu: None,
+            }],
+            None,
+            Layout::IrqCore,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("--irq-cpu 0:CPU"), "{e}");
         let e = plan(&m, &[q(0, 9)], None, Layout::IrqCore).unwrap_err();
         assert!(e.to_string().contains("CPU 9"), "{e}");

@@ -50,6 +50,10 @@ pub struct PollerSpec {
     pub idle: Idle,
     /// Frames per copy-mode TX kick (0: kernel default).
     pub tx_kick_budget: u32,
+    /// Extra UMEM headroom (alignment ablation).
+    pub headroom: u32,
+    /// Memory policy for the UMEM and the nodes it names (None: first touch).
+    pub mem_policy: Option<(sys::MemPolicy, Vec<usize>)>,
 }
 
 /// Sent by a poller once its setup is done (or failed).
@@ -71,6 +75,8 @@ pub struct Ready {
     pub tid: i32,
     /// CPUs the thread is allowed on after pinning (read back).
     pub affinity: Vec<usize>,
+    /// NUMA nodes of the UMEM's pages (node, sampled pages), from move_pages.
+    pub umem_nodes: Vec<(i32, usize)>,
 }
 
 /// Setup failures inside a poller thread.
@@ -240,11 +246,10 @@ fn setup(
     let pin_time = t0.elapsed();
     let t1 = Instant::now();
     let bytes = spec.frames as usize * spec.frame_size as usize;
-    let area = Area::new(spec.frames, spec.frame_size).map_err(|source| PollerError::Memory {
-        id,
-        bytes,
-        source,
-    })?;
+    let policy = spec.mem_policy.as_ref().map(|(p, n)| (*p, n.as_slice()));
+    let area = Area::new(spec.frames, spec.frame_size, policy)
+        .map_err(|source| PollerError::Memory { id, bytes, source })?;
+    let umem_nodes = area.page_nodes();
     let free = area.full_free_list();
     let alloc_time = t1.elapsed();
     let t2 = Instant::now();
@@ -254,6 +259,7 @@ fn setup(
         RingSizes {
             entries: spec.ring,
             tx_kick_budget: spec.tx_kick_budget,
+            headroom: spec.headroom,
         },
     )
     .map_err(|source| PollerError::Socket { id, source })?;
@@ -279,6 +285,7 @@ fn setup(
         socket_time,
         tid: sys::gettid(),
         affinity: sys::current_thread_affinity().unwrap_or_default(),
+        umem_nodes,
     };
     let poller = Poller {
         sockets,

@@ -11,12 +11,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::bpf::{BpfError, Steer, STEER_STAT_NAMES};
-use crate::config::{Config, Mode};
+use crate::config::{Config, MemoryPlacement, Mode, StatsMode};
 use crate::fib::FibError;
 use crate::forward::Forwarder;
+use crate::irq::{IrqChanges, IrqError};
+use crate::plan::Plan;
 use crate::poller::{self, PollerError, PollerReport, PollerSpec, Ready};
 use crate::stats::{Counter, PollerStats, Snapshot};
 use crate::sys;
+use crate::topology::{Machine, Source, TopologyError};
 use crate::xsk::SocketSpec;
 
 /// Why a run could not start (nothing is left attached when one of these is returned).
@@ -53,6 +56,15 @@ pub enum RunError {
     /// A poller thread could not be started or died.
     #[error("poller thread: {0}")]
     Thread(String),
+    /// The machine's topology could not be read.
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    /// A memory placement the machine cannot give.
+    #[error("config key `dataplane.memory` = {0}: {1}")]
+    Memory(&'static str, String),
+    /// Moving interrupts failed.
+    #[error(transparent)]
+    Irq(#[from] IrqError),
 }
 
 /// How long and how loudly to run.
@@ -64,6 +76,12 @@ pub struct RunOptions {
     pub interval: Option<Duration>,
     /// Set by the signal handlers; the run stops when it becomes true.
     pub stop: Arc<AtomicBool>,
+    /// A layout plan: pollers are pinned as it says (poller i: the CPU planned for its first
+    /// queue) instead of the config's `cpu`.
+    pub plan: Option<Plan>,
+    /// Move the receive work (IRQ or NAPI thread) of every planned queue to its planned
+    /// interrupt CPU after attaching, and restore it at the end.
+    pub apply_irq: bool,
 }
 
 /// Setup timing of one poller (kept apart from the measured interval).
@@ -85,6 +103,10 @@ pub struct PollerSetup {
     pub sockets_us: u64,
     /// Zero-copy or copy mode.
     pub zerocopy: bool,
+    /// NUMA nodes of the UMEM pages: (node, sampled pages).
+    pub umem_nodes: Vec<(i32, usize)>,
+    /// The memory policy applied before first touch.
+    pub mem_policy: String,
 }
 
 /// Everything a finished run reports.
@@ -106,6 +128,10 @@ pub struct RunSummary {
     pub steer: Vec<(String, Vec<u64>)>,
     /// Whether every frame was accounted for in every poller.
     pub frames_ok: bool,
+    /// The layout plan the run followed, if any.
+    pub plan: Option<Plan>,
+    /// Interrupt changes made (`--apply-irq`), then restored.
+    pub irq_changes: Vec<crate::irq::Change>,
     /// Drops by reason name (all pollers), for readers that want names rather than indices.
     pub drops_by_reason: std::collections::BTreeMap<&'static str, u64>,
 }
@@ -188,8 +214,20 @@ pub fn run(
         go: Vec::new(),
     };
     let mut stats = Vec::new();
+    let machine = Machine::load(&Source::Host)?;
+    let shared_stats = Arc::new(PollerStats::new(true));
+    let headroom = crate::config::parse_align(&cfg.dataplane.align).unwrap_or(0);
     let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<Ready, PollerError>>(cfg.pollers.len());
     for (id, p) in cfg.pollers.iter().enumerate() {
+        let cpu = match &opts.plan {
+            Some(plan) => plan
+                .entries
+                .iter()
+                .find(|e| p.queues.first() == Some(&e.queue))
+                .and_then(|e| e.poller_cpu),
+            None => p.cpu,
+        };
+        let mem_policy = memory_policy(&machine, cfg.dataplane.memory, cpu)?;
         let mut sockets = Vec::new();
         for q in &p.queues {
             for (port, name) in cfg.interfaces.iter().enumerate() {
@@ -203,7 +241,9 @@ pub fn run(
         }
         let spec = PollerSpec {
             id,
-            cpu: p.cpu,
+            cpu,
+            headroom,
+            mem_policy,
             frames: cfg.dataplane.frames_per_queue * sockets.len() as u32,
             sockets,
             ports,
@@ -213,7 +253,10 @@ pub fn run(
             idle: cfg.dataplane.idle,
             tx_kick_budget: cfg.dataplane.tx_kick_budget,
         };
-        let st = Arc::new(PollerStats::default());
+        let st = match cfg.dataplane.stats {
+            StatsMode::Percpu => Arc::new(PollerStats::new(false)),
+            StatsMode::Shared => shared_stats.clone(),
+        };
         stats.push(st.clone());
         let (go_tx, go_rx) = mpsc::channel();
         match poller::spawn(spec, fwd.clone(), st, stop.clone(), ready_tx.clone(), go_rx) {
@@ -267,7 +310,13 @@ pub fn run(
         .iter()
         .map(|r| PollerSetup {
             id: r.id,
-            cpu: cfg.pollers[r.id].cpu,
+            cpu: r
+                .affinity
+                .first()
+                .copied()
+                .filter(|_| r.affinity.len() == 1),
+            umem_nodes: r.umem_nodes.clone(),
+            mem_policy: format!("{:?}", cfg.dataplane.memory).to_lowercase(),
             tid: r.tid,
             affinity: r.affinity.clone(),
             pin_us: r.pin_time.as_micros() as u64,
@@ -278,19 +327,45 @@ pub fn run(
         .collect();
     for s in &setup {
         log(&format!(
-            "poller {} on cpu {} (tid {}, allowed {:?}): pin {} us, umem {} us, sockets {} us, {}",
+            "poller {} on cpu {} (tid {}, allowed {:?}): pin {} us, umem {} us (memory {}, pages on node(s) {}), sockets {} us, {}",
             s.id,
             s.cpu.map_or("any".to_string(), |c| c.to_string()),
             s.tid,
             s.affinity,
             s.pin_us,
             s.alloc_us,
+            s.mem_policy,
+            s.umem_nodes.iter().map(|(n, c)| format!("{n}:{c}")).collect::<Vec<_>>().join(" "),
             s.sockets_us,
             if s.zerocopy { "zero-copy" } else { "copy mode" }
         ));
     }
     if setup.iter().any(|s| !s.zerocopy) {
         log("warning: AF_XDP runs in copy mode (the driver has no zero-copy support, e.g. veth)");
+    }
+    // Interrupt side of the plan: after attaching, because a veth has NAPI instances (and so
+    // NAPI threads) only while an XDP program is attached.
+    let mut irq = IrqChanges::default();
+    if opts.apply_irq {
+        let applied = (|| -> Result<(), RunError> {
+            for e in opts.plan.iter().flat_map(|p| p.entries.iter()) {
+                if let Some(cpu) = e.irq_cpu {
+                    for name in &cfg.interfaces {
+                        irq.apply(name, e.queue, cpu)?;
+                    }
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = applied {
+            irq.restore();
+            steers.iter_mut().for_each(Steer::detach);
+            running.abort(&stop);
+            return Err(e);
+        }
+        for l in irq.describe() {
+            log(&l);
+        }
     }
     // 5. Go; report every interval.
     for g in &running.go {
@@ -319,13 +394,16 @@ pub fn run(
         }
         if let (Some(at), Some(iv)) = (next_report, opts.interval) {
             if now >= at {
-                let cur = Snapshot::sum(
-                    stats
-                        .iter()
-                        .map(|s| s.snapshot())
-                        .collect::<Vec<_>>()
-                        .iter(),
-                );
+                let cur = match cfg.dataplane.stats {
+                    StatsMode::Percpu => Snapshot::sum(
+                        stats
+                            .iter()
+                            .map(|s| s.snapshot())
+                            .collect::<Vec<_>>()
+                            .iter(),
+                    ),
+                    StatsMode::Shared => shared_stats.snapshot(),
+                };
                 let d = cur.delta(&last);
                 let secs = (now - last_t).as_secs_f64();
                 log(&format!(
@@ -348,6 +426,10 @@ pub fn run(
         .iter()
         .map(|s| (s.ifname().to_string(), s.stats().to_vec()))
         .collect();
+    let irq_changes = irq.changes().to_vec();
+    for l in irq.restore() {
+        log(&l);
+    }
     steers.iter_mut().for_each(Steer::detach);
     std::thread::sleep(Duration::from_millis(20));
     stop.store(true, Ordering::Relaxed);
@@ -359,7 +441,11 @@ pub fn run(
             Err(_) => return Err(RunError::Thread("a poller panicked".into())),
         }
     }
-    let pollers: Vec<Snapshot> = stats.iter().map(|s| s.snapshot()).collect();
+    // In the shared-counter ablation every poller holds the same block: count it once.
+    let pollers: Vec<Snapshot> = match cfg.dataplane.stats {
+        StatsMode::Percpu => stats.iter().map(|s| s.snapshot()).collect(),
+        StatsMode::Shared => vec![shared_stats.snapshot()],
+    };
     let frames_ok = reports.iter().all(|r| r.frames.held_by_kernel() == 0);
     let totals = Snapshot::sum(pollers.iter());
     let drops_by_reason = crate::packet::DropReason::ALL
@@ -368,6 +454,8 @@ pub fn run(
         .collect();
     Ok(RunSummary {
         drops_by_reason,
+        plan: opts.plan.clone(),
+        irq_changes,
         mode: cfg.dataplane.mode.name(),
         elapsed_s: elapsed.as_secs_f64(),
         totals,
@@ -376,6 +464,37 @@ pub fn run(
         reports,
         steer,
         frames_ok,
+    })
+}
+
+/// The mbind policy for a poller pinned to `cpu` (None: leave it to first touch).
+fn memory_policy(
+    m: &Machine,
+    placement: MemoryPlacement,
+    cpu: Option<usize>,
+) -> Result<Option<(sys::MemPolicy, Vec<usize>)>, RunError> {
+    let node = cpu.and_then(|c| m.pu(c)).and_then(|p| p.node);
+    Ok(match placement {
+        MemoryPlacement::Local => node.map(|n| (sys::MemPolicy::Bind(n), vec![n])),
+        MemoryPlacement::Remote => {
+            let other = m.nodes.iter().copied().find(|n| Some(*n) != node);
+            match (node, other) {
+                (Some(_), Some(o)) => Some((sys::MemPolicy::Bind(o), vec![o])),
+                (None, _) => {
+                    return Err(RunError::Memory(
+                        "remote",
+                        "the poller is not pinned, so it has no node to be remote from".into(),
+                    ))
+                }
+                (_, None) => {
+                    return Err(RunError::Memory(
+                        "remote",
+                        format!("this machine has {} NUMA node(s)", m.nodes.len()),
+                    ))
+                }
+            }
+        }
+        MemoryPlacement::Interleave => Some((sys::MemPolicy::Interleave, m.nodes.clone())),
     })
 }
 

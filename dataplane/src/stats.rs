@@ -57,32 +57,49 @@ pub const COUNTER_NAMES: [&str; COUNTERS] = [
 ];
 const SLOTS: usize = COUNTERS + DropReason::COUNT;
 
-/// The shared, single-writer counter block of one poller.
+/// The counter block of one poller (or, in the `shared` ablation, of all of them).
 pub struct PollerStats {
     slots: CachePadded<[AtomicU64; SLOTS]>,
+    shared: bool,
 }
 
 impl Default for PollerStats {
     fn default() -> Self {
-        PollerStats {
-            slots: CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))),
-        }
+        Self::new(false)
     }
 }
 
 impl PollerStats {
-    /// Adds to a counter. Only the owning poller may call this (single writer).
-    #[inline(always)]
-    pub fn add(&self, c: Counter, v: u64) {
-        let s = &self.slots[c as usize];
-        s.store(s.load(Relaxed).wrapping_add(v), Relaxed);
+    /// A block; `shared` = every poller writes it with atomic read-modify-writes (the
+    /// `stats = "shared"` ablation); otherwise one poller writes it with plain stores.
+    pub fn new(shared: bool) -> Self {
+        PollerStats {
+            slots: CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            shared,
+        }
     }
 
-    /// Adds to a drop reason. Only the owning poller may call this.
+    #[inline(always)]
+    fn bump(&self, i: usize, v: u64) {
+        if let Some(s) = self.slots.get(i) {
+            if self.shared {
+                s.fetch_add(v, Relaxed);
+            } else {
+                s.store(s.load(Relaxed).wrapping_add(v), Relaxed);
+            }
+        }
+    }
+
+    /// Adds to a counter. Only the owning poller may call this (single writer), unless shared.
+    #[inline(always)]
+    pub fn add(&self, c: Counter, v: u64) {
+        self.bump(c as usize, v);
+    }
+
+    /// Adds to a drop reason. Only the owning poller may call this, unless shared.
     #[inline(always)]
     pub fn add_drop(&self, r: DropReason, v: u64) {
-        let s = &self.slots[COUNTERS + r as usize];
-        s.store(s.load(Relaxed).wrapping_add(v), Relaxed);
+        self.bump(COUNTERS + r as usize, v);
     }
 
     /// A copy of every counter.

@@ -508,3 +508,101 @@ pub fn prefetch<T>(r: &T) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = r;
 }
+
+/// Sets the CPUs a thread (any thread, e.g. a NAPI kthread) may run on.
+pub fn set_thread_affinity(tid: u32, cpus: &[usize]) -> Result<(), SyscallError> {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        if c < libc::CPU_SETSIZE as usize {
+            // SAFETY: c is below CPU_SETSIZE, inside the set.
+            unsafe { libc::CPU_SET(c, &mut set) };
+        }
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    if unsafe {
+        libc::sched_setaffinity(
+            tid as libc::pid_t,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set,
+        )
+    } != 0
+    {
+        return Err(SyscallError::last("sched_setaffinity"));
+    }
+    Ok(())
+}
+
+/// The NUMA node of each sampled page of `[ptr, ptr + len)` (move_pages with no target: a
+/// query), as (node, pages) counts. Negative nodes are errnos (e.g. -14 EFAULT: not present).
+pub fn page_nodes(map: &Mmap, samples: usize) -> Result<Vec<(i32, usize)>, SyscallError> {
+    let page = 4096usize;
+    let pages = (map.len() / page).max(1);
+    let step = (pages / samples.max(1)).max(1);
+    let mut addrs: Vec<*mut libc::c_void> = (0..pages)
+        .step_by(step)
+        // SAFETY: i * page < len: an address inside our mapping, only passed to the kernel.
+        .map(|i| unsafe { map.as_ptr().as_ptr().add(i * page) }.cast())
+        .collect();
+    let mut status = vec![0i32; addrs.len()];
+    // SAFETY: `addrs` and `status` are valid arrays of `addrs.len()` entries; a null nodes
+    // array makes move_pages only report where each page is.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_pages,
+            0,
+            addrs.len() as libc::c_ulong,
+            addrs.as_mut_ptr(),
+            std::ptr::null::<i32>(),
+            status.as_mut_ptr(),
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(SyscallError::last("move_pages"));
+    }
+    let mut counts: std::collections::BTreeMap<i32, usize> = std::collections::BTreeMap::new();
+    for s in status {
+        *counts.entry(s).or_default() += 1;
+    }
+    Ok(counts.into_iter().collect())
+}
+
+/// mbind policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemPolicy {
+    /// MPOL_BIND to one node.
+    Bind(usize),
+    /// MPOL_INTERLEAVE over these nodes.
+    Interleave,
+}
+
+/// Binds a mapping's pages (before first touch) to a node, or interleaves them over `nodes`.
+pub fn mbind(map: &Mmap, policy: MemPolicy, nodes: &[usize]) -> Result<(), SyscallError> {
+    const MPOL_BIND: libc::c_int = 2;
+    const MPOL_INTERLEAVE: libc::c_int = 3;
+    let mut mask = [0u64; 16];
+    let (mode, set): (libc::c_int, Vec<usize>) = match policy {
+        MemPolicy::Bind(n) => (MPOL_BIND, vec![n]),
+        MemPolicy::Interleave => (MPOL_INTERLEAVE, nodes.to_vec()),
+    };
+    for n in set.into_iter().filter(|n| *n < 1024) {
+        mask[n / 64] |= 1 << (n % 64);
+    }
+    // SAFETY: the range is our own mapping; `mask` is a valid node mask of 1024 bits.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mbind,
+            map.as_ptr().as_ptr(),
+            map.len() as libc::c_ulong,
+            mode,
+            mask.as_ptr(),
+            1024 as libc::c_ulong,
+            0 as libc::c_uint,
+        )
+    };
+    if rc != 0 {
+        return Err(SyscallError::last("mbind"));
+    }
+    Ok(())
+}

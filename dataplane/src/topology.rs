@@ -80,7 +80,8 @@ impl Machine {
         let (b, name) = match source {
             Source::Host => (b, "this machine".to_string()),
             Source::Synthetic(s) => (
-                b.from_synthetic(s).map_err(|_| TopologyError::Synthetic(s.clone()))?,
+                b.from_synthetic(s)
+                    .map_err(|_| TopologyError::Synthetic(s.clone()))?,
                 format!("synthetic \"{s}\""),
             ),
             Source::Xml(p) => (
@@ -99,7 +100,10 @@ impl Machine {
         let numa: Vec<(usize, Vec<usize>)> = topo
             .objects_with_type(ObjectType::NUMANode)
             .map(|n| {
-                let cpus = n.cpuset().map(|c| c.iter_set().map(usize::from).collect()).unwrap_or_default();
+                let cpus = n
+                    .cpuset()
+                    .map(|c| c.iter_set().map(usize::from).collect())
+                    .unwrap_or_default();
                 (n.os_index().unwrap_or(n.logical_index()), cpus)
             })
             .collect();
@@ -111,7 +115,10 @@ impl Machine {
                     cpu,
                     core: ancestor_index(p, ObjectType::Core).unwrap_or(cpu),
                     package: ancestor_index(p, ObjectType::Package).unwrap_or(0),
-                    node: numa.iter().find(|(_, cpus)| cpus.contains(&cpu)).map(|(n, _)| *n),
+                    node: numa
+                        .iter()
+                        .find(|(_, cpus)| cpus.contains(&cpu))
+                        .map(|(n, _)| *n),
                     l3: ancestor_index(p, ObjectType::L3Cache),
                 }
             })
@@ -131,8 +138,14 @@ impl Machine {
 
     /// The other hardware threads of `cpu`'s core.
     pub fn siblings(&self, cpu: usize) -> Vec<usize> {
-        let Some(me) = self.pu(cpu) else { return Vec::new() };
-        self.pus.iter().filter(|p| p.core == me.core && p.cpu != cpu).map(|p| p.cpu).collect()
+        let Some(me) = self.pu(cpu) else {
+            return Vec::new();
+        };
+        self.pus
+            .iter()
+            .filter(|p| p.core == me.core && p.cpu != cpu)
+            .map(|p| p.cpu)
+            .collect()
     }
 
     /// True when some core has more than one hardware thread.
@@ -161,11 +174,18 @@ impl Machine {
             self.nodes.len(),
             self.cores(),
             self.pus.len(),
-            if self.has_smt() { " (SMT)" } else { " (no SMT)" }
+            if self.has_smt() {
+                " (SMT)"
+            } else {
+                " (no SMT)"
+            }
         );
         let mut by_core: BTreeMap<(usize, Option<usize>, usize), Vec<usize>> = BTreeMap::new();
         for p in &self.pus {
-            by_core.entry((p.package, p.node, p.core)).or_default().push(p.cpu);
+            by_core
+                .entry((p.package, p.node, p.core))
+                .or_default()
+                .push(p.cpu);
         }
         for ((pkg, node, core), cpus) in by_core {
             s.push_str(&format!(
@@ -181,11 +201,15 @@ impl Machine {
 /// or machines that do not say.
 pub fn interface_node(ifname: &str) -> Option<usize> {
     let s = std::fs::read_to_string(format!("/sys/class/net/{ifname}/device/numa_node")).ok()?;
-    s.trim().parse::<i64>().ok().filter(|n| *n >= 0).map(|n| n as usize)
+    s.trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|n| *n >= 0)
+        .map(|n| n as usize)
 }
 
 /// How a queue's receive work reaches a CPU.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum IrqSource {
     /// A hardware interrupt: IRQ number and the CPUs in its smp_affinity_list.
     Irq {
@@ -210,7 +234,9 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
     let mut out = Vec::new();
     for part in s.trim().split(',').filter(|p| !p.is_empty()) {
         match part.split_once('-') {
-            Some((a, b)) => out.extend(a.trim().parse::<usize>().ok()?..=b.trim().parse::<usize>().ok()?),
+            Some((a, b)) => {
+                out.extend(a.trim().parse::<usize>().ok()?..=b.trim().parse::<usize>().ok()?)
+            }
             None => out.push(part.trim().parse().ok()?),
         }
     }
@@ -230,8 +256,12 @@ pub fn napi_threads(ifname: &str) -> Vec<(u32, String)> {
     let mut out: Vec<(u64, u32, String)> = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for e in dir.flatten() {
-            let Ok(tid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-            let Ok(comm) = std::fs::read_to_string(e.path().join("comm")) else { continue };
+            let Ok(tid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(comm) = std::fs::read_to_string(e.path().join("comm")) else {
+                continue;
+            };
             let comm = comm.trim();
             if let Some(id) = comm.strip_prefix(&prefix) {
                 out.push((id.parse().unwrap_or(u64::MAX), tid, comm.to_string()));
@@ -245,12 +275,17 @@ pub fn napi_threads(ifname: &str) -> Vec<(u32, String)> {
 /// IRQs whose `/proc/interrupts` name mentions the interface, in the order listed there (for
 /// most multi-queue drivers: queue order, e.g. `eth0-TxRx-0`, `eth0-TxRx-1`).
 pub fn interface_irqs(ifname: &str) -> Vec<u32> {
-    let Ok(s) = std::fs::read_to_string("/proc/interrupts") else { return Vec::new() };
+    let Ok(s) = std::fs::read_to_string("/proc/interrupts") else {
+        return Vec::new();
+    };
     s.lines()
         .filter_map(|l| {
             let (num, rest) = l.trim_start().split_once(':')?;
             let irq = num.trim().parse::<u32>().ok()?;
-            rest.split_whitespace().last().filter(|name| name.starts_with(ifname)).map(|_| irq)
+            rest.split_whitespace()
+                .last()
+                .filter(|name| name.starts_with(ifname))
+                .map(|_| irq)
         })
         .collect()
 }
@@ -297,7 +332,8 @@ mod tests {
 
     #[test]
     fn synthetic_two_socket_smt() {
-        let m = Machine::load(&Source::Synthetic("pack:2 [numa] core:4 pu:2".into())).expect("valid");
+        let m =
+            Machine::load(&Source::Synthetic("pack:2 [numa] core:4 pu:2".into())).expect("valid");
         assert_eq!(m.pus.len(), 16);
         assert_eq!(m.packages, 2);
         assert_eq!(m.nodes.len(), 2);
@@ -306,15 +342,24 @@ mod tests {
         let p0 = m.pu(0).expect("cpu 0");
         assert_eq!(m.siblings(0).len(), 1);
         let sib = m.pu(m.siblings(0)[0]).expect("sibling");
-        assert_eq!((sib.core, sib.package, sib.node), (p0.core, p0.package, p0.node));
+        assert_eq!(
+            (sib.core, sib.package, sib.node),
+            (p0.core, p0.package, p0.node)
+        );
         let last = m.pu(15).expect("cpu 15");
         assert_ne!(last.node, p0.node);
     }
 
     #[test]
     fn synthetic_four_nodes_one_package() {
-        let m = Machine::load(&Source::Synthetic("pack:1 group:4 [numa] core:2 pu:2".into())).expect("valid");
-        assert_eq!((m.packages, m.nodes.len(), m.cores(), m.pus.len()), (1, 4, 8, 16));
+        let m = Machine::load(&Source::Synthetic(
+            "pack:1 group:4 [numa] core:2 pu:2".into(),
+        ))
+        .expect("valid");
+        assert_eq!(
+            (m.packages, m.nodes.len(), m.cores(), m.pus.len()),
+            (1, 4, 8, 16)
+        );
     }
 
     #[test]
@@ -327,7 +372,10 @@ mod tests {
     fn host_topology_loads() {
         let m = Machine::load(&Source::Host).expect("host");
         assert!(!m.pus.is_empty());
-        assert_eq!(m.pus.len(), std::thread::available_parallelism().map_or(1, |n| n.get()));
+        assert_eq!(
+            m.pus.len(),
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        );
     }
 
     #[test]

@@ -76,6 +76,9 @@ pub struct RingSizes {
     pub entries: u32,
     /// Frames per copy-mode TX kick (0: kernel default).
     pub tx_kick_budget: u32,
+    /// Extra UMEM headroom before packet data (0 keeps data cache-line aligned: the kernel
+    /// adds its own 256-byte XDP headroom).
+    pub headroom: u32,
 }
 
 /// The UMEM and its sockets, in drop order: rings, then the UMEM registration. The area itself
@@ -112,7 +115,7 @@ pub fn open(area: &Area, specs: &[SocketSpec], sizes: RingSizes) -> Result<Socke
         fill_size: sizes.entries,
         complete_size: sizes.entries,
         frame_size: area.frame_size(),
-        headroom: 0,
+        headroom: sizes.headroom,
         flags: 0,
     };
     // SAFETY: the area is a page-aligned mapping of exactly the registered length, and the

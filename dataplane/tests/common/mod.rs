@@ -50,6 +50,11 @@ pub struct Dut {
 impl Dut {
     /// Starts `dataplane run` with `config` and waits until its programs are attached.
     pub fn start(bed: &Bed, config: &str) -> Dut {
+        Self::start_with(bed, config, &[])
+    }
+
+    /// As [`Dut::start`], with extra `dataplane run` arguments.
+    pub fn start_with(bed: &Bed, config: &str, extra: &[&str]) -> Dut {
         let dir = std::env::temp_dir();
         let cfg = dir.join(format!("{}-dut.toml", bed.0.prefix));
         let json = dir.join(format!("{}-summary.json", bed.0.prefix));
@@ -60,6 +65,7 @@ impl Dut {
             .arg(&cfg)
             .args(["--duration", "60", "--interval", "0", "--json"])
             .arg(&json)
+            .args(extra)
             .stderr(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -100,6 +106,11 @@ impl Dut {
             }
         }
         dut
+    }
+
+    /// The dataplane's pid (`ip netns exec` execs it, so the child's pid is the dataplane's).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
     }
 
     /// SIGTERM, wait, and return the JSON summary.

@@ -1,0 +1,179 @@
+//! Placement on this machine (netns testbed, 2 queues): pollers on exactly the planned CPUs,
+//! UMEM pages on node 0, NAPI-thread affinity applied and restored.
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use dataplane::config::Mode;
+use dataplane::topology;
+
+fn enable_napi_threads(ns: &str, dev: &str) {
+    for args in [
+        vec!["ethtool", "-K", dev, "gro", "on"],
+        vec![
+            "sh",
+            "-c",
+            &format!("echo 1 > /sys/class/net/{dev}/threaded"),
+        ],
+    ] {
+        let mut cmd = vec!["netns", "exec", ns];
+        cmd.extend(args.iter().copied());
+        let out = Command::new("ip")
+            .args(&cmd)
+            .output()
+            .expect("ip netns exec");
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn napi_cpus(dev: &str) -> Vec<Vec<usize>> {
+    topology::napi_threads(dev)
+        .into_iter()
+        .map(|(tid, _)| topology::thread_cpus(tid).expect("status"))
+        .collect()
+}
+
+fn poller_cpus(pid: u32) -> Vec<(String, Vec<usize>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(e.path().join("comm"))
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        if comm.starts_with("dp-poll") {
+            let tid: u32 = e.file_name().to_string_lossy().parse().expect("tid");
+            out.push((comm, topology::thread_cpus(tid).expect("cpus")));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn irq_core_layout_pins_pollers_and_napi_threads_and_restores_them() {
+    if !root_or_skip("irq-core layout") {
+        return;
+    }
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if ncpu < 2 {
+        panic!("this test needs 2 CPUs, the machine has {ncpu}");
+    }
+    let bed = Bed::up("tly", 2);
+    let t = &bed.0;
+    // GRO on + threaded NAPI: the veths get NAPI kthreads before the run, so "before" and
+    // "after" have something to read.
+    for dev in [t.dut_in(), t.dut_out()] {
+        enable_napi_threads(&t.dut_ns(), &dev);
+    }
+    let before = napi_cpus(&t.dut_in());
+    assert_eq!(before.len(), 2, "one NAPI thread per queue");
+    let all: Vec<usize> = (0..ncpu).collect();
+    assert!(
+        before.iter().all(|c| *c == all),
+        "NAPI threads start unpinned: {before:?}"
+    );
+
+    let cfg = t.config(Mode::L3fwd, &[(None, vec![0]), (None, vec![1])], 64);
+    let dut = Dut::start_with(
+        &bed,
+        &cfg,
+        &[
+            "--layout",
+            "irq-core",
+            "--irq-cpu",
+            "0:0",
+            "--irq-cpu",
+            "1:1",
+            "--apply-irq",
+        ],
+    );
+    // While forwarding: pollers and NAPI threads where the plan put them.
+    let pid = dut.pid();
+    assert_eq!(
+        poller_cpus(pid),
+        vec![
+            ("dp-poll0".to_string(), vec![0]),
+            ("dp-poll1".to_string(), vec![1])
+        ]
+    );
+    assert_eq!(
+        napi_cpus(&t.dut_in()),
+        vec![vec![0], vec![1]],
+        "NAPI threads moved to the planned CPUs"
+    );
+    assert_eq!(napi_cpus(&t.dut_out()), vec![vec![0], vec![1]]);
+    let s = dut.stop();
+    assert_eq!(napi_cpus(&t.dut_in()), before, "NAPI affinity restored");
+    assert_eq!(napi_cpus(&t.dut_out()), vec![all.clone(), all.clone()]);
+    for (i, setup) in s["setup"].as_array().expect("setup").iter().enumerate() {
+        assert_eq!(
+            setup["affinity"],
+            serde_json::json!([i]),
+            "poller {i} read back its own affinity"
+        );
+        let nodes = setup["umem_nodes"].as_array().expect("umem nodes");
+        assert!(
+            !nodes.is_empty() && nodes.iter().all(|n| n[0] == 0),
+            "UMEM pages on node 0: {nodes:?}"
+        );
+    }
+    assert_eq!(s["plan"]["layout"], "irq-core");
+    assert_eq!(
+        s["irq_changes"].as_array().expect("changes").len(),
+        4,
+        "{}",
+        s["irq_changes"]
+    );
+}
+
+#[test]
+fn same_package_and_unpinned_layouts() {
+    if !root_or_skip("same-package layout") {
+        return;
+    }
+    let bed = Bed::up("tlp", 1);
+    let t = &bed.0;
+    let cfg = t.config(Mode::L3fwd, &[(None, vec![0])], 64);
+    let dut = Dut::start_with(&bed, &cfg, &["--layout", "same-package", "--irq-cpu", "0"]);
+    assert_eq!(
+        poller_cpus(dut.pid()),
+        vec![("dp-poll0".to_string(), vec![1])]
+    );
+    dut.stop();
+    let dut = Dut::start_with(&bed, &cfg, &["--layout", "unpinned"]);
+    let all: Vec<usize> =
+        (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+    assert_eq!(poller_cpus(dut.pid()), vec![("dp-poll0".to_string(), all)]);
+    dut.stop();
+    // A layout this machine cannot give is refused before anything is attached.
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &t.dut_ns(),
+            BIN,
+            "run",
+            "--duration",
+            "1",
+            "--layout",
+            "smt-sibling",
+            "--irq-cpu",
+            "0",
+            "--config",
+        ])
+        .arg(std::env::temp_dir().join("tlp-dut.toml"))
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("smt-sibling") && e.contains("no SMT"), "{e}");
+    assert!(!has_xdp(&t.dut_ns(), &t.dut_in()));
+}

@@ -74,7 +74,8 @@ def read_counter(ns, dev, name):
 
 def enable_threaded_napi(ns, dev, cpu, fifo=False):
     """GRO on gives a veth its NAPI instances; threaded NAPI turns them into kthreads we pin
-    (and, for the sink, run SCHED_FIFO so the flat-out generator on that CPU cannot starve it)."""
+    (cpu None: all CPUs) and, for the sink, run SCHED_FIFO so the flat-out generator on that
+    CPU cannot starve it."""
     nsx(ns, "ethtool", "-K", dev, "gro", "on")
     nsx(ns, "sh", "-c", f"echo 1 > /sys/class/net/{dev}/threaded")
     tids = []
@@ -83,7 +84,7 @@ def enable_threaded_napi(ns, dev, cpu, fifo=False):
         tids = threads_named(f"napi/{dev}-")
         time.sleep(0.05)
     for t in tids:
-        sh("taskset", "-pc", str(cpu), str(t))
+        sh("taskset", "-pc", str(cpu) if cpu is not None else f"0-{os.cpu_count() - 1}", str(t))
         if fifo:
             sh("chrt", "-f", "-p", "50", str(t))
     return tids
@@ -96,7 +97,22 @@ def median_range(xs):
     return statistics.median(xs), min(xs), max(xs)
 
 
-def one_rep(args, bed, dut, rep):
+DATAPLANE_MODES = ("l3fwd", "l2fwd", "bounce", "drop")
+
+
+def layout_cpus(args, layout):
+    """(poller layout args, NAPI cpu or None for unpinned) of a dataplane layout on the testbed,
+    where the interrupt CPU is the CPU the DUT's NAPI kthreads run on."""
+    if layout == "irq-core":
+        return ["--layout", "irq-core", "--irq-cpu", str(args.dut_cpu)], args.dut_cpu
+    if layout == "same-package":
+        return ["--layout", "same-package", "--irq-cpu", str(args.dp_napi_cpu)], args.dp_napi_cpu
+    if layout == "unpinned":
+        return ["--layout", "unpinned"], None
+    raise SystemExit(f"layout {layout}: this bench knows irq-core, same-package, unpinned")
+
+
+def one_rep(args, bed, dut, rep, layout):
     p = bed
     gen_ns, dut_ns, sink_ns = f"{p}-gen", f"{p}-dut", f"{p}-sink"
     d0, d1, s0, g0 = f"{p}-d0", f"{p}-d1", f"{p}-s0", f"{p}-g0"
@@ -106,6 +122,7 @@ def one_rep(args, bed, dut, rep):
         nsx(dut_ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
         nsx(dut_ns, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
     else:
+        layout_args, napi_cpu = layout_cpus(args, layout)
         cfg = sh(args.bin, "testbed", "config", "--prefix", p, "--mode", dut, "--cpus", str(args.dut_cpu),
                  "--batch", str(args.batch))
         if args.tx_kick_budget is not None:
@@ -114,7 +131,7 @@ def one_rep(args, bed, dut, rep):
         with open(cfg_path, "w") as f:
             f.write(cfg)
         dp = subprocess.Popen(["ip", "netns", "exec", dut_ns, args.bin, "run", "--config", cfg_path,
-                               "--interval", "0", "--json", f"/tmp/{p}-{dut}-{rep}.json"],
+                               "--interval", "0", "--json", f"/tmp/{p}-{dut}-{rep}.json"] + layout_args,
                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         while True:
             line = dp.stderr.readline()
@@ -127,7 +144,8 @@ def one_rep(args, bed, dut, rep):
     # kernel forwards inside NAPI, so its NAPI gets the DUT CPU; the dataplane's NAPI (XDP +
     # copy into the UMEM) runs on --dp-napi-cpu, by default the generator's ("same-package":
     # poller and interrupt work on different CPUs, the layout the seeds found best).
-    napi_cpu = args.dut_cpu if dut == "kernel" else args.dp_napi_cpu
+    if dut == "kernel":
+        napi_cpu = args.dut_cpu
     napi = []
     for dev in (d0, d1):
         napi += [(t, t) for t in enable_threaded_napi(dut_ns, dev, napi_cpu)]
@@ -171,7 +189,7 @@ def one_rep(args, bed, dut, rep):
     ns_per_pkt = (cpu1 - cpu0) / pkts if pkts else None
     suspect = pkts > 0 and abs(tx - pkts) / pkts > 0.01
     return {
-        "dut": dut, "rep": rep, "pkt_size": args.size, "flows": args.flows, "batch": args.batch,
+        "dut": dut if dut == "kernel" else f"{dut}/{layout}", "layout": layout, "rep": rep, "pkt_size": args.size, "flows": args.flows, "batch": args.batch,
         "offered_pps": g["packets"] / g["seconds"], "forwarded_pps": fwd_pps,
         "sink_packets": pkts, "dut_tx_packets": tx, "suspect": suspect,
         "dut_cpu_ns": cpu1 - cpu0, "dut_cpu_ns_per_pkt": ns_per_pkt,
@@ -189,6 +207,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=os.path.join(ROOT, "target/release/dataplane"))
     ap.add_argument("--duts", default="l3fwd,bounce,kernel")
+    ap.add_argument("--layouts", default="same-package",
+                    help="dataplane layouts to run, comma separated: irq-core (poller and its NAPI on "
+                         "the DUT CPU), same-package (NAPI on the generator's CPU, poller on the DUT CPU), "
+                         "unpinned (nothing pinned)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--window", type=float, default=5.0)
@@ -210,13 +232,15 @@ def main():
     prefix = f"bf{os.getpid() % 10000}"
     runs = []
     try:
-        for dut in args.duts.split(","):
+        cells = [(d, l) for d in args.duts.split(",")
+                 for l in (args.layouts.split(",") if d in DATAPLANE_MODES else ["-"])]
+        for dut, layout in cells:
             sh(args.bin, "testbed", "up", "--prefix", prefix)
             try:
                 for rep in range(args.reps):
-                    r = one_rep(args, prefix, dut, rep)
+                    r = one_rep(args, prefix, dut, rep, layout)
                     runs.append(r)
-                    print(f"  {dut:7} rep {rep}: {r['forwarded_pps']/1e6:.3f} Mpps, "
+                    print(f"  {r['dut']:20} rep {rep}: {r['forwarded_pps']/1e6:.3f} Mpps, "
                           f"{r['dut_cpu_ns_per_pkt'] or 0:.0f} ns/pkt, DUT cpu {r['dut_cpu_util']*100:.0f}%"
                           f"{' SUSPECT (sink vs DUT tx differ > 1%)' if r['suspect'] else ''}", file=sys.stderr)
             finally:
@@ -229,7 +253,7 @@ def main():
     print("| DUT | forwarded Mpps | DUT CPU ns/pkt | of which NAPI / own threads | offered Mpps | DUT drops by reason (last rep, whole run) |")
     print("|---|---|---|---|---|---|")
     med = {}
-    for dut in args.duts.split(","):
+    for dut in dict.fromkeys(r["dut"] for r in runs):
         rs = [r for r in runs if r["dut"] == dut]
         f = median_range([r["forwarded_pps"] / 1e6 for r in rs])
         c = median_range([r["dut_cpu_ns_per_pkt"] for r in rs])
@@ -240,10 +264,13 @@ def main():
         n = median_range([r["napi_ns_per_pkt"] for r in rs])[0] or 0
         t = median_range([r["threads_ns_per_pkt"] for r in rs])[0] or 0
         print(f"| {dut} | {f[0]:.3f} ({f[1]:.3f}-{f[2]:.3f}) | {c[0]:.0f} ({c[1]:.0f}-{c[2]:.0f}) | {n:.0f} / {t:.0f} | {o[0]:.2f} | {drops} |")
-    if "l3fwd" in med and "bounce" in med and med["bounce"]:
-        print(f"\nl3fwd / bounce ns/pkt = {med['l3fwd'] / med['bounce']:.3f}")
-    if "l3fwd" in med and "kernel" in med and med["kernel"]:
-        print(f"l3fwd / kernel ns/pkt = {med['l3fwd'] / med['kernel']:.3f}")
+    print()
+    for layout in args.layouts.split(","):
+        l3, bo, k = med.get(f"l3fwd/{layout}"), med.get(f"bounce/{layout}"), med.get("kernel")
+        if l3 and bo:
+            print(f"l3fwd / bounce ns/pkt ({layout}) = {l3 / bo:.3f}")
+        if l3 and k:
+            print(f"l3fwd ({layout}) / kernel ns/pkt = {l3 / k:.3f}")
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:

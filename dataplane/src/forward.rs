@@ -75,24 +75,14 @@ impl Forwarder {
                 }
                 Ok(self.peer(in_port))
             }
-            Parsed::L3(L3::V4 { dst }) => match self.table.route_v4(dst) {
-                Lookup::Hop(h) => {
-                    packet::decrement_ttl_v4(frame);
-                    packet::set_macs(frame, &h.macs);
-                    Ok(h.port)
-                }
-                Lookup::NoNeighbour => Err(DropReason::NoNeighbour),
-                Lookup::NoRoute => Err(DropReason::NoRoute),
-            },
-            Parsed::L3(L3::V6 { dst }) => match self.table.route_v6(dst) {
-                Lookup::Hop(h) => {
-                    packet::decrement_hop_limit_v6(frame);
-                    packet::set_macs(frame, &h.macs);
-                    Ok(h.port)
-                }
-                Lookup::NoNeighbour => Err(DropReason::NoNeighbour),
-                Lookup::NoRoute => Err(DropReason::NoRoute),
-            },
+            Parsed::L3(L3::V4 { dst }) => {
+                rewrite(self.table.route_v4(dst), frame, packet::decrement_ttl_v4)
+            }
+            Parsed::L3(L3::V6 { dst }) => rewrite(
+                self.table.route_v6(dst),
+                frame,
+                packet::decrement_hop_limit_v6,
+            ),
         }
     }
 
@@ -102,6 +92,24 @@ impl Forwarder {
     pub fn process(&self, in_port: u16, frame: &mut [u8]) -> Result<u16, DropReason> {
         let parsed = self.prepare(frame)?;
         self.finish(in_port, parsed, frame)
+    }
+}
+
+/// Applies a routing decision: hop-count decrement and MACs for a resolved next hop.
+#[inline(always)]
+fn rewrite(
+    lookup: Lookup<'_>,
+    frame: &mut [u8],
+    decrement: fn(&mut [u8]),
+) -> Result<u16, DropReason> {
+    match lookup {
+        Lookup::Hop(h) => {
+            decrement(frame);
+            packet::set_macs(frame, &h.macs);
+            Ok(h.port)
+        }
+        Lookup::NoNeighbour => Err(DropReason::NoNeighbour),
+        Lookup::NoRoute => Err(DropReason::NoRoute),
     }
 }
 

@@ -124,6 +124,10 @@ pub struct DataplaneSection {
     /// `remote` (another node), `interleave` (all nodes).
     #[serde(default)]
     pub memory: MemoryPlacement,
+    /// Put each poller's UMEM on 2 MiB hugetlb pages (falls back to 4 KiB pages, with a
+    /// warning, when `vm.nr_hugepages` has too few reserved).
+    #[serde(default)]
+    pub hugepages: bool,
     /// Packet data alignment (ablation knob): `cacheline` (data starts on a cache line) or
     /// `offset:N` (N bytes of extra UMEM headroom, 1..=63, so data straddles lines).
     #[serde(default = "default_align")]

@@ -59,17 +59,32 @@ pub struct Area {
     map: Mmap,
     frame_size: u32,
     frames: u32,
+    on_hugepages: bool,
 }
 
 impl Area {
     /// Maps the area, applies `policy` (before any page exists), and touches every page on
     /// the calling thread (first touch: with no policy, pages land on the thread's node).
+    ///
+    /// With `hugepages`, the area goes on reserved 2 MiB pages if the kernel has them, else on
+    /// 4 KiB pages ([`Area::on_hugepages`] tells which).
     pub fn new(
         frames: u32,
         frame_size: u32,
         policy: Option<(MemPolicy, &[usize])>,
+        hugepages: bool,
     ) -> Result<Area, SyscallError> {
-        let mut map = Mmap::anonymous(frames as usize * frame_size as usize)?;
+        let len = frames as usize * frame_size as usize;
+        let huge = if hugepages {
+            Mmap::anonymous_hugetlb(len).ok()
+        } else {
+            None
+        };
+        let on_hugepages = huge.is_some();
+        let mut map = match huge {
+            Some(m) => m,
+            None => Mmap::anonymous(len)?,
+        };
         if let Some((p, nodes)) = policy {
             crate::sys::mbind(&map, p, nodes)?;
         }
@@ -78,12 +93,18 @@ impl Area {
             map,
             frame_size,
             frames,
+            on_hugepages,
         })
     }
 
     /// Where the area's pages are: (NUMA node, sampled pages); a negative node is an errno.
     pub fn page_nodes(&self) -> Vec<(i32, usize)> {
         crate::sys::page_nodes(&self.map, 64).unwrap_or_default()
+    }
+
+    /// True when the area sits on 2 MiB hugetlb pages.
+    pub fn on_hugepages(&self) -> bool {
+        self.on_hugepages
     }
 
     /// The mapping (to register it as the UMEM).
@@ -172,7 +193,7 @@ mod tests {
 
     #[test]
     fn descriptor_checks() {
-        let a = Area::new(4, 2048, None).expect("mmap");
+        let a = Area::new(4, 2048, None, false).expect("mmap");
         assert!(
             a.page_nodes().iter().all(|(n, _)| *n >= 0),
             "touched pages are present"

@@ -481,6 +481,49 @@ mod tests {
         assert_eq!(pollers(&p), vec![Some(1)]);
     }
 
+    /// Every layout on every machine shape: a plan, or an error that says why.
+    #[test]
+    fn every_layout_on_every_machine() {
+        let shapes = [
+            ("pack:2 [numa] core:4 pu:2", [true; 7]),
+            ("pack:1 group:4 [numa] core:2 pu:2", [true; 7]),
+            // irq-core, smt-sibling, same-package, remote-node, spread, explicit, unpinned
+            (
+                "pack:1 [numa] core:2 pu:1",
+                [true, false, true, false, true, true, true],
+            ),
+        ];
+        for (shape, possible) in shapes {
+            let m = machine(shape);
+            let qs = [QueueIn {
+                queue: 0,
+                irq_cpu: Some(0),
+                config_cpu: Some(1),
+            }];
+            for (layout, ok) in Layout::ALL.iter().zip(possible) {
+                match plan(&m, &qs, m.pu(0).and_then(|p| p.node), *layout) {
+                    Ok(p) => {
+                        assert!(
+                            ok,
+                            "{shape} {}: expected an error, got {p:?}",
+                            layout.name()
+                        );
+                        let e = &p.entries[0];
+                        if *layout != Layout::Unpinned {
+                            let cpu = e.poller_cpu.expect("pinned");
+                            assert_eq!(
+                                e.mem_node,
+                                m.pu(cpu).and_then(|p| p.node),
+                                "memory on the poller's node"
+                            );
+                        }
+                    }
+                    Err(e) => assert!(!ok, "{shape} {}: {e}", layout.name()),
+                }
+            }
+        }
+    }
+
     /// This machine's shape: 2 cores, no SMT, one node.
     #[test]
     fn two_cores_no_smt() {

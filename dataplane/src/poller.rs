@@ -52,6 +52,8 @@ pub struct PollerSpec {
     pub tx_kick_budget: u32,
     /// Extra UMEM headroom (alignment ablation).
     pub headroom: u32,
+    /// Put the UMEM on 2 MiB hugetlb pages if reserved.
+    pub hugepages: bool,
     /// Memory policy for the UMEM and the nodes it names (None: first touch).
     pub mem_policy: Option<(sys::MemPolicy, Vec<usize>)>,
 }
@@ -77,6 +79,8 @@ pub struct Ready {
     pub affinity: Vec<usize>,
     /// NUMA nodes of the UMEM's pages (node, sampled pages), from move_pages.
     pub umem_nodes: Vec<(i32, usize)>,
+    /// Whether the UMEM is on 2 MiB hugetlb pages.
+    pub hugepages: bool,
 }
 
 /// Setup failures inside a poller thread.
@@ -247,7 +251,7 @@ fn setup(
     let t1 = Instant::now();
     let bytes = spec.frames as usize * spec.frame_size as usize;
     let policy = spec.mem_policy.as_ref().map(|(p, n)| (*p, n.as_slice()));
-    let area = Area::new(spec.frames, spec.frame_size, policy)
+    let area = Area::new(spec.frames, spec.frame_size, policy, spec.hugepages)
         .map_err(|source| PollerError::Memory { id, bytes, source })?;
     let umem_nodes = area.page_nodes();
     let free = area.full_free_list();
@@ -286,6 +290,7 @@ fn setup(
         tid: sys::gettid(),
         affinity: sys::current_thread_affinity().unwrap_or_default(),
         umem_nodes,
+        hugepages: area.on_hugepages(),
     };
     let poller = Poller {
         sockets,

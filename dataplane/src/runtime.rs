@@ -107,6 +107,8 @@ pub struct PollerSetup {
     pub umem_nodes: Vec<(i32, usize)>,
     /// The memory policy applied before first touch.
     pub mem_policy: String,
+    /// Whether the UMEM sits on 2 MiB hugetlb pages.
+    pub hugepages: bool,
 }
 
 /// Everything a finished run reports.
@@ -243,6 +245,7 @@ pub fn run(
             id,
             cpu,
             headroom,
+            hugepages: cfg.dataplane.hugepages,
             mem_policy,
             frames: cfg.dataplane.frames_per_queue * sockets.len() as u32,
             sockets,
@@ -316,6 +319,7 @@ pub fn run(
                 .copied()
                 .filter(|_| r.affinity.len() == 1),
             umem_nodes: r.umem_nodes.clone(),
+            hugepages: r.hugepages,
             mem_policy: format!("{:?}", cfg.dataplane.memory).to_lowercase(),
             tid: r.tid,
             affinity: r.affinity.clone(),
@@ -327,7 +331,7 @@ pub fn run(
         .collect();
     for s in &setup {
         log(&format!(
-            "poller {} on cpu {} (tid {}, allowed {:?}): pin {} us, umem {} us (memory {}, pages on node(s) {}), sockets {} us, {}",
+            "poller {} on cpu {} (tid {}, allowed {:?}): pin {} us, umem {} us (memory {}, {} pages on node(s) {}), sockets {} us, {}",
             s.id,
             s.cpu.map_or("any".to_string(), |c| c.to_string()),
             s.tid,
@@ -335,10 +339,14 @@ pub fn run(
             s.pin_us,
             s.alloc_us,
             s.mem_policy,
+            if s.hugepages { "2 MiB" } else { "4 KiB" },
             s.umem_nodes.iter().map(|(n, c)| format!("{n}:{c}")).collect::<Vec<_>>().join(" "),
             s.sockets_us,
             if s.zerocopy { "zero-copy" } else { "copy mode" }
         ));
+    }
+    if cfg.dataplane.hugepages && setup.iter().any(|s| !s.hugepages) {
+        log("warning: hugepages = true but too few 2 MiB pages are reserved (vm.nr_hugepages): UMEM on 4 KiB pages");
     }
     if setup.iter().any(|s| !s.zerocopy) {
         log("warning: AF_XDP runs in copy mode (the driver has no zero-copy support, e.g. veth)");

@@ -133,6 +133,30 @@ impl Mmap {
         Ok(Mmap { ptr, len })
     }
 
+    /// Maps `len` bytes (rounded up to 2 MiB) on reserved 2 MiB hugetlb pages
+    /// (MAP_HUGETLB). Fails (ENOMEM) when too few are reserved (`vm.nr_hugepages`).
+    pub fn anonymous_hugetlb(len: usize) -> Result<Mmap, SyscallError> {
+        const HUGE: usize = 2 << 20;
+        const MAP_HUGE_2MB: libc::c_int = 21 << libc::MAP_HUGE_SHIFT;
+        let len = len.max(1).div_ceil(HUGE) * HUGE;
+        // SAFETY: a fresh anonymous mapping aliases nothing; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | MAP_HUGE_2MB,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(SyscallError::last("mmap(MAP_HUGETLB)"));
+        }
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| SyscallError::last("mmap"))?;
+        Ok(Mmap { ptr, len })
+    }
+
     /// Maps `len` bytes aligned to 2 MiB and asks for transparent huge pages (MADV_HUGEPAGE),
     /// for large tables read at random (one TLB entry per 2 MiB instead of per 4 KiB). Falls
     /// back to small pages silently where THP is off; the memory is valid either way.

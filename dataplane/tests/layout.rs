@@ -6,7 +6,7 @@ use std::process::Command;
 
 use common::*;
 use dataplane::config::Mode;
-use dataplane::topology;
+use dataplane::{testbed, topology};
 
 fn enable_napi_threads(ns: &str, dev: &str) {
     for args in [
@@ -176,4 +176,106 @@ fn same_package_and_unpinned_layouts() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("smt-sibling") && e.contains("no SMT"), "{e}");
     assert!(!has_xdp(&t.dut_ns(), &t.dut_in()));
+}
+
+#[test]
+fn ablation_knobs_forward_correctly() {
+    if !root_or_skip("ablation knobs") {
+        return;
+    }
+    use dataplane::packet::build::{udp_v4, FrameSpec};
+    use dataplane::stats::Counter;
+    let bed = Bed::up("tab", 2);
+    let t = &bed.0;
+    let base = t.config(Mode::L3fwd, &[(Some(0), vec![0]), (Some(1), vec![1])], 32);
+    // Reserve a few 2 MiB pages for the hugepages knob, and give the old value back after.
+    let nr = "/proc/sys/vm/nr_hugepages";
+    let before = std::fs::read_to_string(nr)
+        .expect("nr_hugepages")
+        .trim()
+        .to_string();
+    let wanted: u64 = before.parse::<u64>().expect("number") + 40;
+    std::fs::write(nr, wanted.to_string()).expect("reserve hugepages");
+    let cfg = base.replace(
+        "batch_size = 32",
+        "batch_size = 32\nmemory = \"interleave\"\nalign = \"offset:8\"\nstats = \"shared\"\nhugepages = true",
+    );
+    let dut = Dut::start(&bed, &cfg);
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let mac = |s: &str| dataplane::config::parse_mac(s).expect("mac");
+    for i in 0..64u16 {
+        let f = udp_v4(&FrameSpec {
+            dst_mac: mac(testbed::DUT_IN_MAC),
+            src_mac: mac(testbed::GEN_MAC),
+            dst4: testbed::SINK_V4.parse().expect("ip"),
+            sport: 6000 + i,
+            dport: 6666,
+            ..FrameSpec::default()
+        });
+        gen.send(&f).expect("send");
+    }
+    let got = capture(
+        &sink,
+        std::time::Duration::from_millis(700),
+        std::time::Duration::from_secs(10),
+    )
+    .into_iter()
+    .filter(|f| f.len() > 37 && u16::from_be_bytes([f[36], f[37]]) == 6666)
+    .count();
+    let s = dut.stop();
+    let reserved_ok = std::fs::read_to_string("/proc/sys/vm/nr_hugepages")
+        .map(|v| v.trim().parse::<u64>().unwrap_or(0) >= 8);
+    std::fs::write(nr, &before).expect("restore nr_hugepages");
+    assert_eq!(got, 64, "every frame forwarded with the ablation knobs on");
+    assert_eq!(
+        s["pollers"].as_array().expect("pollers").len(),
+        1,
+        "shared counters are one block"
+    );
+    // Plus whatever the sink sent back (its ICMP port-unreachable replies), forwarded too.
+    let from_sink = s["steer"][1][1][0].as_u64().expect("d1 redirected");
+    assert_eq!(counter(&s, Counter::TxPackets), 64 + from_sink, "{s}");
+    assert_frames_accounted(&s);
+    if reserved_ok.unwrap_or(false) {
+        for p in s["setup"].as_array().expect("setup") {
+            assert_eq!(p["hugepages"], true, "UMEM on 2 MiB pages: {p}");
+        }
+    }
+    // One NUMA node: a remote placement is refused, naming the key.
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &t.dut_ns(),
+            BIN,
+            "run",
+            "--duration",
+            "1",
+            "--config",
+        ])
+        .arg({
+            let p = std::env::temp_dir().join("tab-remote.toml");
+            std::fs::write(
+                &p,
+                base.replace("batch_size = 32", "batch_size = 32\nmemory = \"remote\""),
+            )
+            .expect("write");
+            p
+        })
+        .output()
+        .expect("run");
+    let e = String::from_utf8_lossy(&out.stderr);
+    if dataplane::topology::Machine::load(&dataplane::topology::Source::Host)
+        .expect("topology")
+        .nodes
+        .len()
+        < 2
+    {
+        assert!(
+            !out.status.success() && e.contains("dataplane.memory") && e.contains("NUMA node"),
+            "{e}"
+        );
+        assert!(!has_xdp(&t.dut_ns(), &t.dut_in()));
+    }
 }

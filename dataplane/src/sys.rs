@@ -346,6 +346,24 @@ impl PacketSocket {
         if rc != 0 {
             return Err(SyscallError::last("bind(AF_PACKET)"));
         }
+        // A capture must not lose a test's burst to a full receive buffer: ask for 8 MiB
+        // (SO_RCVBUFFORCE, root), else whatever SO_RCVBUF allows.
+        let size: libc::c_int = 8 << 20;
+        for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+            // SAFETY: `size` is a valid c_int for the length given.
+            let rc = unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&size as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc == 0 {
+                break;
+            }
+        }
         Ok(PacketSocket { fd, ifindex })
     }
 

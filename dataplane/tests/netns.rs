@@ -270,12 +270,12 @@ fn two_queues_two_pollers_both_forward() {
         .expect("send");
     }
     let frames = capture(&sink, Duration::from_millis(700), Duration::from_secs(10));
+    let s = dut.stop();
     assert_eq!(
         marked(&frames).len(),
         usize::from(n),
-        "every frame forwarded"
+        "every frame forwarded: {s}"
     );
-    let s = dut.stop();
     let pollers = s["pollers"].as_array().expect("pollers");
     assert_eq!(pollers.len(), 2);
     for (i, p) in pollers.iter().enumerate() {

@@ -23,6 +23,7 @@ enum dp_steer_stat {
 struct dp_sink_rec {
 	__u64 packets;
 	__u64 bytes;
+	__u64 matched; /* UDP frames to the configured port (the generator's), IPv4 or IPv6 */
 };
 
 /* Generator: the headers rewritten into every live frame before it is sent. */

@@ -72,7 +72,9 @@ int xdp_gen(struct xdp_md *ctx)
 
 	*(__u16 *)udp = new;
 	if (cfg.udp_csum) {
-		__u16 c = csum_replace16(cfg.udp_csum, old, new);
+		/* All three in network byte order, as they sit in the frame (the template's
+		 * checksum is kept in host order in the config). */
+		__u16 c = csum_replace16(bpf_htons(cfg.udp_csum), old, new);
 
 		*(__u16 *)(udp + 6) = c ? c : 0xffff;
 	}

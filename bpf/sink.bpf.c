@@ -3,8 +3,13 @@
  * sink namespace's veth, it is the independent counter the benchmarks check forwarded pps against;
  * it also keeps the sink's own stack out of the DUT's CPU time. */
 #include <linux/bpf.h>
+#include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
 #include "dataplane.h"
+
+/* UDP destination port (host order) whose frames are also counted as `matched`; 0: none. */
+const volatile __u16 match_dport = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -19,10 +24,34 @@ int xdp_sink(struct xdp_md *ctx)
 	__u32 zero = 0;
 	struct dp_sink_rec *rec = bpf_map_lookup_elem(&sink_stats, &zero);
 
-	if (rec) {
-		rec->packets += 1;
-		rec->bytes += ctx->data_end - ctx->data;
+	if (!rec)
+		return XDP_DROP;
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *p = data;
+
+	rec->packets += 1;
+	rec->bytes += end - data;
+	if (!match_dport || (void *)(p + 14) > end)
+		return XDP_DROP;
+	__u16 proto = *(__u16 *)(p + 12);
+	__u8 *udp = 0;
+
+	if (proto == bpf_htons(ETH_P_IP)) {
+		if ((void *)(p + 34) > end || p[23] != 17)
+			return XDP_DROP;
+		udp = p + 14 + (p[14] & 0x0f) * 4;
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		if ((void *)(p + 54) > end || p[20] != 17)
+			return XDP_DROP;
+		udp = p + 54;
+	} else {
+		return XDP_DROP;
 	}
+	if ((void *)(udp + 4) > end)
+		return XDP_DROP;
+	if (*(__u16 *)(udp + 2) == bpf_htons(match_dport))
+		rec->matched += 1;
 	return XDP_DROP;
 }
 

@@ -208,18 +208,22 @@ pub struct Sink {
 }
 
 impl Sink {
-    /// Loads and attaches to `ifname`.
-    pub fn attach(ifname: &str, generic: bool) -> Result<Sink, BpfError> {
-        let open = skel::sink::SinkSkelBuilder::default()
+    /// Loads and attaches to `ifname`; UDP frames to `match_dport` (if non-zero) are also
+    /// counted as matched.
+    pub fn attach(ifname: &str, generic: bool, match_dport: u16) -> Result<Sink, BpfError> {
+        let mut open = skel::sink::SinkSkelBuilder::default()
             .open(object_storage())
             .map_err(lb("opening sink.bpf.o"))?;
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.match_dport = match_dport;
+        }
         let skel = open.load().map_err(lb("loading sink.bpf.o"))?;
         let link = attach(skel.progs.xdp_sink.as_fd().as_raw_fd(), ifname, generic)?;
         Ok(Sink { skel, _link: link })
     }
 
-    /// (packets, bytes) received so far, summed over CPUs.
-    pub fn counts(&self) -> (u64, u64) {
+    /// Counts so far, summed over CPUs.
+    pub fn counts(&self) -> SinkCounts {
         let v = self
             .skel
             .maps
@@ -227,14 +231,42 @@ impl Sink {
             .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
             .ok()
             .flatten();
-        v.unwrap_or_default().iter().fold((0, 0), |(p, b), rec| {
-            let word = |o: usize| {
-                rec.get(o..o + 8)
-                    .and_then(|s| s.try_into().ok())
-                    .map_or(0, u64::from_ne_bytes)
-            };
-            (p + word(0), b + word(8))
-        })
+        v.unwrap_or_default()
+            .iter()
+            .fold(SinkCounts::default(), |c, rec| {
+                let word = |o: usize| {
+                    rec.get(o..o + 8)
+                        .and_then(|s| s.try_into().ok())
+                        .map_or(0, u64::from_ne_bytes)
+                };
+                SinkCounts {
+                    packets: c.packets + word(0),
+                    bytes: c.bytes + word(8),
+                    matched: c.matched + word(16),
+                }
+            })
+    }
+}
+
+/// What the sink has seen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SinkCounts {
+    /// Every frame.
+    pub packets: u64,
+    /// Their bytes (without FCS).
+    pub bytes: u64,
+    /// UDP frames to the match port.
+    pub matched: u64,
+}
+
+impl SinkCounts {
+    /// `self - earlier`.
+    pub fn since(&self, earlier: &SinkCounts) -> SinkCounts {
+        SinkCounts {
+            packets: self.packets.wrapping_sub(earlier.packets),
+            bytes: self.bytes.wrapping_sub(earlier.bytes),
+            matched: self.matched.wrapping_sub(earlier.matched),
+        }
     }
 }
 

@@ -18,6 +18,7 @@ pub mod bpf;
 pub mod config;
 pub mod fib;
 pub mod forward;
+pub mod gen;
 pub mod irq;
 pub mod mem;
 pub mod packet;

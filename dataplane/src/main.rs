@@ -8,9 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
-use dataplane::bpf::{Gen, GenConfig, Sink};
+use dataplane::bpf::{Gen, Sink};
 use dataplane::config::{parse_mac, Config, Mode};
-use dataplane::packet::build::{udp_v4, udp_v6, FrameSpec};
 use dataplane::plan::{self, Layout, Plan, QueueIn};
 use dataplane::runtime::{self, RunOptions};
 use dataplane::topology::{self as topo, Machine, Source};
@@ -107,6 +106,9 @@ enum Cmd {
         /// Print per-second rates.
         #[arg(long)]
         verbose: bool,
+        /// Also count UDP frames to this destination port (the generator's is 9) as "matched".
+        #[arg(long, default_value_t = 9)]
+        match_port: u16,
         /// Warm-up: count only what arrives after this many seconds (the measured window is
         /// the rest of --duration).
         #[arg(long, default_value_t = 0.0)]
@@ -460,6 +462,7 @@ fn real_main() -> Result<()> {
             duration,
             generic,
             verbose,
+            match_port,
             skip,
             json,
         } => {
@@ -472,25 +475,25 @@ fn real_main() -> Result<()> {
             if skip >= dur {
                 bail!("--skip must be shorter than --duration");
             }
-            let sink = Sink::attach(&iface, generic)?;
+            let sink = Sink::attach(&iface, generic, match_port)?;
             let attached = Instant::now();
             while attached.elapsed() < skip && !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 std::thread::sleep(
                     Duration::from_millis(10).min(skip.saturating_sub(attached.elapsed())),
                 );
             }
-            let (base_packets, base_bytes) = sink.counts();
+            let base = sink.counts();
             let start = Instant::now();
             // Benchmarks read this line to open their own measurement window at the same time.
             eprintln!("sink {iface}: window open");
             let dur = dur - skip;
-            let mut last = (base_packets, start);
+            let mut last = (base.packets, start);
             while start.elapsed() < dur && !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 std::thread::sleep(
                     Duration::from_millis(100).min(dur.saturating_sub(start.elapsed())),
                 );
                 if verbose && last.1.elapsed() >= Duration::from_secs(1) {
-                    let (p, _) = sink.counts();
+                    let p = sink.counts().packets;
                     eprintln!(
                         "sink {iface}: {:.3} Mpps",
                         (p - last.0) as f64 / last.1.elapsed().as_secs_f64() / 1e6
@@ -498,16 +501,18 @@ fn real_main() -> Result<()> {
                     last = (p, Instant::now());
                 }
             }
-            let (packets, bytes) = sink.counts();
-            let (packets, bytes) = (packets - base_packets, bytes - base_bytes);
+            let c = sink.counts().since(&base);
             let seconds = start.elapsed().as_secs_f64();
             println!(
-                "sink {iface}: {packets} packets, {bytes} bytes in {seconds:.2} s ({:.3} Mpps)",
-                packets as f64 / seconds / 1e6
+                "sink {iface}: {} packets ({} to UDP port {match_port}), {} bytes in {seconds:.2} s ({:.3} Mpps)",
+                c.packets,
+                c.matched,
+                c.bytes,
+                c.packets as f64 / seconds / 1e6
             );
             write_json(
                 &json,
-                &serde_json::json!({"packets": packets, "bytes": bytes, "seconds": seconds}),
+                &serde_json::json!({"packets": c.packets, "bytes": c.bytes, "matched": c.matched, "seconds": seconds}),
             )
         }
         Cmd::Gen {
@@ -528,68 +533,19 @@ fn real_main() -> Result<()> {
             if !sys::is_root() {
                 bail!("dataplane gen needs root to run BPF programs");
             }
-            if !(64..=1518).contains(&size) {
-                bail!("--size {size} must be 64..=1518");
-            }
-            if flows == 0 || flows > 65_000 {
-                bail!("--flows {flows} must be 1..=65000");
-            }
-            let mut spec = FrameSpec {
-                dst_mac: parse_mac(&dst_mac)
-                    .with_context(|| format!("--dst-mac {dst_mac} is not a MAC"))?,
-                src_mac: parse_mac(&src_mac)
-                    .with_context(|| format!("--src-mac {src_mac} is not a MAC"))?,
-                sport: 10_000,
-                ..FrameSpec::default()
+            let mac = |m: &str, what: &str| {
+                parse_mac(m).with_context(|| format!("--{what} {m} is not a MAC"))
             };
-            let fam = |a: Option<IpAddr>, what: &str| -> Result<Option<IpAddr>> {
-                match a {
-                    Some(a) if a.is_ipv6() != ipv6 => bail!(
-                        "--{what} {a} is not an IPv{} address",
-                        if ipv6 { 6 } else { 4 }
-                    ),
-                    a => Ok(a),
-                }
-            };
-            let (src, dst) = (fam(src, "src")?, fam(dst, "dst")?);
-            let frame = if ipv6 {
-                spec.src6 = match src {
-                    Some(IpAddr::V6(a)) => a,
-                    _ => testbed::GEN_V6.parse()?,
-                };
-                spec.dst6 = match dst {
-                    Some(IpAddr::V6(a)) => a,
-                    _ => testbed::SINK_V6.parse()?,
-                };
-                spec.payload_len = FrameSpec::v6_payload_for_wire_size(size);
-                udp_v6(&spec)
-            } else {
-                spec.src4 = match src {
-                    Some(IpAddr::V4(a)) => a,
-                    _ => testbed::GEN_V4.parse()?,
-                };
-                spec.dst4 = match dst {
-                    Some(IpAddr::V4(a)) => a,
-                    _ => testbed::SINK_V4.parse()?,
-                };
-                spec.payload_len = FrameSpec::v4_payload_for_wire_size(size);
-                udp_v4(&spec)
-            };
-            let (hdr_len, l4_off) = if ipv6 { (62usize, 54u16) } else { (56, 34) };
-            let mut hdr = [0u8; 64];
-            hdr[..hdr_len].copy_from_slice(&frame[..hdr_len]);
-            let cfg = GenConfig {
-                hdr_len: hdr_len as u32,
+            let template = dataplane::gen::Template::new(&dataplane::gen::GenSpec {
+                size,
                 flows,
-                sport_base: spec.sport,
-                l4_off,
-                udp_csum: u16::from_be_bytes([
-                    frame[usize::from(l4_off) + 6],
-                    frame[usize::from(l4_off) + 7],
-                ]),
-                pad: 0,
-                hdr,
-            };
+                ipv6,
+                src,
+                dst,
+                dst_mac: mac(&dst_mac, "dst-mac")?,
+                src_mac: mac(&src_mac, "src-mac")?,
+            })?;
+            let (frame, cfg) = (template.frame.clone(), template.config());
             if let Some(c) = cpu {
                 sys::pin_current_thread(c)?;
             }

@@ -1,0 +1,239 @@
+//! The generator's frames: a template the XDP program copies over every live frame, and what
+//! it changes per flow (the UDP source port, with the UDP checksum patched for IPv6).
+use std::net::IpAddr;
+
+use crate::bpf::GenConfig;
+use crate::packet::build::{udp_v4, udp_v6, FrameSpec};
+use crate::packet::checksum_update;
+use crate::testbed;
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GenSpec {
+    /// Frame size on the wire, FCS included (64..=1518).
+    pub size: usize,
+    /// Distinct flows (UDP source ports), 1..=65000.
+    pub flows: u32,
+    /// IPv6 instead of IPv4.
+    pub ipv6: bool,
+    /// Source address (default: the testbed generator's).
+    pub src: Option<IpAddr>,
+    /// Destination address (default: the testbed sink's).
+    pub dst: Option<IpAddr>,
+    /// Destination MAC.
+    pub dst_mac: [u8; 6],
+    /// Source MAC.
+    pub src_mac: [u8; 6],
+}
+
+/// A generator setting that cannot work.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GenError {
+    /// Size out of range.
+    #[error("frame size {0} must be 64..=1518 (IPv6: 66..=1518)")]
+    Size(usize),
+    /// Flow count out of range.
+    #[error("flows {0} must be 1..=65000")]
+    Flows(u32),
+    /// Address of the wrong family.
+    #[error("{what} {addr} is not an IPv{family} address")]
+    Family {
+        /// src or dst.
+        what: &'static str,
+        /// The address.
+        addr: IpAddr,
+        /// Expected family.
+        family: u8,
+    },
+}
+
+/// First UDP source port; flow `k` uses `SPORT_BASE + k`.
+pub const SPORT_BASE: u16 = 10_000;
+
+/// The template and where the per-flow field sits.
+#[derive(Debug, Clone)]
+pub struct Template {
+    /// The whole frame (flow 0).
+    pub frame: Vec<u8>,
+    /// Number of flows.
+    pub flows: u32,
+    /// Offset of the UDP header.
+    pub l4_off: usize,
+    /// Header bytes the program rewrites on every run.
+    pub hdr_len: usize,
+}
+
+impl Template {
+    /// Builds the template for `spec`.
+    pub fn new(spec: &GenSpec) -> Result<Template, GenError> {
+        let min = if spec.ipv6 { 66 } else { 64 };
+        if !(min..=1518).contains(&spec.size) {
+            return Err(GenError::Size(spec.size));
+        }
+        if !(1..=65_000).contains(&spec.flows) {
+            return Err(GenError::Flows(spec.flows));
+        }
+        for (what, a) in [("src", spec.src), ("dst", spec.dst)] {
+            if let Some(addr) = a.filter(|a| a.is_ipv6() != spec.ipv6) {
+                return Err(GenError::Family {
+                    what,
+                    addr,
+                    family: if spec.ipv6 { 6 } else { 4 },
+                });
+            }
+        }
+        let mut f = FrameSpec {
+            dst_mac: spec.dst_mac,
+            src_mac: spec.src_mac,
+            sport: SPORT_BASE,
+            ..FrameSpec::default()
+        };
+        let frame = if spec.ipv6 {
+            f.src6 = match spec.src {
+                Some(IpAddr::V6(a)) => a,
+                _ => testbed::GEN_V6.parse().expect("constant address"),
+            };
+            f.dst6 = match spec.dst {
+                Some(IpAddr::V6(a)) => a,
+                _ => testbed::SINK_V6.parse().expect("constant address"),
+            };
+            f.payload_len = FrameSpec::v6_payload_for_wire_size(spec.size);
+            udp_v6(&f)
+        } else {
+            f.src4 = match spec.src {
+                Some(IpAddr::V4(a)) => a,
+                _ => testbed::GEN_V4.parse().expect("constant address"),
+            };
+            f.dst4 = match spec.dst {
+                Some(IpAddr::V4(a)) => a,
+                _ => testbed::SINK_V4.parse().expect("constant address"),
+            };
+            f.payload_len = FrameSpec::v4_payload_for_wire_size(spec.size);
+            udp_v4(&f)
+        };
+        let (hdr_len, l4_off) = if spec.ipv6 { (62, 54) } else { (56, 34) };
+        Ok(Template {
+            frame,
+            flows: spec.flows,
+            l4_off,
+            hdr_len,
+        })
+    }
+
+    fn udp_csum(&self) -> u16 {
+        u16::from_be_bytes([self.frame[self.l4_off + 6], self.frame[self.l4_off + 7]])
+    }
+
+    /// The BPF program's load-time configuration.
+    pub fn config(&self) -> GenConfig {
+        let mut hdr = [0u8; 64];
+        hdr[..self.hdr_len].copy_from_slice(&self.frame[..self.hdr_len]);
+        GenConfig {
+            hdr_len: self.hdr_len as u32,
+            flows: self.flows,
+            sport_base: SPORT_BASE,
+            l4_off: self.l4_off as u16,
+            udp_csum: self.udp_csum(),
+            pad: 0,
+            hdr,
+        }
+    }
+
+    /// The frame the program sends as its `n`-th (what a receiver should see), computed the
+    /// way `bpf/gen.bpf.c` computes it.
+    pub fn expected(&self, n: u64) -> Vec<u8> {
+        let mut f = self.frame.clone();
+        let sport = SPORT_BASE.wrapping_add((n % u64::from(self.flows)) as u16);
+        f[self.l4_off..self.l4_off + 2].copy_from_slice(&sport.to_be_bytes());
+        let c = self.udp_csum();
+        if c != 0 {
+            let new = match checksum_update(c, SPORT_BASE, sport) {
+                0 => 0xffff,
+                v => v,
+            };
+            f[self.l4_off + 6..self.l4_off + 8].copy_from_slice(&new.to_be_bytes());
+        }
+        f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::build::udp6_checksum;
+    use crate::packet::{checksum, parse_l3, L3};
+
+    fn spec(ipv6: bool, size: usize) -> GenSpec {
+        GenSpec {
+            size,
+            flows: 7,
+            ipv6,
+            src: None,
+            dst: None,
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_mac: [2, 0, 0, 0, 0, 1],
+        }
+    }
+
+    #[test]
+    fn frames_parse_back_with_valid_checksums_and_flows() {
+        for (ipv6, size) in [(false, 64), (false, 1518), (true, 66), (true, 512)] {
+            let t = Template::new(&spec(ipv6, size)).expect("valid");
+            assert_eq!(t.frame.len() + 4, size, "wire size includes the FCS");
+            let mut ports = std::collections::BTreeSet::new();
+            for n in 0..21 {
+                let f = t.expected(n);
+                match parse_l3(&f).expect("valid frame") {
+                    L3::V4 { dst } => {
+                        assert_eq!(
+                            dst,
+                            u32::from(testbed::SINK_V4.parse::<std::net::Ipv4Addr>().unwrap())
+                        );
+                        assert_eq!(checksum(&f[14..34]), 0);
+                    }
+                    L3::V6 { dst } => {
+                        assert_eq!(
+                            dst,
+                            u128::from(testbed::SINK_V6.parse::<std::net::Ipv6Addr>().unwrap())
+                        );
+                        let stored = u16::from_be_bytes([f[60], f[61]]);
+                        assert_eq!(stored, udp6_checksum(&f[14..]), "flow {n}: UDP checksum");
+                    }
+                }
+                ports.insert(u16::from_be_bytes([f[t.l4_off], f[t.l4_off + 1]]));
+            }
+            assert_eq!(ports.len(), 7, "one source port per flow");
+        }
+    }
+
+    #[test]
+    fn bad_specs_are_refused() {
+        assert_eq!(
+            Template::new(&spec(false, 63)).unwrap_err(),
+            GenError::Size(63)
+        );
+        assert_eq!(
+            Template::new(&spec(true, 64)).unwrap_err(),
+            GenError::Size(64)
+        );
+        let mut s = spec(false, 64);
+        s.flows = 0;
+        assert_eq!(Template::new(&s).unwrap_err(), GenError::Flows(0));
+        s.flows = 1;
+        s.dst = Some("2001:db8::1".parse().unwrap());
+        assert!(matches!(
+            Template::new(&s).unwrap_err(),
+            GenError::Family { what: "dst", .. }
+        ));
+    }
+
+    #[test]
+    fn config_carries_the_template() {
+        let t = Template::new(&spec(true, 128)).expect("valid");
+        let c = t.config();
+        assert_eq!(c.hdr_len, 62);
+        assert_eq!(&c.hdr[..62], &t.frame[..62]);
+        assert_eq!(c.l4_off, 54);
+        assert_ne!(c.udp_csum, 0);
+    }
+}

@@ -44,7 +44,7 @@ pub const STEER_STAT_NAMES: [&str; 5] = [
 #[derive(Debug, thiserror::Error)]
 pub enum BpfError {
     /// libbpf refused to open/load, or a map operation failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Libbpf {
         /// What was being done.
         what: String,
@@ -53,7 +53,7 @@ pub enum BpfError {
         source: libbpf_rs::Error,
     },
     /// Attaching failed.
-    #[error("attaching XDP ({mode}) to {ifname}: {source}")]
+    #[error("attaching XDP ({mode}) to {ifname}")]
     Attach {
         /// Interface.
         ifname: String,

@@ -12,7 +12,7 @@ use crate::fib::{self, NextHop, Route4, Route6, Table};
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config {path}: {source}")]
+    #[error("cannot read config {path}")]
     Read {
         /// File path.
         path: String,

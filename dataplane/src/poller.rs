@@ -87,7 +87,7 @@ pub struct Ready {
 #[derive(Debug, thiserror::Error)]
 pub enum PollerError {
     /// Pinning failed.
-    #[error("poller {id}: pinning to CPU {cpu}: {source}")]
+    #[error("poller {id}: pinning to CPU {cpu}")]
     Pin {
         /// Poller.
         id: usize,
@@ -98,7 +98,7 @@ pub enum PollerError {
         source: sys::SyscallError,
     },
     /// UMEM allocation failed.
-    #[error("poller {id}: allocating {bytes} bytes of UMEM: {source}")]
+    #[error("poller {id}: allocating {bytes} bytes of UMEM")]
     Memory {
         /// Poller.
         id: usize,
@@ -109,7 +109,7 @@ pub enum PollerError {
         source: sys::SyscallError,
     },
     /// Socket setup failed.
-    #[error("poller {id}: {source}")]
+    #[error("poller {id}")]
     Socket {
         /// Poller.
         id: usize,

@@ -10,25 +10,24 @@ use std::ptr::NonNull;
 
 /// A failed system call, with the name of the call.
 #[derive(Debug, thiserror::Error)]
-#[error("{call} failed: {source}")]
+#[error("{call} failed: {io_error}")]
 pub struct SyscallError {
     /// The call that failed.
     pub call: &'static str,
-    /// errno.
-    #[source]
-    pub source: io::Error,
+    /// errno (part of the message, so not also a `source`).
+    pub io_error: io::Error,
 }
 
 impl SyscallError {
     fn last(call: &'static str) -> Self {
         SyscallError {
             call,
-            source: io::Error::last_os_error(),
+            io_error: io::Error::last_os_error(),
         }
     }
     /// The raw errno, if any.
     pub fn errno(&self) -> Option<i32> {
-        self.source.raw_os_error()
+        self.io_error.raw_os_error()
     }
 }
 
@@ -42,7 +41,7 @@ pub fn is_root() -> bool {
 pub fn if_index(name: &str) -> Result<u32, SyscallError> {
     let c = CString::new(name).map_err(|_| SyscallError {
         call: "if_nametoindex",
-        source: io::Error::from(io::ErrorKind::InvalidInput),
+        io_error: io::Error::from(io::ErrorKind::InvalidInput),
     })?;
     // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
     let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
@@ -72,7 +71,7 @@ pub fn pin_current_thread(cpu: usize) -> Result<(), SyscallError> {
     } else {
         Err(SyscallError {
             call: "sched_setaffinity",
-            source: io::Error::other(format!("cannot pin to CPU {cpu}")),
+            io_error: io::Error::other(format!("cannot pin to CPU {cpu}")),
         })
     }
 }
@@ -301,9 +300,9 @@ pub fn pollfd_in(fd: RawFd) -> libc::pollfd {
 
 /// Moves the calling thread into the named network namespace (`/run/netns/NAME`).
 pub fn enter_netns(name: &str) -> Result<(), SyscallError> {
-    let f = std::fs::File::open(format!("/run/netns/{name}")).map_err(|source| SyscallError {
+    let f = std::fs::File::open(format!("/run/netns/{name}")).map_err(|io_error| SyscallError {
         call: "open(/run/netns)",
-        source,
+        io_error,
     })?;
     // SAFETY: `f` is an open namespace file descriptor for the duration of the call.
     if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
@@ -467,7 +466,7 @@ pub fn xdp_link_create(
     if fd < 0 {
         return Err(SyscallError {
             call: "bpf_link_create(BPF_XDP)",
-            source: io::Error::from_raw_os_error(-fd),
+            io_error: io::Error::from_raw_os_error(-fd),
         });
     }
     // SAFETY: a non-negative return is a fresh link descriptor we now own.

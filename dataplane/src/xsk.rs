@@ -101,6 +101,20 @@ fn err(step: &'static str, s: &SocketSpec, e: xdpilone::Errno) -> XskError {
     }
 }
 
+/// Binds, waiting out EBUSY for up to 2 s: the kernel releases the previous owner's socket
+/// on the same queue (a dataplane that just exited) in deferred work, not at close().
+fn bind_when_free(umem: &Umem, user: &xdpilone::User) -> Result<(), xdpilone::Errno> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        match umem.bind(user) {
+            Err(e) if e.get_raw() == libc::EBUSY && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Registers `area` as a UMEM and binds one socket per spec.
 ///
 /// `area` must outlive the returned [`Sockets`] (see the struct docs).
@@ -157,7 +171,7 @@ pub fn open(area: &Area, specs: &[SocketSpec], sizes: RingSizes) -> Result<Socke
             .map_err(|e| err("rx/tx rings", s, e))?;
         let rx = user.map_rx().map_err(|e| err("mmap rx ring", s, e))?;
         let tx = user.map_tx().map_err(|e| err("mmap tx ring", s, e))?;
-        umem.bind(&user).map_err(|e| err("bind", s, e))?;
+        bind_when_free(&umem, &user).map_err(|e| err("bind", s, e))?;
         if i == 0 {
             zerocopy = crate::sys::xsk_is_zerocopy(rx.as_raw_fd()).unwrap_or(false);
         }

@@ -3,7 +3,7 @@ use std::{env, path::PathBuf};
 
 use libbpf_cargo::SkeletonBuilder;
 
-const PROGRAMS: &[&str] = &["steer", "sink", "gen"];
+const PROGRAMS: &[&str] = &["steer", "sink", "gen", "xdp_fwd"];
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));

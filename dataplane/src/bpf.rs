@@ -27,6 +27,9 @@ mod skel {
     pub mod gen {
         include!(concat!(env!("OUT_DIR"), "/gen.skel.rs"));
     }
+    pub mod xdp_fwd {
+        include!(concat!(env!("OUT_DIR"), "/xdp_fwd.skel.rs"));
+    }
 }
 
 pub use skel::gen::types::dp_gen_cfg as GenConfig;
@@ -267,6 +270,48 @@ impl SinkCounts {
             bytes: self.bytes.wrapping_sub(earlier.bytes),
             matched: self.matched.wrapping_sub(earlier.matched),
         }
+    }
+}
+
+/// The in-kernel XDP forwarder (bpf_fib_lookup + bpf_redirect), attached to each interface.
+pub struct XdpFwd {
+    skel: skel::xdp_fwd::XdpFwdSkel<'static>,
+    links: Vec<OwnedFd>,
+}
+
+impl XdpFwd {
+    /// Loads the program and attaches it to every interface in `ifnames`.
+    pub fn attach(ifnames: &[String], generic: bool) -> Result<XdpFwd, BpfError> {
+        let open = skel::xdp_fwd::XdpFwdSkelBuilder::default()
+            .open(object_storage())
+            .map_err(lb("opening xdp_fwd.bpf.o"))?;
+        let skel = open
+            .load()
+            .map_err(lb("loading xdp_fwd.bpf.o (verifier)"))?;
+        let fd = skel.progs.xdp_fib_fwd.as_fd().as_raw_fd();
+        let links = ifnames
+            .iter()
+            .map(|i| attach(fd, i, generic))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(XdpFwd { skel, links })
+    }
+
+    /// (redirected, passed to the stack), summed over CPUs.
+    pub fn counts(&self) -> (u64, u64) {
+        let m = &self.skel.maps.fwd_stats;
+        let get = |i: u32| {
+            sum_percpu_u64(
+                m.lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+                    .ok()
+                    .flatten(),
+            )
+        };
+        (get(0), get(1))
+    }
+
+    /// Interfaces attached.
+    pub fn attached(&self) -> usize {
+        self.links.len()
     }
 }
 

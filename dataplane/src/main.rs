@@ -54,6 +54,19 @@ enum Cmd {
         #[arg(long)]
         apply_irq: bool,
     },
+    /// In-kernel XDP forwarding (bpf_fib_lookup + bpf_redirect): the reference the dataplane
+    /// is measured against. Runs until SIGINT/SIGTERM or --duration; needs forwarding enabled.
+    XdpFwd {
+        /// Interfaces to attach to (repeat).
+        #[arg(long = "iface", required = true)]
+        ifaces: Vec<String>,
+        /// Stop after this many seconds.
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Attach in generic (skb) mode.
+        #[arg(long)]
+        generic: bool,
+    },
     /// Show the machine: packages, NUMA nodes, cores, threads; interfaces and queue interrupts.
     Topology {
         /// Load an hwloc synthetic topology instead, e.g. "pack:2 [numa] core:4 pu:2".
@@ -343,6 +356,28 @@ fn real_main() -> Result<()> {
                     "warning: some UMEM frames were still held by the kernel at exit (see above)"
                 );
             }
+            Ok(())
+        }
+        Cmd::XdpFwd {
+            ifaces,
+            duration,
+            generic,
+        } => {
+            if !sys::is_root() {
+                bail!("dataplane xdp-fwd needs root to attach XDP programs");
+            }
+            let stop = stop_flag()?;
+            let dur = duration.map(|d| secs(d, "--duration")).transpose()?;
+            let fwd = dataplane::bpf::XdpFwd::attach(&ifaces, generic)?;
+            eprintln!("attached xdp_fib_fwd to {}", ifaces.join(", "));
+            let start = Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                && dur.is_none_or(|d| start.elapsed() < d)
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let (redirected, passed) = fwd.counts();
+            println!("xdp-fwd: {redirected} redirected, {passed} passed to the stack");
             Ok(())
         }
         Cmd::Topology {

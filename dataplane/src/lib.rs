@@ -20,6 +20,7 @@ pub mod fib;
 pub mod forward;
 pub mod gen;
 pub mod irq;
+pub mod lab;
 pub mod mem;
 pub mod packet;
 pub mod plan;

@@ -67,6 +67,28 @@ enum Cmd {
         #[arg(long)]
         generic: bool,
     },
+    /// Run a bench matrix on its own netns testbed: every DUT x layout x size x flows x batch x
+    /// knob cell, repeats to a stable median, results.json/.csv, summary.md and SVG plots.
+    Bench {
+        /// Matrix file (see bench/matrices/).
+        #[arg(long)]
+        matrix: PathBuf,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Override the matrix's minimum repeats.
+        #[arg(long)]
+        reps: Option<u32>,
+        /// Override the matrix's maximum repeats.
+        #[arg(long)]
+        max_reps: Option<u32>,
+        /// Override the measured window (seconds).
+        #[arg(long)]
+        window: Option<f64>,
+        /// Override the warm-up (seconds).
+        #[arg(long)]
+        warmup: Option<f64>,
+    },
     /// Show the machine: packages, NUMA nodes, cores, threads; interfaces and queue interrupts.
     Topology {
         /// Load an hwloc synthetic topology instead, e.g. "pack:2 [numa] core:4 pu:2".
@@ -356,6 +378,82 @@ fn real_main() -> Result<()> {
                     "warning: some UMEM frames were still held by the kernel at exit (see above)"
                 );
             }
+            Ok(())
+        }
+        Cmd::Bench {
+            matrix,
+            out,
+            reps,
+            max_reps,
+            window,
+            warmup,
+        } => {
+            if !sys::is_root() {
+                bail!("dataplane bench needs root (network namespaces, XDP)");
+            }
+            let mut m = dataplane::lab::matrix::Matrix::load(&matrix)?;
+            if let Some(r) = reps {
+                m.reps = r;
+                m.max_reps = m.max_reps.max(r);
+            }
+            if let Some(r) = max_reps {
+                m.max_reps = r.max(m.reps);
+            }
+            if let Some(w) = window {
+                m.window_s = w;
+            }
+            if let Some(w) = warmup {
+                m.warmup_s = w;
+            }
+            std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+            let scratch = out.join("scratch");
+            std::fs::create_dir_all(&scratch)?;
+            let lab = dataplane::lab::run::Lab {
+                matrix: &m,
+                exe: std::env::current_exe().context("locating the dataplane binary")?,
+                prefix: format!("lb{}", std::process::id() % 100_000),
+                scratch: scratch.clone(),
+            };
+            let cells = m.cells();
+            let bar = indicatif::ProgressBar::new(cells.len() as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:30} {pos}/{len} cells {elapsed_precise} {msg}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            let results = lab.run(|cell, rec| match rec {
+                None => bar.set_message(cell.label()),
+                Some(r) => {
+                    if r.rep == 0 || r.status != "ok" {
+                        bar.inc(u64::from(r.rep == 0));
+                    }
+                    bar.println(format!(
+                        "{:40} rep {}: {}",
+                        cell.label(),
+                        r.rep,
+                        if r.status == "ok" {
+                            format!(
+                                "{:.3} Mpps, {:.0} ns/pkt{}",
+                                r.forwarded_pps / 1e6,
+                                r.dut_cpu_ns_per_pkt,
+                                if r.suspect { " SUSPECT" } else { "" }
+                            )
+                        } else {
+                            r.status.clone()
+                        }
+                    ));
+                }
+            });
+            bar.finish_and_clear();
+            let _ = std::fs::remove_dir_all(&scratch);
+            let md = dataplane::lab::report::write_all(&out, &m.name, &m.description, &results)
+                .map_err(anyhow::Error::msg)?;
+            println!("{md}");
+            println!(
+                "wrote {}/results.json, results.csv, summary.md and plots",
+                out.display()
+            );
             Ok(())
         }
         Cmd::XdpFwd {

@@ -647,3 +647,15 @@ pub fn mbind(map: &Mmap, policy: MemPolicy, nodes: &[usize]) -> Result<(), Sysca
     }
     Ok(())
 }
+
+/// Runs a thread (e.g. a NAPI kthread) under SCHED_FIFO at `priority`.
+pub fn set_fifo(tid: u32, priority: i32) -> Result<(), SyscallError> {
+    let p = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: `p` is a valid sched_param for the duration of the call.
+    if unsafe { libc::sched_setscheduler(tid as libc::pid_t, libc::SCHED_FIFO, &p) } != 0 {
+        return Err(SyscallError::last("sched_setscheduler(SCHED_FIFO)"));
+    }
+    Ok(())
+}

@@ -20,7 +20,9 @@ demo: build
 	scripts/demo.sh
 
 bench: build
-	bench/fwd_compare.py --reps 3 --json bench/out/fwd-compare.json
+	for m in layouts ablation l2-vs-l3 batch; do \
+		target/release/dataplane bench --matrix bench/matrices/$$m.toml --out bench/out/$$m || exit 1; \
+	done
 	target/release/fwd-micro
 
 lint: deps

@@ -504,9 +504,13 @@ impl Lab<'_> {
                 dut = Some(p);
             }
             Dut::Testpmd => {
+                // Its best placement here (TESTBED-FACTS): NAPI off the forwarding lcore's CPU.
+                napi_cpu = Some(mx.gen_cpu);
                 let a = testpmd_args(bed, mx.gen_cpu, mx.dut_cpu, &tag);
+                // stdbuf: testpmd's stdout is a pipe here, and its "Press enter" line would sit
+                // in the stdio buffer.
                 let mut child = Command::new("ip")
-                    .args(["netns", "exec", &dut_ns, "dpdk-testpmd"])
+                    .args(["netns", "exec", &dut_ns, "stdbuf", "-oL", "dpdk-testpmd"])
                     .args(&a)
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())

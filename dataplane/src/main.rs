@@ -428,7 +428,7 @@ fn real_main() -> Result<()> {
                     if r.rep == 0 || r.status != "ok" {
                         bar.inc(u64::from(r.rep == 0));
                     }
-                    bar.println(format!(
+                    let line = format!(
                         "{:40} rep {}: {}",
                         cell.label(),
                         r.rep,
@@ -442,7 +442,13 @@ fn real_main() -> Result<()> {
                         } else {
                             r.status.clone()
                         }
-                    ));
+                    );
+                    // indicatif draws nothing (println included) when stderr is not a terminal.
+                    if bar.is_hidden() {
+                        eprintln!("{line}");
+                    } else {
+                        bar.println(line);
+                    }
                 }
             });
             bar.finish_and_clear();

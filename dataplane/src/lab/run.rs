@@ -418,38 +418,18 @@ impl Lab<'_> {
         }
     }
 
-    fn run_rep(
+    /// Starts the DUT (its process, or the namespace's forwarding) and says where its NAPI
+    /// threads go.
+    fn start_dut(
         &self,
         cell: &Cell,
         bed: &Testbed,
-        rep: u32,
+        tag: &str,
         placement: Option<&(Vec<String>, Option<usize>)>,
-    ) -> Result<Record, String> {
+        summary_json: &Path,
+    ) -> Result<(Option<Proc>, Option<usize>), String> {
         let mx = self.matrix;
-        let t0 = Instant::now();
-        let (dut_ns, sink_ns, gen_ns) = (bed.dut_ns(), bed.sink_ns(), bed.gen_ns());
-        let all: Vec<usize> =
-            (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
-        let tag = format!("{}-{}", self.prefix, rep);
-        let summary_json = self.scratch.join(format!("{tag}-dut.json"));
-        let _ = std::fs::remove_file(&summary_json);
-        let forwarding = |on: bool| {
-            let v = if on { "1" } else { "0" };
-            nsx(
-                &dut_ns,
-                &["sysctl", "-qw", &format!("net.ipv4.ip_forward={v}")],
-            )?;
-            nsx(
-                &dut_ns,
-                &[
-                    "sysctl",
-                    "-qw",
-                    &format!("net.ipv6.conf.all.forwarding={v}"),
-                ],
-            )
-            .map(|_| ())
-        };
-        // 1. The DUT.
+        let dut_ns = bed.dut_ns();
         let mut dut: Option<Proc> = None;
         let mut napi_cpu = Some(mx.dut_cpu);
         match cell.dut {
@@ -489,9 +469,9 @@ impl Lab<'_> {
                 p.wait_for("attached", Duration::from_secs(30))?;
                 dut = Some(p);
             }
-            Dut::Kernel => forwarding(true)?,
+            Dut::Kernel => set_forwarding(&dut_ns, true)?,
             Dut::XdpFib => {
-                forwarding(true)?;
+                set_forwarding(&dut_ns, true)?;
                 let a = vec![
                     "xdp-fwd".to_string(),
                     "--iface".into(),
@@ -531,6 +511,26 @@ impl Lab<'_> {
             }
             _ => {}
         }
+        Ok((dut, napi_cpu))
+    }
+
+    fn run_rep(
+        &self,
+        cell: &Cell,
+        bed: &Testbed,
+        rep: u32,
+        placement: Option<&(Vec<String>, Option<usize>)>,
+    ) -> Result<Record, String> {
+        let mx = self.matrix;
+        let t0 = Instant::now();
+        let (dut_ns, sink_ns, gen_ns) = (bed.dut_ns(), bed.sink_ns(), bed.gen_ns());
+        let all: Vec<usize> =
+            (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+        let tag = format!("{}-{}", self.prefix, rep);
+        let summary_json = self.scratch.join(format!("{tag}-dut.json"));
+        let _ = std::fs::remove_file(&summary_json);
+        // 1. The DUT.
+        let (dut, napi_cpu) = self.start_dut(cell, bed, &tag, placement, &summary_json)?;
         let mut tasks: Vec<(u32, u32)> = dut
             .as_ref()
             .map(|p| tasks_of(p.child.id()))
@@ -602,12 +602,7 @@ impl Lab<'_> {
             Instant::now(),
         );
         let _ = gen.child.wait();
-        if let Some(p) = dut {
-            p.stop();
-        }
-        if matches!(cell.dut, Dut::Kernel | Dut::XdpFib) {
-            forwarding(false)?;
-        }
+        stop_dut(cell, &dut_ns, dut)?;
         let read = |p: &Path| -> Result<serde_json::Value, String> {
             serde_json::from_str(
                 &std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
@@ -652,6 +647,30 @@ impl Lab<'_> {
         }
         Ok(r)
     }
+}
+
+fn set_forwarding(ns: &str, on: bool) -> Result<(), String> {
+    let v = if on { "1" } else { "0" };
+    nsx(ns, &["sysctl", "-qw", &format!("net.ipv4.ip_forward={v}")])?;
+    nsx(
+        ns,
+        &[
+            "sysctl",
+            "-qw",
+            &format!("net.ipv6.conf.all.forwarding={v}"),
+        ],
+    )
+    .map(|_| ())
+}
+
+fn stop_dut(cell: &Cell, dut_ns: &str, dut: Option<Proc>) -> Result<(), String> {
+    if let Some(p) = dut {
+        p.stop();
+    }
+    if matches!(cell.dut, Dut::Kernel | Dut::XdpFib) {
+        set_forwarding(dut_ns, false)?;
+    }
+    Ok(())
 }
 
 /// The testpmd command line of the seeds' peer (TESTBED-FACTS: net_af_xdp, io mode).

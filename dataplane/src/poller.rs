@@ -435,13 +435,24 @@ impl Poller {
                 continue;
             }
             let staged = stage.descs.get(..stage.len).unwrap_or(&[]);
-            let sent = {
-                let mut w = q.tx.transmit(staged.len() as u32);
+            // A reservation is served from the ring's cached view of the kernel's consumer
+            // and only refreshes it once that view is used up, so it can grant fewer slots than
+            // are free: reserve again (now refreshed) until all fit or the ring is truly full.
+            let mut sent = 0usize;
+            for _ in 0..3 {
+                let rest = staged.get(sent..).unwrap_or(&[]);
+                if rest.is_empty() {
+                    break;
+                }
+                let mut w = q.tx.transmit(rest.len() as u32);
                 let cap = w.capacity() as usize;
-                let sent = w.insert(staged.iter().copied().take(cap)) as usize;
+                let n = w.insert(rest.iter().copied().take(cap)) as usize;
                 w.commit();
-                sent
-            };
+                if n == 0 {
+                    break;
+                }
+                sent += n;
+            }
             let mut bytes = 0u64;
             for d in staged.iter().take(sent) {
                 bytes += u64::from(d.len);
@@ -521,14 +532,23 @@ impl Poller {
             }
             return;
         }
-        let n = {
-            let mut w = q.fq_cq.fill(want);
+        // Twice: the first reservation may be cut short by a stale cached consumer (see flush).
+        let mut n = 0;
+        for _ in 0..2 {
+            let left = want.saturating_sub(n).min(self.free.len() as u32);
+            if left == 0 {
+                break;
+            }
+            let mut w = q.fq_cq.fill(left);
             let cap = w.capacity() as usize;
             let free = &mut self.free;
-            let n = w.insert(std::iter::from_fn(|| free.pop()).take(cap));
+            let got = w.insert(std::iter::from_fn(|| free.pop()).take(cap));
             w.commit();
-            n
-        };
+            if got == 0 {
+                break;
+            }
+            n += got;
+        }
         if n > 0 && q.fq_cq.needs_wakeup() {
             q.fq_cq.wake();
             self.stats.add(Counter::FillWakeups, 1);

@@ -77,6 +77,12 @@ fn d_align() -> Vec<String> {
 fn d_stats() -> Vec<String> {
     vec!["percpu".into()]
 }
+fn d_trial() -> f64 {
+    2.0
+}
+fn d_steps() -> u32 {
+    6
+}
 fn d_gen_cpu() -> usize {
     0
 }
@@ -132,6 +138,16 @@ pub struct Matrix {
     /// Measured window, seconds.
     #[serde(default = "d_window")]
     pub window_s: f64,
+    /// Also find the RFC 2544 zero-loss throughput of each cell (binary search on the offered
+    /// rate, exact frame counts: generator sent vs sink received).
+    #[serde(default)]
+    pub zero_loss: bool,
+    /// Length of one zero-loss trial, seconds.
+    #[serde(default = "d_trial")]
+    pub zero_loss_trial_s: f64,
+    /// Binary-search steps.
+    #[serde(default = "d_steps")]
+    pub zero_loss_steps: u32,
     /// Generator CPU (it also takes the sink's NAPI thread).
     #[serde(default = "d_gen_cpu")]
     pub gen_cpu: usize,

@@ -100,6 +100,18 @@ pub fn summary(title: &str, description: &str, cells: &[CellResult]) -> String {
         if !drops.is_empty() {
             notes.push(format!("drops {}", drops.join(" ")));
         }
+        if let Some(z) = c.zero_loss_pps {
+            let tr: Vec<String> = c
+                .zero_loss_trials
+                .iter()
+                .map(|(r, n, g)| format!("{:.3}:{g}/{n}", r / 1e6))
+                .collect();
+            notes.push(format!(
+                "zero-loss {:.3} Mpps (trials Mpps:received/sent {})",
+                z / 1e6,
+                tr.join(" ")
+            ));
+        }
         let _ = writeln!(
             s,
             "| {} | {:.3} ({:.3}-{:.3}) | {:.0} ({:.0}-{:.0}) | {:.0} / {:.0} | {:.2} | {} | {} | {} |",
@@ -359,6 +371,8 @@ mod tests {
                     .map(|r| rec(&m, i, r, 5e5 + 1e5 * (i as f64) + 1e3 * f64::from(r)))
                     .collect(),
                 stable: true,
+                zero_loss_pps: None,
+                zero_loss_trials: Vec::new(),
             })
             .collect();
         let dir = std::env::temp_dir().join(format!("dp-report-{}", std::process::id()));

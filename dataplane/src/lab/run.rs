@@ -73,6 +73,10 @@ pub struct CellResult {
     pub runs: Vec<Record>,
     /// The median forwarding rate settled within `stable_pct` before `max_reps`.
     pub stable: bool,
+    /// RFC 2544 zero-loss throughput (pps), when the matrix asks for it.
+    pub zero_loss_pps: Option<f64>,
+    /// The zero-loss search's trials: (offered pps, frames sent, frames received).
+    pub zero_loss_trials: Vec<(f64, u64, u64)>,
 }
 
 /// Median of a list (None when empty).
@@ -395,11 +399,35 @@ impl Lab<'_> {
                 }
             }
         }
+        let (mut zero_loss_pps, mut zero_loss_trials) = (None, Vec::new());
+        let max = median(
+            runs.iter()
+                .filter(|r| r.status == "ok")
+                .map(|r| r.forwarded_pps)
+                .collect(),
+        );
+        if mx.zero_loss && cell.dut != Dut::Drop {
+            if let Some(max) = max.filter(|m| *m > 0.0) {
+                match self.zero_loss(cell, &bed, placement.as_ref(), max) {
+                    Ok((best, trials)) => {
+                        zero_loss_pps = Some(best);
+                        zero_loss_trials = trials;
+                    }
+                    Err(e) => runs.push(self.blank(
+                        cell,
+                        mx.max_reps,
+                        format!("failed: zero-loss search: {e}"),
+                    )),
+                }
+            }
+        }
         bed.down();
         CellResult {
             cell: cell.clone(),
             runs,
             stable,
+            zero_loss_pps,
+            zero_loss_trials,
         }
     }
 
@@ -415,6 +443,8 @@ impl Lab<'_> {
             cell: cell.clone(),
             runs: vec![r],
             stable: false,
+            zero_loss_pps: None,
+            zero_loss_trials: Vec::new(),
         }
     }
 
@@ -512,6 +542,118 @@ impl Lab<'_> {
             _ => {}
         }
         Ok((dut, napi_cpu))
+    }
+
+    /// RFC 2544 throughput: the highest offered rate at which the sink receives every frame
+    /// the generator sent, by binary search between 0 and 110% of the maximum forwarding rate.
+    /// The paced generator is an AF_PACKET socket (smooth, but at most a few hundred kpps on
+    /// this machine): a cell whose zero-loss rate is above that reports the highest rate the
+    /// generator reached, and the trials show it.
+    fn zero_loss(
+        &self,
+        cell: &Cell,
+        bed: &Testbed,
+        placement: Option<&(Vec<String>, Option<usize>)>,
+        max_pps: f64,
+    ) -> Result<(f64, Vec<(f64, u64, u64)>), String> {
+        let mx = self.matrix;
+        let tag = format!("{}-zl", self.prefix);
+        let all: Vec<usize> =
+            (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+        let (dut, napi_cpu) = self.start_dut(
+            cell,
+            bed,
+            &tag,
+            placement,
+            &self.scratch.join(format!("{tag}-dut.json")),
+        )?;
+        let result = (|| {
+            for dev in [bed.dut_in(), bed.dut_out()] {
+                napi(&bed.dut_ns(), &dev, napi_cpu, &all, false)?;
+            }
+            let (mut lo, mut hi, mut best) = (0.0f64, max_pps * 1.1, 0.0f64);
+            let mut trials = Vec::new();
+            for step in 0..mx.zero_loss_steps {
+                let rate = if step == 0 { hi } else { (lo + hi) / 2.0 };
+                let n = ((rate * mx.zero_loss_trial_s) as u64).max(1);
+                let sink_json = self.scratch.join(format!("{tag}-sink.json"));
+                let _ = std::fs::remove_file(&sink_json);
+                let s_args: Vec<String> = [
+                    "sink",
+                    "--iface",
+                    &bed.sink_if(),
+                    "--duration",
+                    "600",
+                    "--json",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .chain([sink_json.display().to_string()])
+                .collect();
+                let mut sink =
+                    Proc::spawn(&bed.sink_ns(), &self.exe, &s_args).map_err(|e| e.to_string())?;
+                sink.wait_for("window open", Duration::from_secs(10))?;
+                napi(&bed.sink_ns(), &bed.sink_if(), Some(mx.gen_cpu), &all, true)?;
+                let gen_json = self.scratch.join(format!("{tag}-gen.json"));
+                let out = Command::new("ip")
+                    .args(["netns", "exec", &bed.gen_ns()])
+                    .arg(&self.exe)
+                    .args(["gen", "--json"])
+                    .arg(&gen_json)
+                    .args([
+                        "--iface",
+                        &bed.gen_if(),
+                        "--size",
+                        &cell.pkt_size.to_string(),
+                        "--flows",
+                        &cell.flows.to_string(),
+                    ])
+                    .args([
+                        "--cpu",
+                        &mx.gen_cpu.to_string(),
+                        "--count",
+                        &n.to_string(),
+                        "--rate",
+                        &(rate as u64).max(1).to_string(),
+                    ])
+                    .args([
+                        "--duration",
+                        &(mx.zero_loss_trial_s * 3.0 + 2.0).to_string(),
+                    ])
+                    .output()
+                    .map_err(|e| e.to_string())?;
+                if !out.status.success() {
+                    return Err(format!("gen: {}", String::from_utf8_lossy(&out.stderr)));
+                }
+                std::thread::sleep(Duration::from_millis(300));
+                sink.stop();
+                let s: serde_json::Value = serde_json::from_str(
+                    &std::fs::read_to_string(&sink_json).map_err(|e| e.to_string())?,
+                )
+                .map_err(|e| e.to_string())?;
+                let got = s["matched"].as_u64().unwrap_or(0);
+                let g: serde_json::Value = serde_json::from_str(
+                    &std::fs::read_to_string(&gen_json).map_err(|e| e.to_string())?,
+                )
+                .map_err(|e| e.to_string())?;
+                // What the generator achieved, which may fall short of what was asked.
+                let sent = g["packets"].as_u64().unwrap_or(n);
+                let actual = sent as f64 / g["seconds"].as_f64().unwrap_or(1.0).max(1e-9);
+                trials.push((actual, sent, got));
+                if got >= sent {
+                    best = best.max(actual);
+                    lo = rate;
+                    if step == 0 {
+                        break;
+                    }
+                } else {
+                    hi = rate;
+                }
+            }
+            Ok((best, trials))
+        })();
+        stop_dut(cell, &bed.dut_ns(), dut)?;
+        result
     }
 
     fn run_rep(

@@ -64,6 +64,9 @@ pub struct Record {
     pub setup_s: f64,
 }
 
+/// One zero-loss trial: (offered pps the generator reached, frames sent, frames received).
+pub type Trial = (f64, u64, u64);
+
 /// All repeats of one cell.
 #[derive(Debug, Clone, Serialize)]
 pub struct CellResult {
@@ -75,8 +78,8 @@ pub struct CellResult {
     pub stable: bool,
     /// RFC 2544 zero-loss throughput (pps), when the matrix asks for it.
     pub zero_loss_pps: Option<f64>,
-    /// The zero-loss search's trials: (offered pps, frames sent, frames received).
-    pub zero_loss_trials: Vec<(f64, u64, u64)>,
+    /// The zero-loss search's trials.
+    pub zero_loss_trials: Vec<Trial>,
 }
 
 /// Median of a list (None when empty).
@@ -516,7 +519,7 @@ impl Lab<'_> {
             Dut::Testpmd => {
                 // Its best placement here (TESTBED-FACTS): NAPI off the forwarding lcore's CPU.
                 napi_cpu = Some(mx.gen_cpu);
-                let a = testpmd_args(bed, mx.gen_cpu, mx.dut_cpu, &tag);
+                let a = testpmd_args(bed, mx.gen_cpu, mx.dut_cpu, tag);
                 // stdbuf: testpmd's stdout is a pipe here, and its "Press enter" line would sit
                 // in the stdio buffer.
                 let mut child = Command::new("ip")
@@ -555,7 +558,7 @@ impl Lab<'_> {
         bed: &Testbed,
         placement: Option<&(Vec<String>, Option<usize>)>,
         max_pps: f64,
-    ) -> Result<(f64, Vec<(f64, u64, u64)>), String> {
+    ) -> Result<(f64, Vec<Trial>), String> {
         let mx = self.matrix;
         let tag = format!("{}-zl", self.prefix);
         let all: Vec<usize> =

@@ -171,7 +171,7 @@ pub enum MatrixError {
 }
 
 /// One cell: everything that defines a measurement except the repeat.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Cell {
     /// DUT.
     pub dut: Dut,

@@ -20,22 +20,9 @@ use crate::topology::{self, Machine};
 pub struct Record {
     /// Matrix name.
     pub matrix: String,
-    /// DUT name.
-    pub dut: String,
-    /// Layout ("-" for non-dataplane DUTs).
-    pub layout: String,
-    /// Frame size on the wire.
-    pub pkt_size: usize,
-    /// Flows.
-    pub flows: u32,
-    /// Burst size (0: not a dataplane DUT).
-    pub batch: u32,
-    /// memory knob.
-    pub memory: String,
-    /// align knob.
-    pub align: String,
-    /// stats knob.
-    pub stats: String,
+    /// The cell (DUT, layout, packet size, flows, batch, knobs), flattened into the record.
+    #[serde(flatten)]
+    pub cell: Cell,
     /// Repeat number.
     pub rep: u32,
     /// "ok", or why there is no measurement ("unavailable: ...", "skipped: ...", "failed: ...").
@@ -303,14 +290,7 @@ impl Lab<'_> {
     fn blank(&self, cell: &Cell, rep: u32, status: String) -> Record {
         Record {
             matrix: self.matrix.name.clone(),
-            dut: cell.dut.name().into(),
-            layout: cell.layout.clone(),
-            pkt_size: cell.pkt_size,
-            flows: cell.flows,
-            batch: cell.batch,
-            memory: cell.memory.clone(),
-            align: cell.align.clone(),
-            stats: cell.stats.clone(),
+            cell: cell.clone(),
             rep,
             status,
             offered_pps: 0.0,

@@ -126,7 +126,11 @@ pub fn summary(title: &str, description: &str, cells: &[CellResult]) -> String {
             th,
             o,
             c.runs.len(),
-            if c.stable { "yes" } else { "no (max reps)" },
+            match (c.stable, c.runs.len()) {
+                (true, _) => "yes",
+                (false, 1) => "1 run",
+                (false, _) => "no (max reps)",
+            },
             notes.join("; ")
         );
     }

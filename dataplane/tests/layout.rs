@@ -154,26 +154,13 @@ fn same_package_and_unpinned_layouts() {
     assert_eq!(poller_cpus(dut.pid()), vec![("dp-poll0".to_string(), all)]);
     dut.stop();
     // A layout this machine cannot give is refused before anything is attached.
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &t.dut_ns(),
-            BIN,
-            "run",
-            "--duration",
-            "1",
-            "--layout",
-            "smt-sibling",
-            "--irq-cpu",
-            "0",
-            "--config",
-        ])
-        .arg(std::env::temp_dir().join("tlp-dut.toml"))
-        .output()
-        .expect("run");
-    assert!(!out.status.success());
-    let e = String::from_utf8_lossy(&out.stderr);
+    let (ok, e) = run_once(
+        &bed,
+        "smt",
+        &cfg,
+        &["--layout", "smt-sibling", "--irq-cpu", "0"],
+    );
+    assert!(!ok);
     assert!(e.contains("smt-sibling") && e.contains("no SMT"), "{e}");
     assert!(!has_xdp(&t.dut_ns(), &t.dut_in()));
 }
@@ -243,29 +230,12 @@ fn ablation_knobs_forward_correctly() {
         }
     }
     // One NUMA node: a remote placement is refused, naming the key.
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &t.dut_ns(),
-            BIN,
-            "run",
-            "--duration",
-            "1",
-            "--config",
-        ])
-        .arg({
-            let p = std::env::temp_dir().join("tab-remote.toml");
-            std::fs::write(
-                &p,
-                base.replace("batch_size = 32", "batch_size = 32\nmemory = \"remote\""),
-            )
-            .expect("write");
-            p
-        })
-        .output()
-        .expect("run");
-    let e = String::from_utf8_lossy(&out.stderr);
+    let (ok, e) = run_once(
+        &bed,
+        "remote",
+        &base.replace("batch_size = 32", "batch_size = 32\nmemory = \"remote\""),
+        &[],
+    );
     if dataplane::topology::Machine::load(&dataplane::topology::Source::Host)
         .expect("topology")
         .nodes
@@ -273,7 +243,7 @@ fn ablation_knobs_forward_correctly() {
         < 2
     {
         assert!(
-            !out.status.success() && e.contains("dataplane.memory") && e.contains("NUMA node"),
+            !ok && e.contains("dataplane.memory") && e.contains("NUMA node"),
             "{e}"
         );
         assert!(!has_xdp(&t.dut_ns(), &t.dut_in()));

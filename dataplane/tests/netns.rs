@@ -359,26 +359,10 @@ fn bad_config_is_refused_before_anything_is_attached() {
     }
     let bed = Bed::up("tbc", 1);
     let t = &bed.0;
-    let dir = std::env::temp_dir();
     let run = |cfg: &str| {
-        let p = dir.join(format!("tbc-{}.toml", cfg.len()));
-        std::fs::write(&p, cfg).expect("write");
-        let out = std::process::Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &t.dut_ns(),
-                BIN,
-                "run",
-                "--duration",
-                "2",
-                "--config",
-            ])
-            .arg(&p)
-            .output()
-            .expect("run");
-        assert!(!out.status.success(), "a bad config must fail");
-        String::from_utf8_lossy(&out.stderr).to_string()
+        let (ok, stderr) = run_once(&bed, &format!("bad{}", cfg.len()), cfg, &[]);
+        assert!(!ok, "a bad config must fail");
+        stderr
     };
     let good = l3_config(t, &[(None, vec![0])]);
     let e = run(&good.replace("batch_size = 64", "batch_size = 64\nrx_ring = 5"));

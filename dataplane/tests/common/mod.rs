@@ -172,6 +172,32 @@ pub fn capture(sock: &PacketSocket, quiet: Duration, max: Duration) -> Vec<Vec<u
     out
 }
 
+/// Runs `dataplane run --duration 1` once in the DUT namespace with `cfg` (written to a temp
+/// file named after `name`) and `extra` arguments; returns (succeeded, stderr).
+pub fn run_once(bed: &Bed, name: &str, cfg: &str, extra: &[&str]) -> (bool, String) {
+    let p = std::env::temp_dir().join(format!("{}-{name}.toml", bed.0.prefix));
+    std::fs::write(&p, cfg).expect("write config");
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &bed.0.dut_ns(),
+            BIN,
+            "run",
+            "--duration",
+            "1",
+            "--config",
+        ])
+        .arg(&p)
+        .args(extra)
+        .output()
+        .expect("run dataplane");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Whether any XDP program is attached to `ifname` in `ns`.
 pub fn has_xdp(ns: &str, ifname: &str) -> bool {
     let out = Command::new("ip")

@@ -561,18 +561,17 @@ impl Lab<'_> {
                 let n = ((rate * mx.zero_loss_trial_s) as u64).max(1);
                 let sink_json = self.scratch.join(format!("{tag}-sink.json"));
                 let _ = std::fs::remove_file(&sink_json);
-                let s_args: Vec<String> = [
-                    "sink",
-                    "--iface",
-                    &bed.sink_if(),
-                    "--duration",
-                    "600",
-                    "--json",
-                ]
-                .iter()
-                .map(|s| s.to_string())
-                .chain([sink_json.display().to_string()])
-                .collect();
+                let s_args: Vec<String> = argv(
+                    &[
+                        "sink",
+                        "--iface",
+                        &bed.sink_if(),
+                        "--duration",
+                        "600",
+                        "--json",
+                    ],
+                    &sink_json,
+                );
                 let mut sink =
                     Proc::spawn(&bed.sink_ns(), &self.exe, &s_args).map_err(|e| e.to_string())?;
                 sink.wait_for("window open", Duration::from_secs(10))?;
@@ -674,42 +673,40 @@ impl Lab<'_> {
         let sink_json = self.scratch.join(format!("{tag}-sink.json"));
         let gen_json = self.scratch.join(format!("{tag}-gen.json"));
         let total = mx.warmup_s + mx.window_s;
-        let s_args: Vec<String> = [
-            "sink",
-            "--iface",
-            &bed.sink_if(),
-            "--duration",
-            &total.to_string(),
-            "--skip",
-            &mx.warmup_s.to_string(),
-            "--json",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([sink_json.display().to_string()])
-        .collect();
+        let s_args: Vec<String> = argv(
+            &[
+                "sink",
+                "--iface",
+                &bed.sink_if(),
+                "--duration",
+                &total.to_string(),
+                "--skip",
+                &mx.warmup_s.to_string(),
+                "--json",
+            ],
+            &sink_json,
+        );
         let mut sink = Proc::spawn(&sink_ns, &self.exe, &s_args).map_err(|e| e.to_string())?;
         std::thread::sleep(Duration::from_millis(300));
         napi(&sink_ns, &bed.sink_if(), Some(mx.gen_cpu), &all, true)?;
         let setup_s = t0.elapsed().as_secs_f64();
-        let g_args: Vec<String> = [
-            "gen",
-            "--iface",
-            &bed.gen_if(),
-            "--size",
-            &cell.pkt_size.to_string(),
-            "--flows",
-            &cell.flows.to_string(),
-            "--cpu",
-            &mx.gen_cpu.to_string(),
-            "--duration",
-            &(total + 1.0).to_string(),
-            "--json",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([gen_json.display().to_string()])
-        .collect();
+        let g_args: Vec<String> = argv(
+            &[
+                "gen",
+                "--iface",
+                &bed.gen_if(),
+                "--size",
+                &cell.pkt_size.to_string(),
+                "--flows",
+                &cell.flows.to_string(),
+                "--cpu",
+                &mx.gen_cpu.to_string(),
+                "--duration",
+                &(total + 1.0).to_string(),
+                "--json",
+            ],
+            &gen_json,
+        );
         let mut gen = Proc::spawn(&gen_ns, &self.exe, &g_args).map_err(|e| e.to_string())?;
         // 3. The window: opened and closed by the sink.
         sink.wait_for("window open", Duration::from_secs_f64(total + 10.0))?;
@@ -772,6 +769,15 @@ impl Lab<'_> {
         }
         Ok(r)
     }
+}
+
+/// A command line: `parts`, then a path (the JSON output every sub-command here ends with).
+fn argv(parts: &[&str], last: &Path) -> Vec<String> {
+    parts
+        .iter()
+        .map(|s| s.to_string())
+        .chain([last.display().to_string()])
+        .collect()
 }
 
 fn set_forwarding(ns: &str, on: bool) -> Result<(), String> {

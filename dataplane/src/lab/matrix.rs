@@ -83,6 +83,9 @@ fn d_trial() -> f64 {
 fn d_steps() -> u32 {
     6
 }
+fn d_idle() -> Vec<String> {
+    vec!["sleep".into()]
+}
 fn d_gen_cpu() -> usize {
     0
 }
@@ -123,6 +126,9 @@ pub struct Matrix {
     /// `stats` knob values (dataplane DUTs).
     #[serde(default = "d_stats")]
     pub stats: Vec<String>,
+    /// `idle` values (dataplane DUTs): sleep in poll() or busy-poll.
+    #[serde(default = "d_idle")]
+    pub idle: Vec<String>,
     /// Minimum repeats per cell.
     #[serde(default = "d_reps")]
     pub reps: u32,
@@ -189,6 +195,9 @@ pub struct Cell {
     pub align: String,
     /// stats knob.
     pub stats: String,
+    /// idle knob ("-" for non-dataplane DUTs).
+    #[serde(default)]
+    pub idle: String,
 }
 
 impl Cell {
@@ -208,6 +217,9 @@ impl Cell {
             ) != ("local", "cacheline", "percpu")
             {
                 s.push_str(&format!("/{}-{}-{}", self.memory, self.align, self.stats));
+            }
+            if self.idle == "busy" {
+                s.push_str("/busy");
             }
         }
         s
@@ -265,6 +277,11 @@ impl Matrix {
                 return bad("align", v.clone(), "cacheline or offset:N (1..=63)");
             }
         }
+        for v in &m.idle {
+            if !["sleep", "busy"].contains(&v.as_str()) {
+                return bad("idle", v.clone(), "sleep or busy");
+            }
+        }
         for v in &m.stats {
             if !["percpu", "shared"].contains(&v.as_str()) {
                 return bad("stats", v.clone(), "percpu or shared");
@@ -301,16 +318,19 @@ impl Matrix {
                             for memory in one(&self.memory) {
                                 for align in one(&self.align) {
                                     for stats in one(&self.stats) {
-                                        out.push(Cell {
-                                            dut,
-                                            layout: layout.clone(),
-                                            pkt_size,
-                                            flows,
-                                            batch,
-                                            memory: memory.clone(),
-                                            align: align.clone(),
-                                            stats,
-                                        });
+                                        for idle in one(&self.idle) {
+                                            out.push(Cell {
+                                                dut,
+                                                layout: layout.clone(),
+                                                pkt_size,
+                                                flows,
+                                                batch,
+                                                memory: memory.clone(),
+                                                align: align.clone(),
+                                                stats: stats.clone(),
+                                                idle,
+                                            });
+                                        }
                                     }
                                 }
                             }

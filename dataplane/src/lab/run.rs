@@ -462,8 +462,8 @@ impl Lab<'_> {
                 cfg = cfg.replacen(
                     "[dataplane]\n",
                     &format!(
-                        "[dataplane]\nmemory = \"{}\"\nalign = \"{}\"\nstats = \"{}\"\n",
-                        cell.memory, cell.align, cell.stats
+                        "[dataplane]\nmemory = \"{}\"\nalign = \"{}\"\nstats = \"{}\"\nidle = \"{}\"\n",
+                        cell.memory, cell.align, cell.stats, cell.idle
                     ),
                     1,
                 );

@@ -91,12 +91,8 @@ enum Cmd {
     },
     /// Show the machine: packages, NUMA nodes, cores, threads; interfaces and queue interrupts.
     Topology {
-        /// Load an hwloc synthetic topology instead, e.g. "pack:2 [numa] core:4 pu:2".
-        #[arg(long)]
-        synthetic: Option<String>,
-        /// Load an hwloc XML export of another machine instead.
-        #[arg(long)]
-        xml: Option<PathBuf>,
+        #[command(flatten)]
+        source: TopologySource,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -112,12 +108,8 @@ enum Cmd {
         /// Interrupt CPU of a queue, `QUEUE:CPU`, or `CPU` for all. Repeatable.
         #[arg(long = "irq-cpu")]
         irq_cpu: Vec<String>,
-        /// Plan for an hwloc synthetic topology.
-        #[arg(long)]
-        synthetic: Option<String>,
-        /// Plan for an hwloc XML topology.
-        #[arg(long)]
-        xml: Option<PathBuf>,
+        #[command(flatten)]
+        source: TopologySource,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -195,6 +187,23 @@ enum Cmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+}
+
+/// Which machine's topology: this one, or another's as an hwloc synthetic string or XML export.
+#[derive(clap::Args)]
+struct TopologySource {
+    /// An hwloc synthetic topology instead of this machine's, e.g. "pack:2 [numa] core:4 pu:2".
+    #[arg(long)]
+    synthetic: Option<String>,
+    /// An hwloc XML export of another machine instead of this one.
+    #[arg(long)]
+    xml: Option<PathBuf>,
+}
+
+impl TopologySource {
+    fn source(&self) -> Source {
+        topo::source_from_args(self.synthetic.clone(), self.xml.as_deref())
+    }
 }
 
 #[derive(Subcommand)]
@@ -485,13 +494,10 @@ fn real_main() -> Result<()> {
             println!("xdp-fwd: {redirected} redirected, {passed} passed to the stack");
             Ok(())
         }
-        Cmd::Topology {
-            synthetic,
-            xml,
-            json,
-        } => {
-            let host = synthetic.is_none() && xml.is_none();
-            let m = Machine::load(&topo::source_from_args(synthetic, xml.as_deref()))?;
+        Cmd::Topology { source, json } => {
+            let source = source.source();
+            let host = matches!(source, Source::Host);
+            let m = Machine::load(&source)?;
             let mut ifaces = Vec::new();
             if host {
                 let mut names: Vec<String> = std::fs::read_dir("/sys/class/net")
@@ -542,12 +548,11 @@ fn real_main() -> Result<()> {
             config,
             layout,
             irq_cpu,
-            synthetic,
-            xml,
+            source,
             json,
         } => {
             let cfg = Config::load(&config)?;
-            let source = topo::source_from_args(synthetic, xml.as_deref());
+            let source = source.source();
             let p = make_plan(&cfg, &layout, &irq_cpu, &source)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&p)?);

@@ -260,37 +260,24 @@ impl Testbed {
             (&d, DUT_OUT_V4, SINK_V4, SINK_V6, SINK_MAC, self.dut_out()),
         ];
         for (ns, _, ip4, ip6, mac, dev) in &neigh {
-            self.ns(
-                ns,
-                &[
-                    "ip",
-                    "neigh",
-                    "replace",
-                    ip4,
-                    "lladdr",
-                    mac,
-                    "dev",
-                    dev,
-                    "nud",
-                    "permanent",
-                ],
-            )?;
-            self.ns(
-                ns,
-                &[
-                    "ip",
-                    "-6",
-                    "neigh",
-                    "replace",
-                    ip6,
-                    "lladdr",
-                    mac,
-                    "dev",
-                    dev,
-                    "nud",
-                    "permanent",
-                ],
-            )?;
+            for (family, ip) in [("-4", ip4), ("-6", ip6)] {
+                self.ns(
+                    ns,
+                    &[
+                        "ip",
+                        family,
+                        "neigh",
+                        "replace",
+                        ip,
+                        "lladdr",
+                        mac,
+                        "dev",
+                        dev,
+                        "nud",
+                        "permanent",
+                    ],
+                )?;
+            }
         }
         Ok(())
     }

@@ -710,19 +710,17 @@ impl Lab<'_> {
         let mut gen = Proc::spawn(&gen_ns, &self.exe, &g_args).map_err(|e| e.to_string())?;
         // 3. The window: opened and closed by the sink.
         sink.wait_for("window open", Duration::from_secs_f64(total + 10.0))?;
-        let (c0, n0, tx0, w0) = (
-            cpu_ns(&tasks),
-            cpu_ns(&napi_tasks),
-            counter(&dut_ns, &bed.dut_out(), "tx_packets"),
-            Instant::now(),
-        );
+        let snapshot = || {
+            (
+                cpu_ns(&tasks),
+                cpu_ns(&napi_tasks),
+                counter(&dut_ns, &bed.dut_out(), "tx_packets"),
+                Instant::now(),
+            )
+        };
+        let (c0, n0, tx0, w0) = snapshot();
         let _ = sink.child.wait();
-        let (c1, n1, tx1, w1) = (
-            cpu_ns(&tasks),
-            cpu_ns(&napi_tasks),
-            counter(&dut_ns, &bed.dut_out(), "tx_packets"),
-            Instant::now(),
-        );
+        let (c1, n1, tx1, w1) = snapshot();
         let _ = gen.child.wait();
         stop_dut(cell, &dut_ns, dut)?;
         let read = |p: &Path| -> Result<serde_json::Value, String> {

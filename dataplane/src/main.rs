@@ -162,7 +162,8 @@ enum Cmd {
         #[arg(long, default_value_t = 10.0)]
         duration: f64,
         /// Offered rate in frames per second (0: flat out with XDP live frames). Paced sending uses
-        /// an AF_PACKET socket, one frame at a time on a schedule (smooth, at most a few 100 kpps).
+        /// an AF_PACKET socket that bypasses the qdisc and sends the frames due with one
+        /// sendmmsg() (smooth to ~10 us; ~0.74 Mpps at most on the 2-vCPU VM).
         #[arg(long, default_value_t = 0)]
         rate: u64,
         /// Stop after this many frames (0: no limit).
@@ -719,29 +720,40 @@ fn real_main() -> Result<()> {
                 gen.count()
             } else {
                 // Paced: live frames would come in 25 ms bursts, so an AF_PACKET socket sends
-                // one frame at a time on a schedule (smooth, up to a few hundred kpps here).
+                // the frames due on a schedule, a sendmmsg() per wake-up.
                 let frames: Vec<Vec<u8>> = (0..u64::from(flows))
                     .map(|k| template.expected(k))
                     .collect();
-                let sock = sys::PacketSocket::bind(&iface)?;
+                let sock = sys::FrameSender::bind(&iface)?;
+                sys::set_timer_slack(1_000);
+                let limit = if count == 0 { u64::MAX } else { count };
                 let mut sent = 0u64;
+                let mut batch: Vec<&[u8]> = Vec::with_capacity(sys::SEND_BATCH_MAX);
                 while start.elapsed() < dur
-                    && (count == 0 || sent < count)
+                    && sent < limit
                     && !stop.load(std::sync::atomic::Ordering::Relaxed)
                 {
-                    // Sleep (never spin) until the next frame is due: the CPU is shared with
-                    // NAPI threads that must keep up; late frames go out back to back.
-                    let due = start + Duration::from_secs_f64(sent as f64 / rate as f64);
-                    let now = Instant::now();
-                    if due > now {
-                        std::thread::sleep(due - now);
+                    // Frames due by now on the schedule; the ones due go out together in one
+                    // call (late frames back to back, at most a batch at a time). Otherwise
+                    // sleep (never spin: the CPU is shared with NAPI threads that must keep up)
+                    // until the next one is due.
+                    let due = ((start.elapsed().as_secs_f64() * rate as f64) as u64).min(limit);
+                    if due <= sent {
+                        let next = start + Duration::from_secs_f64((sent + 1) as f64 / rate as f64);
+                        let now = Instant::now();
+                        if next > now {
+                            std::thread::sleep(next - now);
+                        }
+                        continue;
                     }
-                    if sock
-                        .send(&frames[(sent % frames.len() as u64) as usize])
-                        .is_ok()
-                    {
-                        sent += 1;
-                    }
+                    let n = ((due - sent) as usize).min(sys::SEND_BATCH_MAX);
+                    batch.clear();
+                    batch.extend(
+                        (0..n as u64).map(|k| {
+                            frames[((sent + k) % frames.len() as u64) as usize].as_slice()
+                        }),
+                    );
+                    sent += sock.send_batch(&batch)? as u64;
                 }
                 sent
             };

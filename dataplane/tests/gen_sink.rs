@@ -125,7 +125,7 @@ fn sink_counts_exactly_what_was_sent() {
             "--iface",
             &t.dut_in(),
             "--duration",
-            "4",
+            "5",
             "--json",
         ])
         .arg(&json)
@@ -135,16 +135,25 @@ fn sink_counts_exactly_what_was_sent() {
     std::thread::sleep(Duration::from_millis(800));
     let g = gen(&bed, &["--count", "50000", "--flows", "3"]);
     assert_eq!(g["packets"], 50000);
+    // Then paced (sendmmsg batches on a schedule): every frame counted, and never ahead of the
+    // schedule, so 30,000 frames at 100 kpps take at least 0.3 s.
+    let p = gen(
+        &bed,
+        &["--count", "30000", "--flows", "3", "--rate", "100000"],
+    );
+    assert_eq!(p["packets"], 30000);
+    let secs = p["seconds"].as_f64().expect("seconds");
+    assert!(secs >= 0.29, "paced send kept to its schedule: {p}");
     assert!(sink.wait().expect("sink").success());
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("sink json")).expect("json");
     // `matched` counts the generator's frames (UDP to port 9); `packets` also counts what the
     // generator namespace's own kernel sends (IPv6 neighbour discovery, MLD).
-    assert_eq!(s["matched"], 50000, "sink counted every frame sent: {s}");
+    assert_eq!(s["matched"], 80000, "sink counted every frame sent: {s}");
     let packets = s["packets"].as_u64().expect("packets");
-    assert!((50000..50010).contains(&packets), "{s}");
+    assert!((80000..80020).contains(&packets), "{s}");
     assert!(
-        s["bytes"].as_u64().expect("bytes") >= 50000 * 60,
+        s["bytes"].as_u64().expect("bytes") >= 80000 * 60,
         "60 bytes each (64 on the wire less the FCS)"
     );
     assert!(

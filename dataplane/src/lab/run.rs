@@ -529,9 +529,10 @@ impl Lab<'_> {
 
     /// RFC 2544 throughput: the highest offered rate at which the sink receives every frame
     /// the generator sent, by binary search between 0 and 110% of the maximum forwarding rate.
-    /// The paced generator is an AF_PACKET socket (smooth, but at most a few hundred kpps on
-    /// this machine): a cell whose zero-loss rate is above that reports the highest rate the
-    /// generator reached, and the trials show it.
+    /// The paced generator is an AF_PACKET socket (smooth, but at most ~0.74 Mpps alone on this
+    /// machine, less while it shares its CPU with the DUT's NAPI threads): a cell whose
+    /// zero-loss rate is above that reports the highest rate the generator reached, and the
+    /// trials show it.
     fn zero_loss(
         &self,
         cell: &Cell,

@@ -11,7 +11,8 @@
 //!
 //! Module map: `packet`, `fib` and `forward` do no I/O (frames in, verdicts out); `sys` holds
 //! every raw syscall; `xsk` and `mem` own the rings and frames; `poller` is the per-core loop;
-//! `bpf` loads the XDP programs; `runtime` wires them together; `testbed` builds netns testbeds.
+//! `bpf` loads the XDP programs; `runtime` wires them together; `testbed` builds netns testbeds;
+//! `gen`, `xsk_gen` and `lab` are the measuring side (generator, its AF_XDP TX path, benches).
 #![deny(unsafe_code)]
 
 pub mod bpf;
@@ -31,3 +32,4 @@ pub mod sys;
 pub mod testbed;
 pub mod topology;
 pub mod xsk;
+pub mod xsk_gen;

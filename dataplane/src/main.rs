@@ -172,6 +172,10 @@ enum Cmd {
         /// Pin to this CPU.
         #[arg(long)]
         cpu: Option<usize>,
+        /// Send flat out with AF_XDP TX (queue 0) instead of XDP live frames (also the automatic
+        /// fallback where live frames are unavailable: kernels before 5.18).
+        #[arg(long, conflicts_with = "rate")]
+        xsk: bool,
         /// Destination MAC (default: the testbed DUT's).
         #[arg(long, default_value = testbed::DUT_IN_MAC)]
         dst_mac: String,
@@ -670,6 +674,7 @@ fn real_main() -> Result<()> {
             count,
             rate,
             cpu,
+            xsk,
             dst_mac,
             src_mac,
             src,
@@ -703,21 +708,54 @@ fn real_main() -> Result<()> {
                 // of set-up and tear-down (page pool, RCU; measured here), so calls are long.
                 let ifindex =
                     sys::if_index(&iface).with_context(|| format!("interface {iface}"))?;
-                let gen = Gen::load(cfg)?;
-                let mut sent = 0u64;
-                while start.elapsed() < dur
-                    && (count == 0 || sent < count)
-                    && !stop.load(std::sync::atomic::Ordering::Relaxed)
-                {
-                    let chunk = if count == 0 {
-                        1 << 18
-                    } else {
-                        (count - sent).min(1 << 18)
-                    };
-                    gen.send(&frame, ifindex, 0, chunk as u32)?;
-                    sent += chunk;
+                let limit = if count == 0 { u64::MAX } else { count };
+                let mut live = None;
+                if !xsk {
+                    match Gen::load(cfg) {
+                        Ok(g) => live = Some(g),
+                        Err(e) => {
+                            eprintln!("gen: XDP live frames unavailable ({e}); using AF_XDP TX")
+                        }
+                    }
                 }
-                gen.count()
+                let mut sent = 0u64;
+                if let Some(gen) = &live {
+                    while start.elapsed() < dur
+                        && sent < limit
+                        && !stop.load(std::sync::atomic::Ordering::Relaxed)
+                    {
+                        let chunk = (limit - sent).min(1 << 18);
+                        if let Err(e) = gen.send(&frame, ifindex, 0, chunk as u32) {
+                            if sent > 0 {
+                                return Err(e.into());
+                            }
+                            eprintln!("gen: XDP live frames unavailable ({e}); using AF_XDP TX");
+                            live = None;
+                            break;
+                        }
+                        sent += chunk;
+                    }
+                }
+                match &live {
+                    Some(gen) => gen.count(),
+                    None => {
+                        let frames: Vec<Vec<u8>> = (0..u64::from(flows))
+                            .map(|k| template.expected(k))
+                            .collect();
+                        let mut tx =
+                            dataplane::xsk_gen::XskSender::open(&iface, ifindex, 0, &frames)
+                                .context("AF_XDP generator")?;
+                        let mut done = 0u64;
+                        while done < limit
+                            && start.elapsed() < dur
+                            && !stop.load(std::sync::atomic::Ordering::Relaxed)
+                        {
+                            let chunk = (limit - done).min(1 << 16);
+                            done += tx.send(chunk, start + dur);
+                        }
+                        done
+                    }
+                }
             } else {
                 // Paced: live frames would come in 25 ms bursts, so an AF_PACKET socket sends
                 // the frames due on a schedule, a sendmmsg() per wake-up.

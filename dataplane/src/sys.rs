@@ -114,21 +114,30 @@ unsafe impl Sync for Mmap {}
 impl Mmap {
     /// Maps `len` bytes of zeroed anonymous memory.
     pub fn anonymous(len: usize) -> Result<Mmap, SyscallError> {
+        Self::map_private(len, 0, "mmap")
+    }
+
+    /// A private anonymous read-write mapping with `extra_flags`.
+    fn map_private(
+        len: usize,
+        extra_flags: libc::c_int,
+        call: &'static str,
+    ) -> Result<Mmap, SyscallError> {
         // SAFETY: a fresh anonymous mapping aliases nothing; the result is checked.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags,
                 -1,
                 0,
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(SyscallError::last("mmap"));
+            return Err(SyscallError::last(call));
         }
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| SyscallError::last("mmap"))?;
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| SyscallError::last(call))?;
         Ok(Mmap { ptr, len })
     }
 
@@ -138,22 +147,7 @@ impl Mmap {
         const HUGE: usize = 2 << 20;
         const MAP_HUGE_2MB: libc::c_int = 21 << libc::MAP_HUGE_SHIFT;
         let len = len.max(1).div_ceil(HUGE) * HUGE;
-        // SAFETY: a fresh anonymous mapping aliases nothing; the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | MAP_HUGE_2MB,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(SyscallError::last("mmap(MAP_HUGETLB)"));
-        }
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| SyscallError::last("mmap"))?;
-        Ok(Mmap { ptr, len })
+        Self::map_private(len, libc::MAP_HUGETLB | MAP_HUGE_2MB, "mmap(MAP_HUGETLB)")
     }
 
     /// Maps `len` bytes aligned to 2 MiB and asks for transparent huge pages (MADV_HUGEPAGE),
@@ -267,20 +261,13 @@ const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
 /// Raises how many frames one copy-mode TX kick sends. Fails with ENOPROTOOPT on kernels
 /// without the option (they keep 32).
 pub fn xsk_set_tx_budget(fd: RawFd, frames: u32) -> Result<(), SyscallError> {
-    // SAFETY: `frames` is a valid u32 read by the kernel for the length given.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            SOL_XDP,
-            XDP_MAX_TX_SKB_BUDGET,
-            (&frames as *const u32).cast(),
-            std::mem::size_of::<u32>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(SyscallError::last("setsockopt(XDP_MAX_TX_SKB_BUDGET)"));
-    }
-    Ok(())
+    setsockopt_int(
+        fd,
+        SOL_XDP,
+        XDP_MAX_TX_SKB_BUDGET,
+        frames.min(i32::MAX as u32) as libc::c_int,
+        "setsockopt(XDP_MAX_TX_SKB_BUDGET)",
+    )
 }
 
 /// Waits up to `timeout_ms` for any of `fds` to become readable. Interruptions are not errors.
@@ -459,17 +446,15 @@ impl PacketSocket {
         // (SO_RCVBUFFORCE, root), else whatever SO_RCVBUF allows.
         let size: libc::c_int = 8 << 20;
         for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-            // SAFETY: `size` is a valid c_int for the length given.
-            let rc = unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    opt,
-                    (&size as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if rc == 0 {
+            if setsockopt_int(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                size,
+                "setsockopt(SO_RCVBUF)",
+            )
+            .is_ok()
+            {
                 break;
             }
         }

@@ -581,19 +581,10 @@ impl Lab<'_> {
                 let out = Command::new("ip")
                     .args(["netns", "exec", &bed.gen_ns()])
                     .arg(&self.exe)
-                    .args(["gen", "--json"])
+                    .args(gen_args(cell, bed, mx.gen_cpu))
+                    .arg("--json")
                     .arg(&gen_json)
                     .args([
-                        "--iface",
-                        &bed.gen_if(),
-                        "--size",
-                        &cell.pkt_size.to_string(),
-                        "--flows",
-                        &cell.flows.to_string(),
-                    ])
-                    .args([
-                        "--cpu",
-                        &mx.gen_cpu.to_string(),
                         "--count",
                         &n.to_string(),
                         "--rate",
@@ -691,23 +682,11 @@ impl Lab<'_> {
         std::thread::sleep(Duration::from_millis(300));
         napi(&sink_ns, &bed.sink_if(), Some(mx.gen_cpu), &all, true)?;
         let setup_s = t0.elapsed().as_secs_f64();
-        let g_args: Vec<String> = argv(
-            &[
-                "gen",
-                "--iface",
-                &bed.gen_if(),
-                "--size",
-                &cell.pkt_size.to_string(),
-                "--flows",
-                &cell.flows.to_string(),
-                "--cpu",
-                &mx.gen_cpu.to_string(),
-                "--duration",
-                &(total + 1.0).to_string(),
-                "--json",
-            ],
+        let mut g_args = gen_args(cell, bed, mx.gen_cpu);
+        g_args.extend(argv(
+            &["--duration", &(total + 1.0).to_string(), "--json"],
             &gen_json,
-        );
+        ));
         let mut gen = Proc::spawn(&gen_ns, &self.exe, &g_args).map_err(|e| e.to_string())?;
         // 3. The window: opened and closed by the sink.
         sink.wait_for("window open", Duration::from_secs_f64(total + 10.0))?;
@@ -768,6 +747,21 @@ impl Lab<'_> {
         }
         Ok(r)
     }
+}
+
+/// The generator's command line for a cell: interface, frame size, flows, CPU.
+fn gen_args(cell: &Cell, bed: &Testbed, cpu: usize) -> Vec<String> {
+    vec![
+        "gen".into(),
+        "--iface".into(),
+        bed.gen_if(),
+        "--size".into(),
+        cell.pkt_size.to_string(),
+        "--flows".into(),
+        cell.flows.to_string(),
+        "--cpu".into(),
+        cpu.to_string(),
+    ]
 }
 
 /// A command line: `parts`, then a path (the JSON output every sub-command here ends with).

@@ -298,6 +298,35 @@ pub fn enter_netns(name: &str) -> Result<(), SyscallError> {
     Ok(())
 }
 
+/// A raw AF_PACKET socket bound to interface `ifindex` for protocol `proto` (network byte
+/// order; 0: send only, it receives nothing).
+fn bound_packet_socket(ifindex: i32, proto: u16) -> Result<OwnedFd, SyscallError> {
+    // SAFETY: plain socket() call; the result is checked.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto)) };
+    if raw < 0 {
+        return Err(SyscallError::last("socket(AF_PACKET)"));
+    }
+    // SAFETY: `raw` is a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: an all-zero sockaddr_ll is valid; fields are set below.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto;
+    sll.sll_ifindex = ifindex;
+    // SAFETY: `sll` is a valid sockaddr_ll of the size given.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(SyscallError::last("bind(AF_PACKET)"));
+    }
+    Ok(fd)
+}
+
 /// Most frames one [`FrameSender::send_batch`] call hands to the kernel.
 pub const SEND_BATCH_MAX: usize = 64;
 
@@ -312,29 +341,7 @@ pub struct FrameSender {
 impl FrameSender {
     /// Opens the socket on `ifname` (in the caller's namespace).
     pub fn bind(ifname: &str) -> Result<FrameSender, SyscallError> {
-        let ifindex = if_index(ifname)? as i32;
-        // SAFETY: plain socket() call; the result is checked.
-        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
-        if raw < 0 {
-            return Err(SyscallError::last("socket(AF_PACKET)"));
-        }
-        // SAFETY: `raw` is a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: an all-zero sockaddr_ll is valid; fields are set below.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_ifindex = ifindex;
-        // SAFETY: `sll` is a valid sockaddr_ll of the size given.
-        let rc = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&sll as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(SyscallError::last("bind(AF_PACKET)"));
-        }
+        let fd = bound_packet_socket(if_index(ifname)? as i32, 0)?;
         setsockopt_int(
             fd.as_raw_fd(),
             libc::SOL_PACKET,
@@ -418,30 +425,7 @@ impl PacketSocket {
     /// Opens a socket that sees every frame on `ifname` (in the caller's namespace).
     pub fn bind(ifname: &str) -> Result<PacketSocket, SyscallError> {
         let ifindex = if_index(ifname)? as i32;
-        let proto = (libc::ETH_P_ALL as u16).to_be() as i32;
-        // SAFETY: plain socket() call; the result is checked.
-        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto) };
-        if raw < 0 {
-            return Err(SyscallError::last("socket(AF_PACKET)"));
-        }
-        // SAFETY: `raw` is a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: an all-zero sockaddr_ll is valid; fields are set below.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = proto as u16;
-        sll.sll_ifindex = ifindex;
-        // SAFETY: `sll` is a valid sockaddr_ll of the size given.
-        let rc = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&sll as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(SyscallError::last("bind(AF_PACKET)"));
-        }
+        let fd = bound_packet_socket(ifindex, (libc::ETH_P_ALL as u16).to_be())?;
         // A capture must not lose a test's burst to a full receive buffer: ask for 8 MiB
         // (SO_RCVBUFFORCE, root), else whatever SO_RCVBUF allows.
         let size: libc::c_int = 8 << 20;

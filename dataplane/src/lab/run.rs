@@ -160,25 +160,57 @@ fn nsx(ns: &str, args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn counter(ns: &str, dev: &str, name: &str) -> u64 {
-    nsx(
-        ns,
-        &["cat", &format!("/sys/class/net/{dev}/statistics/{name}")],
-    )
-    .ok()
-    .and_then(|s| s.trim().parse().ok())
-    .unwrap_or(0)
+/// A process parked in a namespace for the length of a cell, so the window's counters can be
+/// read from `/proc/PID/net/dev` (that process's namespace) without starting a process at the
+/// window's edges: with real-time NAPI threads busy, a new process can start tens of
+/// milliseconds late and skew the cross-check. Killed on drop.
+struct NetnsAnchor(Child);
+
+impl NetnsAnchor {
+    fn new(ns: &str) -> Result<NetnsAnchor, String> {
+        Command::new("ip")
+            .args(["netns", "exec", ns, "sleep", "3600"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map(NetnsAnchor)
+            .map_err(|e| format!("ip netns exec {ns} sleep: {e}"))
+    }
+
+    /// Transmitted packets of `dev` in the anchor's namespace (0 if unreadable).
+    fn tx_packets(&self, dev: &str) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/net/dev", self.0.id()))
+            .ok()
+            .and_then(|t| tx_packets_in(&t, dev))
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for NetnsAnchor {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The tx packets column of `dev` in /proc/net/dev text.
+fn tx_packets_in(text: &str, dev: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (name, rest) = l.split_once(':')?;
+        (name.trim() == dev).then(|| rest.split_whitespace().nth(9)?.parse().ok())?
+    })
 }
 
 /// GRO on (gives a veth NAPI instances), threaded NAPI on, kthreads pinned to `cpu` (None: all
-/// CPUs), optionally SCHED_FIFO. Returns the kthreads' tids.
-fn napi(
-    ns: &str,
-    dev: &str,
-    cpu: Option<usize>,
-    all: &[usize],
-    fifo: bool,
-) -> Result<Vec<u32>, String> {
+/// CPUs) at SCHED_FIFO. Returns the kthreads' tids.
+///
+/// Real-time because that is the priority receive processing has on a NIC, where NAPI runs in
+/// softirq and preempts any thread on its CPU. As ordinary threads they would take turns with
+/// the flat-out generator on a shared CPU in scheduler slices of milliseconds: frames would
+/// reach the DUT in bursts that overflow its queues while, between bursts, it idles. Every
+/// DUT's and the sink's NAPI threads get the same treatment.
+fn napi(ns: &str, dev: &str, cpu: Option<usize>, all: &[usize]) -> Result<Vec<u32>, String> {
     nsx(ns, &["ethtool", "-K", dev, "gro", "on"])?;
     nsx(
         ns,
@@ -200,9 +232,7 @@ fn napi(
     for &t in &tids {
         let cpus = cpu.map_or_else(|| all.to_vec(), |c| vec![c]);
         sys::set_thread_affinity(t, &cpus).map_err(|e| e.to_string())?;
-        if fifo {
-            sys::set_fifo(t, 50).map_err(|e| e.to_string())?;
-        }
+        sys::set_fifo(t, 50).map_err(|e| e.to_string())?;
     }
     Ok(tids)
 }
@@ -553,7 +583,7 @@ impl Lab<'_> {
         )?;
         let result = (|| {
             for dev in [bed.dut_in(), bed.dut_out()] {
-                napi(&bed.dut_ns(), &dev, napi_cpu, &all, false)?;
+                napi(&bed.dut_ns(), &dev, napi_cpu, &all)?;
             }
             let (mut lo, mut hi, mut best) = (0.0f64, max_pps * 1.1, 0.0f64);
             let mut trials = Vec::new();
@@ -576,7 +606,7 @@ impl Lab<'_> {
                 let mut sink =
                     Proc::spawn(&bed.sink_ns(), &self.exe, &s_args).map_err(|e| e.to_string())?;
                 sink.wait_for("window open", Duration::from_secs(10))?;
-                napi(&bed.sink_ns(), &bed.sink_if(), Some(mx.gen_cpu), &all, true)?;
+                napi(&bed.sink_ns(), &bed.sink_if(), Some(mx.gen_cpu), &all)?;
                 let gen_json = self.scratch.join(format!("{tag}-gen.json"));
                 let out = Command::new("ip")
                     .args(["netns", "exec", &bed.gen_ns()])
@@ -646,6 +676,7 @@ impl Lab<'_> {
         let summary_json = self.scratch.join(format!("{tag}-dut.json"));
         let _ = std::fs::remove_file(&summary_json);
         // 1. The DUT.
+        let anchor = NetnsAnchor::new(&dut_ns)?;
         let (dut, napi_cpu) = self.start_dut(cell, bed, &tag, placement, &summary_json)?;
         let mut tasks: Vec<(u32, u32)> = dut
             .as_ref()
@@ -654,14 +685,14 @@ impl Lab<'_> {
         let mut napi_tasks = Vec::new();
         for dev in [bed.dut_in(), bed.dut_out()] {
             napi_tasks.extend(
-                napi(&dut_ns, &dev, napi_cpu, &all, false)?
+                napi(&dut_ns, &dev, napi_cpu, &all)?
                     .into_iter()
                     .map(|t| (t, t)),
             );
         }
         tasks.extend(napi_tasks.iter().copied());
-        // 2. Sink (its NAPI on the generator's CPU at SCHED_FIFO, so it keeps up and its work is
-        //    not the DUT's), then the generator.
+        // 2. Sink (its NAPI on the generator's CPU, so its work is not the DUT's), then the
+        //    generator.
         let sink_json = self.scratch.join(format!("{tag}-sink.json"));
         let gen_json = self.scratch.join(format!("{tag}-gen.json"));
         let total = mx.warmup_s + mx.window_s;
@@ -680,7 +711,7 @@ impl Lab<'_> {
         );
         let mut sink = Proc::spawn(&sink_ns, &self.exe, &s_args).map_err(|e| e.to_string())?;
         std::thread::sleep(Duration::from_millis(300));
-        napi(&sink_ns, &bed.sink_if(), Some(mx.gen_cpu), &all, true)?;
+        napi(&sink_ns, &bed.sink_if(), Some(mx.gen_cpu), &all)?;
         let setup_s = t0.elapsed().as_secs_f64();
         let mut g_args = gen_args(cell, bed, mx.gen_cpu);
         g_args.extend(argv(
@@ -694,7 +725,7 @@ impl Lab<'_> {
             (
                 cpu_ns(&tasks),
                 cpu_ns(&napi_tasks),
-                counter(&dut_ns, &bed.dut_out(), "tx_packets"),
+                anchor.tx_packets(&bed.dut_out()),
                 Instant::now(),
             )
         };
@@ -841,6 +872,14 @@ fn which(cmd: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_tx_packets_from_proc_net_dev() {
+        let t = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes packets\n    lo: 6460 58 0 0 0 0 0 0 6460 58 0 0 0 0 0 0\nlb1-d1: 100 2 0 0 0 0 0 0 12345 678 0 0 0 0 0 0\n";
+        assert_eq!(tx_packets_in(t, "lb1-d1"), Some(678));
+        assert_eq!(tx_packets_in(t, "lo"), Some(58));
+        assert_eq!(tx_packets_in(t, "lb1-d0"), None);
+    }
     use crate::topology::Source;
 
     #[test]

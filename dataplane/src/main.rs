@@ -176,6 +176,10 @@ enum Cmd {
         /// fallback where live frames are unavailable: kernels before 5.18).
         #[arg(long, conflicts_with = "rate")]
         xsk: bool,
+        /// Run at SCHED_IDLE: take only CPU time no other thread wants (`dataplane bench` does,
+        /// so the generator never competes with a DUT's NAPI thread on a shared CPU).
+        #[arg(long)]
+        background: bool,
         /// Destination MAC (default: the testbed DUT's).
         #[arg(long, default_value = testbed::DUT_IN_MAC)]
         dst_mac: String,
@@ -675,6 +679,7 @@ fn real_main() -> Result<()> {
             rate,
             cpu,
             xsk,
+            background,
             dst_mac,
             src_mac,
             src,
@@ -699,6 +704,9 @@ fn real_main() -> Result<()> {
             let (frame, cfg) = (template.frame.clone(), template.config());
             if let Some(c) = cpu {
                 sys::pin_current_thread(c)?;
+            }
+            if background {
+                sys::set_sched_idle().context("--background")?;
             }
             let stop = stop_flag()?;
             let dur = secs(duration, "--duration")?;

@@ -727,6 +727,16 @@ pub fn mbind(map: &Mmap, policy: MemPolicy, nodes: &[usize]) -> Result<(), Sysca
     Ok(())
 }
 
+/// Puts the calling thread under SCHED_IDLE: it runs only when no other thread wants its CPU.
+pub fn set_sched_idle() -> Result<(), SyscallError> {
+    let p = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `p` is a valid sched_param for the duration of the call; 0 is the caller.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) } != 0 {
+        return Err(SyscallError::last("sched_setscheduler(SCHED_IDLE)"));
+    }
+    Ok(())
+}
+
 /// Runs a thread (e.g. a NAPI kthread) under SCHED_FIFO at `priority`.
 pub fn set_fifo(tid: u32, priority: i32) -> Result<(), SyscallError> {
     let p = libc::sched_param {

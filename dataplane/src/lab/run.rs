@@ -203,14 +203,14 @@ fn tx_packets_in(text: &str, dev: &str) -> Option<u64> {
 }
 
 /// GRO on (gives a veth NAPI instances), threaded NAPI on, kthreads pinned to `cpu` (None: all
-/// CPUs) at SCHED_FIFO. Returns the kthreads' tids.
-///
-/// Real-time because that is the priority receive processing has on a NIC, where NAPI runs in
-/// softirq and preempts any thread on its CPU. As ordinary threads they would take turns with
-/// the flat-out generator on a shared CPU in scheduler slices of milliseconds: frames would
-/// reach the DUT in bursts that overflow its queues while, between bursts, it idles. Every
-/// DUT's and the sink's NAPI threads get the same treatment.
-fn napi(ns: &str, dev: &str, cpu: Option<usize>, all: &[usize]) -> Result<Vec<u32>, String> {
+/// CPUs), optionally SCHED_FIFO (the sink's, so it keeps up). Returns the kthreads' tids.
+fn napi(
+    ns: &str,
+    dev: &str,
+    cpu: Option<usize>,
+    all: &[usize],
+    fifo: bool,
+) -> Result<Vec<u32>, String> {
     nsx(ns, &["ethtool", "-K", dev, "gro", "on"])?;
     nsx(
         ns,
@@ -232,7 +232,9 @@ fn napi(ns: &str, dev: &str, cpu: Option<usize>, all: &[usize]) -> Result<Vec<u3
     for &t in &tids {
         let cpus = cpu.map_or_else(|| all.to_vec(), |c| vec![c]);
         sys::set_thread_affinity(t, &cpus).map_err(|e| e.to_string())?;
-        sys::set_fifo(t, 50).map_err(|e| e.to_string())?;
+        if fifo {
+            sys::set_fifo(t, 50).map_err(|e| e.to_string())?;
+        }
     }
     Ok(tids)
 }
@@ -583,7 +585,7 @@ impl Lab<'_> {
         )?;
         let result = (|| {
             for dev in [bed.dut_in(), bed.dut_out()] {
-                napi(&bed.dut_ns(), &dev, napi_cpu, &all)?;
+                napi(&bed.dut_ns(), &dev, napi_cpu, &all, false)?;
             }
             let (mut lo, mut hi, mut best) = (0.0f64, max_pps * 1.1, 0.0f64);
             let mut trials = Vec::new();
@@ -606,7 +608,7 @@ impl Lab<'_> {
                 let mut sink =
                     Proc::spawn(&bed.sink_ns(), &self.exe, &s_args).map_err(|e| e.to_string())?;
                 sink.wait_for("window open", Duration::from_secs(10))?;
-                napi(&bed.sink_ns(), &bed.sink_if(), Some(mx.gen_cpu), &all)?;
+                napi(&bed.sink_ns(), &bed.sink_if(), Some(mx.gen_cpu), &all, true)?;
                 let gen_json = self.scratch.join(format!("{tag}-gen.json"));
                 let out = Command::new("ip")
                     .args(["netns", "exec", &bed.gen_ns()])
@@ -685,14 +687,17 @@ impl Lab<'_> {
         let mut napi_tasks = Vec::new();
         for dev in [bed.dut_in(), bed.dut_out()] {
             napi_tasks.extend(
-                napi(&dut_ns, &dev, napi_cpu, &all)?
+                napi(&dut_ns, &dev, napi_cpu, &all, false)?
                     .into_iter()
                     .map(|t| (t, t)),
             );
         }
         tasks.extend(napi_tasks.iter().copied());
-        // 2. Sink (its NAPI on the generator's CPU, so its work is not the DUT's), then the
-        //    generator.
+        // 2. Sink (its NAPI on the generator's CPU at SCHED_FIFO, so it keeps up and its work is
+        //    not the DUT's), then the generator at SCHED_IDLE: it takes only CPU time that nothing
+        //    else wants, as test equipment should. As an ordinary thread it took turns with the
+        //    DUT's NAPI thread on their shared CPU in scheduler slices of milliseconds, and frames
+        //    reached the DUT in bursts that overflowed its queues while between bursts it idled.
         let sink_json = self.scratch.join(format!("{tag}-sink.json"));
         let gen_json = self.scratch.join(format!("{tag}-gen.json"));
         let total = mx.warmup_s + mx.window_s;
@@ -711,11 +716,16 @@ impl Lab<'_> {
         );
         let mut sink = Proc::spawn(&sink_ns, &self.exe, &s_args).map_err(|e| e.to_string())?;
         std::thread::sleep(Duration::from_millis(300));
-        napi(&sink_ns, &bed.sink_if(), Some(mx.gen_cpu), &all)?;
+        napi(&sink_ns, &bed.sink_if(), Some(mx.gen_cpu), &all, true)?;
         let setup_s = t0.elapsed().as_secs_f64();
         let mut g_args = gen_args(cell, bed, mx.gen_cpu);
         g_args.extend(argv(
-            &["--duration", &(total + 1.0).to_string(), "--json"],
+            &[
+                "--background",
+                "--duration",
+                &(total + 1.0).to_string(),
+                "--json",
+            ],
             &gen_json,
         ));
         let mut gen = Proc::spawn(&gen_ns, &self.exe, &g_args).map_err(|e| e.to_string())?;

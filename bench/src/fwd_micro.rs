@@ -12,10 +12,10 @@
 //! Run: `cargo run --release -p dataplane-bench --bin fwd-micro [-- --prefixes N --passes P]`
 use std::time::Instant;
 
-use dataplane::config::Mode;
 use dataplane::fib::{mask4, Fib4, Fib6, NextHop, Route4, Table};
 use dataplane::forward::Forwarder;
 use dataplane::packet::build::{udp_v4, FrameSpec};
+use dataplane::types::Mode;
 use rand::{Rng, SeedableRng};
 
 fn arg(name: &str, default: usize) -> usize {

@@ -6,7 +6,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::fib::{self, NextHop, Route4, Route6, Table};
+use crate::fib::{self, Neighbour, Route, Table};
+use crate::types::{parse_mac, Idle, MacAddr, Mode};
 
 /// A configuration that could not be read or is not valid.
 #[derive(Debug, thiserror::Error)]
@@ -48,32 +49,6 @@ fn invalid(key: impl Into<String>, value: impl ToString, why: impl Into<String>)
     }
 }
 
-/// What the pollers do with each frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Swap MACs, send out the paired interface.
-    L2fwd,
-    /// IPv4/IPv6 routing: LPM, TTL/hop limit, checksum, MAC rewrite.
-    L3fwd,
-    /// Receive and recycle: the RX ceiling.
-    Drop,
-    /// Move descriptors RX -> TX of the paired interface untouched: the floor for l3fwd's cost.
-    Bounce,
-}
-
-impl Mode {
-    /// Lowercase name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::L2fwd => "l2fwd",
-            Mode::L3fwd => "l3fwd",
-            Mode::Drop => "drop",
-            Mode::Bounce => "bounce",
-        }
-    }
-}
-
 /// How the XDP program is attached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -83,17 +58,6 @@ pub enum XdpMode {
     Native,
     /// In the generic (skb) path, for drivers without XDP.
     Generic,
-}
-
-/// What a poller does when a pass finds no work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Idle {
-    /// Sleep in poll() on the sockets (saves the core, adds wake-up latency).
-    #[default]
-    Sleep,
-    /// Spin (lowest latency, burns the core).
-    Busy,
 }
 
 /// `[dataplane]` table.
@@ -265,30 +229,6 @@ pub struct ConfigFile {
     pub neighbours: Vec<NeighbourSection>,
 }
 
-/// A parsed route, interface resolved to its port index.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
-    /// Prefix address.
-    pub prefix: IpAddr,
-    /// Prefix length.
-    pub len: u8,
-    /// Next hop, None for connected.
-    pub via: Option<IpAddr>,
-    /// Egress port.
-    pub port: u16,
-}
-
-/// A parsed neighbour.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Neighbour {
-    /// Address.
-    pub ip: IpAddr,
-    /// MAC.
-    pub mac: [u8; 6],
-    /// Port it sits behind.
-    pub port: u16,
-}
-
 /// A validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -330,20 +270,6 @@ fn parse_route_line(line: &str) -> Result<(IpAddr, u8, Option<IpAddr>, &str), St
         }
     }
     Ok((addr, len, via, dev.ok_or("missing `dev IFACE`")?))
-}
-
-/// Parses `aa:bb:cc:dd:ee:ff`.
-pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let mut parts = s.trim().split(':');
-    for b in &mut mac {
-        let p = parts.next()?;
-        if p.len() != 2 {
-            return None;
-        }
-        *b = u8::from_str_radix(p, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
 }
 
 /// Parses `addr/len`, `addr` (host route) or `default` (both families: use `0.0.0.0/0` or `::/0`).
@@ -610,89 +536,9 @@ impl Config {
     }
 
     /// Builds the forwarding table; `port_macs[p]` is interface `p`'s own MAC (the source MAC).
-    pub fn build_table(&self, port_macs: &[[u8; 6]]) -> Result<Table, fib::FibError> {
-        build_table(&self.routes, &self.neighbours, port_macs)
+    pub fn build_table(&self, port_macs: &[MacAddr]) -> Result<Table, fib::FibError> {
+        fib::build_table(&self.routes, &self.neighbours, port_macs)
     }
-}
-
-/// Resolves routes and neighbours into a [`Table`] (see the `fib` module docs).
-pub fn build_table(
-    routes: &[Route],
-    neighbours: &[Neighbour],
-    port_macs: &[[u8; 6]],
-) -> Result<Table, fib::FibError> {
-    let mut next_hops: Vec<NextHop> = Vec::new();
-    let mut hop_index: HashMap<(u16, Option<[u8; 6]>), u32> = HashMap::new();
-    let mut hop = |port: u16, mac: Option<[u8; 6]>| -> u32 {
-        *hop_index.entry((port, mac)).or_insert_with(|| {
-            let mut macs = [0u8; 12];
-            if let Some(m) = mac {
-                macs[..6].copy_from_slice(&m);
-            }
-            if let Some(src) = port_macs.get(usize::from(port)) {
-                macs[6..].copy_from_slice(src);
-            }
-            next_hops.push(NextHop {
-                port,
-                macs,
-                resolved: mac.is_some(),
-            });
-            (next_hops.len() - 1) as u32
-        })
-    };
-    let neigh = |ip: IpAddr, port: u16| {
-        neighbours
-            .iter()
-            .rev()
-            .find(|n| n.ip == ip && n.port == port)
-            .map(|n| n.mac)
-    };
-    let (mut r4, mut r6) = (Vec::new(), Vec::new());
-    let mut push = |prefix: IpAddr, len: u8, nh: u32| match prefix {
-        IpAddr::V4(a) => r4.push(Route4 {
-            prefix: u32::from(a),
-            len,
-            nh,
-        }),
-        IpAddr::V6(a) => r6.push(Route6 {
-            prefix: u128::from(a),
-            len,
-            nh,
-        }),
-    };
-    for r in routes {
-        match r.via {
-            Some(via) => {
-                let nh = hop(r.port, neigh(via, r.port));
-                push(r.prefix, r.len, nh);
-            }
-            None => {
-                // Connected: the prefix itself is unresolved; each neighbour in it is a host route.
-                let nh = hop(r.port, None);
-                push(r.prefix, r.len, nh);
-                for n in neighbours.iter().filter(|n| n.port == r.port) {
-                    let inside = match (r.prefix, n.ip) {
-                        (IpAddr::V4(p), IpAddr::V4(a)) => {
-                            u32::from(a) & fib::mask4(r.len) == u32::from(p) & fib::mask4(r.len)
-                        }
-                        (IpAddr::V6(p), IpAddr::V6(a)) => {
-                            u128::from(a) & fib::mask6(r.len) == u128::from(p) & fib::mask6(r.len)
-                        }
-                        _ => false,
-                    };
-                    if inside {
-                        let nh = hop(r.port, Some(n.mac));
-                        push(n.ip, if n.ip.is_ipv4() { 32 } else { 128 }, nh);
-                    }
-                }
-            }
-        }
-    }
-    Ok(Table {
-        v4: fib::Fib4::build(&r4)?,
-        v6: fib::Fib6::build(&r6)?,
-        next_hops,
-    })
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The per-frame decision: parse, look up, rewrite in place. Pure: frames in, verdicts out.
-use crate::config::Mode;
 use crate::fib::{Lookup, Table};
 use crate::packet::{self, DropReason, L3};
+use crate::types::Mode;
 
 /// Everything a poller needs to decide a frame's fate; built once, then only read.
 pub struct Forwarder {
@@ -125,7 +125,7 @@ pub enum Parsed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{build_table, Neighbour, Route};
+    use crate::fib::{build_table, Neighbour, Route};
     use crate::packet::build::{udp_v4, udp_v6, FrameSpec};
 
     fn fwd(mode: Mode) -> Forwarder {

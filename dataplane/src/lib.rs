@@ -31,5 +31,5 @@ pub mod stats;
 pub mod sys;
 pub mod testbed;
 pub mod topology;
+pub mod types;
 pub mod xsk;
-pub mod xsk_gen;

@@ -3,42 +3,85 @@
 //! The area is mapped and touched by the poller thread after it is pinned, so first touch places
 //! the pages on that CPU's NUMA node. Frames are `frame_size` (power of two) apart; the kernel
 //! writes packet data at a fixed headroom inside a frame, so packet data starts cache-line aligned.
+#![allow(unsafe_code)] // the two frame views below; their callers hold the contract
+
 use crate::sys::{MemPolicy, Mmap, SyscallError};
 
-/// A fixed-capacity stack of frame addresses. `push` never allocates; the capacity is the
+/// A fixed-capacity stack of frame base addresses. `push` never allocates; the capacity is the
 /// UMEM's frame count, and a frame is in exactly one place at a time, so it never overflows.
+///
+/// Debug builds (the tests) check that promise on every push: a frame pushed while already on
+/// the list (a double free), an address that is not a frame base of this UMEM, or a push past
+/// the capacity trips a `debug_assert!`. Release builds do none of that per packet; a frame
+/// lost there shows in the frame accounting at stop (`PollerReport::frames`).
 pub struct FreeList {
     buf: Box<[u64]>,
     len: usize,
+    /// log2 of the frame size: frame number = address >> shift.
+    shift: u32,
+    /// Debug builds: which frames are on the list now.
+    #[cfg(debug_assertions)]
+    held: Box<[bool]>,
 }
 
 impl FreeList {
-    /// An empty list able to hold `capacity` frames.
-    pub fn with_capacity(capacity: usize) -> Self {
+    /// An empty list for a UMEM of `frames` frames of `frame_size` bytes (a power of two).
+    pub fn new(frames: usize, frame_size: u32) -> Self {
+        debug_assert!(frame_size.is_power_of_two(), "frame size {frame_size}");
         FreeList {
-            buf: vec![0; capacity].into_boxed_slice(),
+            buf: vec![0; frames].into_boxed_slice(),
             len: 0,
+            shift: frame_size.trailing_zeros(),
+            #[cfg(debug_assertions)]
+            held: vec![false; frames].into_boxed_slice(),
         }
     }
 
-    /// Adds a frame; false (and nothing stored) if full, which means a frame was double-freed.
+    /// Adds a frame by its base address. Over capacity nothing is stored (a double free that
+    /// release builds do not otherwise detect; debug builds assert first).
     #[inline(always)]
-    pub fn push(&mut self, addr: u64) -> bool {
-        match self.buf.get_mut(self.len) {
-            Some(slot) => {
-                *slot = addr;
-                self.len += 1;
-                true
-            }
-            None => false,
+    pub fn push(&mut self, addr: u64) {
+        #[cfg(debug_assertions)]
+        self.debug_check_push(addr);
+        if let Some(slot) = self.buf.get_mut(self.len) {
+            *slot = addr;
+            self.len += 1;
         }
+    }
+
+    #[cfg(debug_assertions)]
+    fn debug_check_push(&mut self, addr: u64) {
+        let frame = addr >> self.shift;
+        debug_assert!(
+            frame << self.shift == addr,
+            "free list: {addr:#x} is not a frame base address"
+        );
+        let held = usize::try_from(frame)
+            .ok()
+            .and_then(|f| self.held.get_mut(f));
+        let Some(held) = held else {
+            panic!("free list: {addr:#x} is not a frame of this UMEM (it was never handed out)");
+        };
+        debug_assert!(
+            !*held,
+            "free list: frame {addr:#x} pushed twice (double free)"
+        );
+        *held = true;
+        debug_assert!(self.len < self.buf.len(), "free list: pushed past capacity");
     }
 
     /// Takes a frame.
     #[inline(always)]
     pub fn pop(&mut self) -> Option<u64> {
         self.len = self.len.checked_sub(1)?;
-        self.buf.get(self.len).copied()
+        let addr = self.buf.get(self.len).copied();
+        #[cfg(debug_assertions)]
+        if let Some(held) =
+            addr.and_then(|a| self.held.get_mut(usize::try_from(a >> self.shift).ok()?))
+        {
+            *held = false;
+        }
+        addr
     }
 
     /// Frames held.
@@ -124,7 +167,7 @@ impl Area {
 
     /// A free list holding every frame's base address.
     pub fn full_free_list(&self) -> FreeList {
-        let mut f = FreeList::with_capacity(self.frames as usize);
+        let mut f = FreeList::new(self.frames as usize, self.frame_size);
         for i in (0..self.frames).rev() {
             f.push(u64::from(i) * u64::from(self.frame_size));
         }
@@ -142,40 +185,42 @@ impl Area {
         (in_frame && end <= self.map.len() as u64).then_some(addr as usize)
     }
 
-    /// Read-only view of one received frame (same contract as [`Area::frame_mut`]).
+    /// Read-only view of the bytes `[off, off + len)` of the area (empty if out of range).
+    ///
+    /// # Safety
+    ///
+    /// The frame holding those bytes must be in the caller's hands: taken from an RX ring (or
+    /// off the free list) and not yet given to a fill or TX ring. Otherwise the kernel may
+    /// write the bytes while the slice is alive, a data race.
     #[inline(always)]
-    pub fn frame(&self, off: usize, len: u32) -> &[u8] {
+    pub unsafe fn frame(&self, off: usize, len: u32) -> &[u8] {
         let len = len as usize;
         if off.checked_add(len).is_none_or(|end| end > self.map.len()) {
             return &[];
         }
-        #[allow(unsafe_code)]
-        // SAFETY: off + len is within the mapping (checked just above); the frame is in the
-        // caller's hands, so the kernel does not write it; the borrow is tied to `&self`, so no
+        // SAFETY: off + len is within the mapping (checked just above); the caller guarantees
+        // the kernel does not write the frame meanwhile; the borrow is tied to `&self`, so no
         // `frame_mut` of the area can be alive at the same time.
-        unsafe {
-            std::slice::from_raw_parts(self.map.as_ptr().as_ptr().add(off), len)
-        }
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().as_ptr().add(off), len) }
     }
 
-    /// The bytes of one received frame.
+    /// The bytes `[off, off + len)` of the area, writable (empty if out of range).
     ///
-    /// `off`/`len` must have passed [`Area::check`], and the frame must be in the caller's hands
-    /// (taken from an RX ring and not yet given back): then neither the kernel nor anyone else
-    /// touches it, and `&mut self` keeps two frames from being borrowed at once.
+    /// # Safety
+    ///
+    /// As for [`Area::frame`]: the frame must be in the caller's hands (taken from an RX ring,
+    /// or off the free list, and not yet given back), so neither the kernel nor anyone else
+    /// reads or writes it meanwhile. `&mut self` keeps two views from being alive at once.
     #[inline(always)]
-    pub fn frame_mut(&mut self, off: usize, len: u32) -> &mut [u8] {
+    pub unsafe fn frame_mut(&mut self, off: usize, len: u32) -> &mut [u8] {
         let len = len as usize;
         if off.checked_add(len).is_none_or(|end| end > self.map.len()) {
             return &mut [];
         }
-        #[allow(unsafe_code)]
-        // SAFETY: off + len is within the mapping (checked just above); the frame was handed to
-        // us by the RX ring, so the kernel no longer writes it; the returned borrow is tied to
-        // `&mut self`, so no other slice of the area is alive at the same time.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.map.as_ptr().as_ptr().add(off), len)
-        }
+        // SAFETY: off + len is within the mapping (checked just above); the caller guarantees
+        // the frame is theirs alone; the returned borrow is tied to `&mut self`, so no other
+        // slice of the area is alive at the same time.
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_ptr().as_ptr().add(off), len) }
     }
 }
 
@@ -184,11 +229,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn free_list_is_bounded() {
-        let mut f = FreeList::with_capacity(2);
-        assert!(f.push(1) && f.push(2));
-        assert!(!f.push(3), "over capacity is refused, not grown");
-        assert_eq!((f.pop(), f.pop(), f.pop()), (Some(2), Some(1), None));
+    fn free_list_is_a_bounded_stack() {
+        let mut f = FreeList::new(2, 2048);
+        f.push(0);
+        f.push(2048);
+        assert_eq!(f.len(), 2);
+        assert_eq!((f.pop(), f.pop(), f.pop()), (Some(2048), Some(0), None));
+        f.push(2048);
+        assert_eq!(f.pop(), Some(2048), "a popped frame may come back");
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "pushed twice (double free)")]
+    fn double_free_trips_the_debug_check() {
+        let mut f = FreeList::new(4, 2048);
+        f.push(2048);
+        f.push(2048);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "never handed out")]
+    fn unknown_frame_trips_the_debug_check() {
+        let mut f = FreeList::new(4, 2048);
+        f.push(4 * 2048);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "not a frame base address")]
+    fn unaligned_address_trips_the_debug_check() {
+        let mut f = FreeList::new(4, 2048);
+        f.push(2048 + 256);
     }
 
     #[test]

@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use xdpilone::xdp::XdpDesc;
 
-use crate::config::Idle;
 use crate::forward::{Forwarder, Parsed};
 use crate::mem::{Area, FreeList};
 use crate::packet::DropReason;
 use crate::stats::{Counter, PollerStats};
 use crate::sys;
+use crate::types::Idle;
 use crate::xsk::{self, RingSizes, SocketSpec, Sockets};
 
 /// Largest burst a poller takes from one RX ring.
@@ -341,7 +341,12 @@ impl Poller {
     }
 
     /// Takes one burst from socket `i`'s RX ring and decides every frame.
+    ///
+    /// The frame views (`Area::frame`, `frame_mut`) are `unsafe`: each one below is of a
+    /// descriptor just read from the RX ring, so the frame is this poller's until it is staged
+    /// for TX or pushed back on the free list, after its last view.
     #[inline]
+    #[allow(unsafe_code)]
     fn receive(&mut self, i: usize) -> usize {
         let Some(q) = self.sockets.queues.get_mut(i) else {
             return 0;
@@ -372,7 +377,8 @@ impl Poller {
         // touching them one by one would serialise those transfers.
         for d in self.burst.iter().take(n) {
             if let Some(off) = self.area.check(d.addr, d.len.min(64)) {
-                if let Some(b) = self.area.frame(off, 1).first() {
+                // SAFETY: the frame came off the RX ring just above and is this poller's.
+                if let Some(b) = unsafe { self.area.frame(off, 1) }.first() {
                     sys::prefetch(b);
                 }
             }
@@ -382,7 +388,8 @@ impl Poller {
         for (d, p) in self.burst.iter().zip(self.parsed.iter_mut()).take(n) {
             bytes += u64::from(d.len);
             *p = match self.area.check(d.addr, d.len) {
-                Some(off) => self.fwd.prepare(self.area.frame(off, d.len)),
+                // SAFETY: as in pass 0, a frame received in this burst, not yet handed on.
+                Some(off) => self.fwd.prepare(unsafe { self.area.frame(off, d.len) }),
                 None => Err(DropReason::InvalidDescriptor),
             };
         }
@@ -391,7 +398,8 @@ impl Poller {
             let base = d.addr & self.frame_mask;
             let verdict = match (*p, self.area.check(d.addr, d.len)) {
                 (Ok(parsed), Some(off)) => {
-                    let frame = self.area.frame_mut(off, d.len);
+                    // SAFETY: as in pass 0; it is staged for TX or freed only after this view.
+                    let frame = unsafe { self.area.frame_mut(off, d.len) };
                     self.fwd
                         .finish(in_port, parsed, frame)
                         .map(|out| (out, frame.len() as u32))

@@ -10,7 +10,7 @@
 //! ```
 use std::process::Command;
 
-use crate::config::Mode;
+use crate::types::Mode;
 
 /// MAC of the generator's interface.
 pub const GEN_MAC: &str = "02:00:00:00:00:01";

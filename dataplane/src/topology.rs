@@ -317,6 +317,44 @@ impl IrqSource {
     }
 }
 
+/// One network interface as `dataplane topology` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct InterfaceInfo {
+    /// Interface name.
+    pub name: String,
+    /// Its NUMA node, where the device says.
+    pub numa_node: Option<usize>,
+    /// Number of RX queues.
+    pub rx_queues: u32,
+    /// Per queue, where its receive work runs (None: no IRQ and no NAPI thread).
+    pub queue_irqs: Vec<Option<IrqSource>>,
+}
+
+/// Every interface of the current network namespace but `lo`, by name.
+pub fn interfaces() -> Vec<InterfaceInfo> {
+    let mut names: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+        .into_iter()
+        .filter(|n| n != "lo")
+        .map(|name| {
+            let rx_queues = crate::sys::rx_queue_count(&name).unwrap_or(0);
+            InterfaceInfo {
+                numa_node: interface_node(&name),
+                queue_irqs: (0..rx_queues).map(|q| queue_irq(&name, q)).collect(),
+                rx_queues,
+                name,
+            }
+        })
+        .collect()
+}
+
 /// Reads an XML topology from a file path (helper for the CLI).
 pub fn source_from_args(synthetic: Option<String>, xml: Option<&Path>) -> Source {
     match (synthetic, xml) {

@@ -16,8 +16,8 @@ fn spec(flows: u32, ipv6: bool) -> GenSpec {
         ipv6,
         src: None,
         dst: None,
-        dst_mac: dataplane::config::parse_mac(testbed::DUT_IN_MAC).expect("mac"),
-        src_mac: dataplane::config::parse_mac(testbed::GEN_MAC).expect("mac"),
+        dst_mac: dataplane::types::parse_mac(testbed::DUT_IN_MAC).expect("mac"),
+        src_mac: dataplane::types::parse_mac(testbed::GEN_MAC).expect("mac"),
     }
 }
 

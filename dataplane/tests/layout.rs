@@ -5,7 +5,7 @@ mod common;
 use std::process::Command;
 
 use common::*;
-use dataplane::config::Mode;
+use dataplane::types::Mode;
 use dataplane::{testbed, topology};
 
 fn enable_napi_threads(ns: &str, dev: &str) {
@@ -190,7 +190,7 @@ fn ablation_knobs_forward_correctly() {
     let dut = Dut::start(&bed, &cfg);
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());
     let gen = packet_socket(&t.gen_ns(), &t.gen_if());
-    let mac = |s: &str| dataplane::config::parse_mac(s).expect("mac");
+    let mac = |s: &str| dataplane::types::parse_mac(s).expect("mac");
     for i in 0..64u16 {
         let f = udp_v4(&FrameSpec {
             dst_mac: mac(testbed::DUT_IN_MAC),

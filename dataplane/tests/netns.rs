@@ -6,16 +6,16 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::*;
-use dataplane::config::Mode;
 use dataplane::packet::build::{udp_v4, udp_v6, FrameSpec};
 use dataplane::packet::{checksum, DropReason, ETH_P_8021Q};
 use dataplane::stats::Counter;
 use dataplane::testbed::{self, Testbed};
+use dataplane::types::Mode;
 
 const MARK_PORT: u16 = 7777;
 
 fn mac(s: &str) -> [u8; 6] {
-    dataplane::config::parse_mac(s).expect("mac")
+    dataplane::types::parse_mac(s).expect("mac")
 }
 
 fn base_spec() -> FrameSpec {

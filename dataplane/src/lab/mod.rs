@@ -11,6 +11,22 @@
 //! DUT egress interface's tx counter cross-checks the sink: over 1% apart marks the run suspect.
 //! Repeats go on, netperf-style, until the median forwarding rate moves less than
 //! `stable_pct` with one more repeat, or `max_reps` is reached; the result says which.
+//!
+//! Rooms: [`matrix`] (the file and its cells), `record` (what a repeat produces), `process`
+//! (processes in namespaces), `sample` (CPU time, NAPI threads, interface counters),
+//! `commands` (DUT/generator/peer command lines), `run` (a cell's repeats), `zero_loss` (the
+//! RFC 2544 search), [`report`] (JSON, CSV, markdown, SVG).
+pub mod commands;
+mod error;
 pub mod matrix;
+mod process;
+mod record;
 pub mod report;
-pub mod run;
+mod run;
+mod sample;
+mod zero_loss;
+
+pub use error::LabError;
+pub use matrix::{Cell, Dut, Matrix, MatrixError};
+pub use record::{median, CellResult, Record, Trial};
+pub use run::Lab;

@@ -4,7 +4,8 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::run::{median, CellResult, Record};
+use super::error::LabError;
+use super::record::{median, CellResult, Record};
 
 /// Median and range of the successful runs of a cell, for one field.
 pub fn spread(c: &CellResult, f: impl Fn(&Record) -> f64) -> Option<(f64, f64, f64)> {
@@ -143,8 +144,11 @@ pub fn bar_chart(
     title: &str,
     x_label: &str,
     bars: &[(String, f64, f64, f64)],
-) -> Result<(), String> {
-    let e = |x: &dyn std::fmt::Display| x.to_string();
+) -> Result<(), LabError> {
+    let e = |x: &dyn std::fmt::Display| LabError::Plot {
+        path: path.to_path_buf(),
+        message: x.to_string(),
+    };
     let n = bars.len().max(1);
     let top = bars.iter().map(|b| b.3).fold(0.0f64, f64::max).max(1e-9) * 1.15;
     let root = SVGBackend::new(path, (900, 120 + 34 * n as u32)).into_drawing_area();
@@ -200,8 +204,11 @@ pub fn line_chart(
     title: &str,
     y_label: &str,
     series: &[(String, Vec<(f64, f64)>)],
-) -> Result<(), String> {
-    let e = |x: &dyn std::fmt::Display| x.to_string();
+) -> Result<(), LabError> {
+    let e = |x: &dyn std::fmt::Display| LabError::Plot {
+        path: path.to_path_buf(),
+        message: x.to_string(),
+    };
     let xmax = series
         .iter()
         .flat_map(|s| s.1.iter().map(|p| p.0))
@@ -257,12 +264,14 @@ pub fn write_all(
     title: &str,
     description: &str,
     cells: &[CellResult],
-) -> Result<String, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    write_json(dir, cells).map_err(|e| e.to_string())?;
-    write_csv(dir, cells).map_err(|e| e.to_string())?;
+) -> Result<String, LabError> {
+    let d = dir.display();
+    std::fs::create_dir_all(dir).map_err(LabError::io(format!("creating {d}")))?;
+    write_json(dir, cells).map_err(LabError::io(format!("writing {d}/results.json")))?;
+    write_csv(dir, cells).map_err(LabError::io(format!("writing {d}/results.csv")))?;
     let md = summary(title, description, cells);
-    std::fs::write(dir.join("summary.md"), &md).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("summary.md"), &md)
+        .map_err(LabError::io(format!("writing {d}/summary.md")))?;
     let ok: Vec<&CellResult> = cells.iter().filter(|c| status(c) == "ok").collect();
     let bars = |f: &dyn Fn(&Record) -> f64| -> Vec<(String, f64, f64, f64)> {
         ok.iter()

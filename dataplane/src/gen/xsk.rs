@@ -67,7 +67,11 @@ impl XskSender {
         let mut descs = Vec::with_capacity(frames.len());
         for (i, f) in frames.iter().enumerate() {
             let off = i * FRAME_SIZE as usize;
-            area.frame_mut(off, f.len() as u32).copy_from_slice(f);
+            #[allow(unsafe_code)]
+            // SAFETY: the area was just mapped and no socket is bound to it yet, so the kernel
+            // cannot read or write any of its frames.
+            let frame = unsafe { area.frame_mut(off, f.len() as u32) };
+            frame.copy_from_slice(f);
             descs.push(XdpDesc {
                 addr: off as u64,
                 len: f.len() as u32,

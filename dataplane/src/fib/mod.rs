@@ -12,6 +12,10 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+mod resolve;
+
+pub use resolve::{build_table, Neighbour, Route};
+
 /// Errors building a table.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FibError {

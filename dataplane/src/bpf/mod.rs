@@ -4,9 +4,6 @@
 //! Attaching through a link means the program is detached when the link descriptor is closed —
 //! on drop, and by the kernel if the process dies — and never detaches a program someone else
 //! attached (a netlink detach would remove whatever is there).
-#![allow(unsafe_code)]
-// The generated skeletons carry their own unsafe blocks and docs-less items.
-#![allow(missing_docs, clippy::undocumented_unsafe_blocks)]
 
 use std::mem::MaybeUninit;
 use std::net::IpAddr;
@@ -17,20 +14,7 @@ use libbpf_rs::{MapCore, MapFlags, OpenObject};
 
 use crate::sys;
 
-mod skel {
-    pub mod steer {
-        include!(concat!(env!("OUT_DIR"), "/steer.skel.rs"));
-    }
-    pub mod sink {
-        include!(concat!(env!("OUT_DIR"), "/sink.skel.rs"));
-    }
-    pub mod gen {
-        include!(concat!(env!("OUT_DIR"), "/gen.skel.rs"));
-    }
-    pub mod xdp_fwd {
-        include!(concat!(env!("OUT_DIR"), "/xdp_fwd.skel.rs"));
-    }
-}
+mod skel;
 
 pub use skel::gen::types::dp_gen_cfg as GenConfig;
 
@@ -352,6 +336,7 @@ impl Gen {
             rx_queue_index: queue,
             ..Default::default()
         };
+        #[allow(unsafe_code)]
         // SAFETY: xdp_md is a plain repr(C) struct of u32 fields without padding, so viewing it
         // as bytes is sound; the slice does not outlive `ctx`.
         let ctx_bytes = unsafe {

@@ -1,0 +1,68 @@
+//! `dataplane run`: forward as the config says.
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+
+use super::{make_plan, secs, stop_flag, write_json};
+use dataplane::config::Config;
+use dataplane::runtime::{self, RunOptions};
+use dataplane::topology::Source;
+
+/// Forward packets as the config says, until SIGINT/SIGTERM or --duration.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// TOML config file (see config/).
+    #[arg(long)]
+    config: PathBuf,
+    /// Stop by itself after this many seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Seconds between rate lines (0: none).
+    #[arg(long, default_value_t = 1.0)]
+    interval: f64,
+    /// Also write the final summary as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Pin pollers by this layout instead of the config's cpus (irq-core, smt-sibling,
+    /// same-package, remote-node, spread, explicit, unpinned).
+    #[arg(long)]
+    layout: Option<String>,
+    /// Interrupt CPU of a queue, `QUEUE:CPU`, or `CPU` for all (veth has no IRQs: the
+    /// sender's CPU or the NAPI thread's plays it). Repeatable.
+    #[arg(long = "irq-cpu")]
+    irq_cpu: Vec<String>,
+    /// Move each queue's IRQ / NAPI thread to its planned interrupt CPU (restored at exit).
+    #[arg(long)]
+    apply_irq: bool,
+}
+
+/// Runs the forwarder and prints its summary.
+pub fn main(a: RunArgs) -> Result<()> {
+    let cfg = Config::load(&a.config)?;
+    let plan = a
+        .layout
+        .map(|l| make_plan(&cfg, &l, &a.irq_cpu, &Source::Host))
+        .transpose()?;
+    if a.apply_irq && plan.is_none() {
+        bail!("--apply-irq needs --layout (the plan says where interrupts go)");
+    }
+    if let Some(p) = &plan {
+        eprint!("{}", p.render(&cfg.interfaces));
+    }
+    let opts = RunOptions {
+        plan,
+        apply_irq: a.apply_irq,
+        duration: a.duration.map(|d| secs(d, "--duration")).transpose()?,
+        interval: (a.interval > 0.0)
+            .then(|| secs(a.interval, "--interval"))
+            .transpose()?,
+        stop: stop_flag()?,
+    };
+    let summary = runtime::run(&cfg, &opts, |line| eprintln!("{line}"))?;
+    print!("{}", summary.render());
+    write_json(&a.json, &serde_json::to_value(&summary)?)?;
+    if !summary.frames_ok {
+        eprintln!("warning: some UMEM frames were still held by the kernel at exit (see above)");
+    }
+    Ok(())
+}

@@ -1,0 +1,51 @@
+//! `dataplane topology`: what the planner sees.
+use anyhow::Result;
+
+use super::TopologySource;
+use dataplane::topology::{self as topo, IrqSource, Machine, Source};
+
+/// Show the machine: packages, NUMA nodes, cores, threads; interfaces and queue interrupts.
+#[derive(clap::Args)]
+pub struct TopologyArgs {
+    #[command(flatten)]
+    source: TopologySource,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prints the machine and, for this host, its interfaces.
+pub fn main(a: TopologyArgs) -> Result<()> {
+    let source = a.source.source();
+    let m = Machine::load(&source)?;
+    let ifaces = if matches!(source, Source::Host) {
+        topo::interfaces()
+    } else {
+        Vec::new()
+    };
+    if a.json {
+        let v = serde_json::json!({"machine": m, "interfaces": ifaces});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    print!("{}", m.render());
+    for i in &ifaces {
+        println!(
+            "interface {}: numa node {}, {} rx queue(s)",
+            i.name,
+            i.numa_node.map_or("unknown".to_string(), |n| n.to_string()),
+            i.rx_queues
+        );
+        for (q, src) in i.queue_irqs.iter().enumerate() {
+            let what = match src {
+                Some(IrqSource::Irq { irq, cpus }) => format!("IRQ {irq} on cpus {cpus:?}"),
+                Some(IrqSource::NapiThread { name, cpus, .. }) => {
+                    format!("{name} on cpus {cpus:?}")
+                }
+                None => "no IRQ, no NAPI thread (veth without XDP/threaded NAPI: receive work runs on the sender's CPU)".into(),
+            };
+            println!("  queue {q}: {what}");
+        }
+    }
+    Ok(())
+}

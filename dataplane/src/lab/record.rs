@@ -1,0 +1,139 @@
+//! What a run produces: one [`Record`] per repeat, gathered per cell in a [`CellResult`]. The
+//! record's fields are the results.json schema.
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::matrix::Cell;
+
+/// One repeat of one cell.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct Record {
+    /// Matrix name.
+    pub matrix: String,
+    /// The cell (DUT, layout, packet size, flows, batch, knobs), flattened into the record.
+    #[serde(flatten)]
+    pub cell: Cell,
+    /// Repeat number.
+    pub rep: u32,
+    /// "ok", or why there is no measurement ("unavailable: ...", "skipped: ...", "failed: ...").
+    pub status: String,
+    /// Generator rate over its whole run.
+    pub offered_pps: f64,
+    /// Sink rate of the generator's frames in the window.
+    pub forwarded_pps: f64,
+    /// Sink count of the generator's frames in the window.
+    pub sink_packets: u64,
+    /// DUT egress interface tx packets in the window (the cross-check).
+    pub dut_tx_packets: u64,
+    /// Sink and DUT tx disagree by more than 1%.
+    pub suspect: bool,
+    /// DUT CPU ns per forwarded packet (threads + NAPI kthreads).
+    pub dut_cpu_ns_per_pkt: f64,
+    /// Of which NAPI kthreads.
+    pub napi_ns_per_pkt: f64,
+    /// Of which the DUT's own threads.
+    pub threads_ns_per_pkt: f64,
+    /// DUT CPU time / window.
+    pub dut_cpu_util: f64,
+    /// Dataplane drops by reason over the whole run (non-zero only).
+    pub drops: BTreeMap<String, u64>,
+    /// Seconds of setup before the window (testbed excluded).
+    pub setup_s: f64,
+}
+
+impl Record {
+    /// A record of `cell`'s repeat `rep` with no measurement yet, only a status.
+    pub fn blank(matrix: &str, cell: &Cell, rep: u32, status: String) -> Record {
+        Record {
+            matrix: matrix.to_string(),
+            cell: cell.clone(),
+            rep,
+            status,
+            offered_pps: 0.0,
+            forwarded_pps: 0.0,
+            sink_packets: 0,
+            dut_tx_packets: 0,
+            suspect: false,
+            dut_cpu_ns_per_pkt: f64::NAN,
+            napi_ns_per_pkt: f64::NAN,
+            threads_ns_per_pkt: f64::NAN,
+            dut_cpu_util: 0.0,
+            drops: BTreeMap::new(),
+            setup_s: 0.0,
+        }
+    }
+}
+
+/// One zero-loss trial: (offered pps the generator reached, frames sent, frames received).
+pub type Trial = (f64, u64, u64);
+
+/// All repeats of one cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct CellResult {
+    /// The cell.
+    pub cell: Cell,
+    /// Its repeats.
+    pub runs: Vec<Record>,
+    /// The median forwarding rate settled within `stable_pct` before `max_reps`.
+    pub stable: bool,
+    /// RFC 2544 zero-loss throughput (pps), when the matrix asks for it.
+    pub zero_loss_pps: Option<f64>,
+    /// The zero-loss search's trials.
+    pub zero_loss_trials: Vec<Trial>,
+}
+
+/// Median of a list (None when empty).
+pub fn median(mut xs: Vec<f64>) -> Option<f64> {
+    xs.retain(|x| x.is_finite());
+    if xs.is_empty() {
+        return None;
+    }
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    Some(if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::matrix::Matrix;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(vec![f64::NAN]), None);
+    }
+
+    #[test]
+    fn record_schema_has_the_documented_fields() {
+        let m: Matrix = Matrix::parse("name = \"t\"\nduts = [\"l3fwd\"]\n", "t").expect("matrix");
+        let cell = &m.cells()[0];
+        let v = serde_json::to_value(Record::blank(&m.name, cell, 2, "ok".into())).expect("json");
+        for k in [
+            "dut",
+            "layout",
+            "pkt_size",
+            "flows",
+            "batch",
+            "memory",
+            "align",
+            "stats",
+            "rep",
+            "offered_pps",
+            "forwarded_pps",
+            "dut_cpu_ns_per_pkt",
+            "status",
+            "suspect",
+        ] {
+            assert!(v.get(k).is_some(), "results.json field {k} missing: {v}");
+        }
+        assert_eq!(v["rep"], 2);
+        assert_eq!(v["dut"], "l3fwd");
+    }
+}

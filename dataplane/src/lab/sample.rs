@@ -1,0 +1,91 @@
+//! Sampling the kernel during a window: NAPI kthreads (placed and found), CPU time of threads,
+//! interface counters from `/proc/PID/net/dev`.
+use std::time::{Duration, Instant};
+
+use super::error::LabError;
+use super::process::nsx;
+use crate::sys;
+use crate::topology;
+
+/// The tx packets column of `dev` in /proc/net/dev text.
+pub(super) fn tx_packets_in(text: &str, dev: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (name, rest) = l.split_once(':')?;
+        (name.trim() == dev).then(|| rest.split_whitespace().nth(9)?.parse().ok())?
+    })
+}
+
+/// GRO on (gives a veth NAPI instances), threaded NAPI on, kthreads pinned to `cpu` (None: all
+/// CPUs), optionally SCHED_FIFO (the sink's, so it keeps up). Returns the kthreads' tids.
+pub(super) fn napi(
+    ns: &str,
+    dev: &str,
+    cpu: Option<usize>,
+    all: &[usize],
+    fifo: bool,
+) -> Result<Vec<u32>, LabError> {
+    nsx(ns, &["ethtool", "-K", dev, "gro", "on"])?;
+    nsx(
+        ns,
+        &[
+            "sh",
+            "-c",
+            &format!("echo 1 > /sys/class/net/{dev}/threaded"),
+        ],
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut tids = Vec::new();
+    while tids.is_empty() && Instant::now() < deadline {
+        tids = topology::napi_threads(dev)
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for &t in &tids {
+        let cpus = cpu.map_or_else(|| all.to_vec(), |c| vec![c]);
+        sys::set_thread_affinity(t, &cpus)?;
+        if fifo {
+            sys::set_fifo(t, 50)?;
+        }
+    }
+    Ok(tids)
+}
+
+/// Total CPU time (ns) of the (pid, tid) tasks.
+pub(super) fn cpu_ns(tasks: &[(u32, u32)]) -> u64 {
+    tasks
+        .iter()
+        .filter_map(|(p, t)| sys::thread_cpu_ns(*p, *t))
+        .sum()
+}
+
+/// Every thread of process `pid`, as (pid, tid).
+pub(super) fn tasks_of(pid: u32) -> Vec<(u32, u32)> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+                .map(|t| (pid, t))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every CPU of this machine.
+pub(super) fn all_cpus() -> Vec<usize> {
+    (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_tx_packets_from_proc_net_dev() {
+        let t = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes packets\n    lo: 6460 58 0 0 0 0 0 0 6460 58 0 0 0 0 0 0\nlb1-d1: 100 2 0 0 0 0 0 0 12345 678 0 0 0 0 0 0\n";
+        assert_eq!(tx_packets_in(t, "lb1-d1"), Some(678));
+        assert_eq!(tx_packets_in(t, "lo"), Some(58));
+        assert_eq!(tx_packets_in(t, "lb1-d0"), None);
+    }
+}

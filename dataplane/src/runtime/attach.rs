@@ -1,0 +1,68 @@
+//! Steps 2 and 4: the steering programs. Loaded (not attached) before the pollers start, with
+//! the box's own addresses to pass to the kernel; once every poller is ready, its sockets go
+//! into the XSKMAPs and the programs are attached; then the interrupt plan is applied.
+use std::net::IpAddr;
+
+use super::RunError;
+use crate::bpf::Steer;
+use crate::config::{Config, XdpMode};
+use crate::irq::IrqChanges;
+use crate::plan::Plan;
+use crate::poller::Ready;
+use crate::sys;
+
+/// Loads one steering program per interface and fills its local-address map.
+pub(super) fn load_steering(cfg: &Config) -> Result<Vec<Steer>, RunError> {
+    let locals: Vec<IpAddr> = sys::local_addresses()?
+        .into_iter()
+        .map(|(_, a)| a)
+        .collect();
+    let mut steers = Vec::new();
+    for name in &cfg.interfaces {
+        let mut s = Steer::load(name)?;
+        for a in &locals {
+            s.add_local(*a)?;
+        }
+        steers.push(s);
+    }
+    Ok(steers)
+}
+
+/// True when the config asks for generic (skb) XDP.
+pub(super) fn generic(cfg: &Config) -> bool {
+    cfg.dataplane.xdp_mode == XdpMode::Generic
+}
+
+/// Puts every poller's sockets into the XSKMAPs, then attaches every program. On error the
+/// caller detaches what was attached.
+pub(super) fn wire(steers: &mut [Steer], readies: &[Ready], cfg: &Config) -> Result<(), RunError> {
+    for r in readies {
+        for (port, queue, fd) in &r.fds {
+            let steer = steers
+                .get_mut(usize::from(*port))
+                .ok_or_else(|| RunError::Thread(format!("poller {} reported port {port}", r.id)))?;
+            steer.register_socket(*queue, *fd)?;
+        }
+    }
+    for s in steers.iter_mut() {
+        s.attach(generic(cfg))?;
+    }
+    Ok(())
+}
+
+/// Moves every planned queue's receive work (IRQ or NAPI thread) to its planned interrupt
+/// CPU, on every interface. On error the caller restores what was changed.
+pub(super) fn apply_irq(
+    irq: &mut IrqChanges,
+    plan: Option<&Plan>,
+    cfg: &Config,
+) -> Result<(), RunError> {
+    for e in plan.iter().flat_map(|p| p.entries.iter()) {
+        if let Some(cpu) = e.irq_cpu {
+            for name in &cfg.interfaces {
+                irq.apply(name, e.queue, cpu)?;
+            }
+        }
+    }
+    Ok(())
+}

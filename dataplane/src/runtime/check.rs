@@ -1,0 +1,78 @@
+//! Step 1: the machine against the config (interfaces, queues, MACs) and the forwarding table.
+//! Runs before anything is loaded or attached.
+use std::sync::Arc;
+
+use super::RunError;
+use crate::config::{Config, MemoryPlacement};
+use crate::forward::Forwarder;
+use crate::sys;
+use crate::topology::Machine;
+use crate::types::Mode;
+
+/// Checks every interface and queue of the config, builds the table, and returns the
+/// forwarder the pollers share.
+pub(super) fn forwarder(
+    cfg: &Config,
+    log: &mut impl FnMut(&str),
+) -> Result<Arc<Forwarder>, RunError> {
+    let mut macs = Vec::new();
+    for name in &cfg.interfaces {
+        sys::if_index(name).map_err(|_| RunError::NoInterface(name.clone()))?;
+        macs.push(sys::interface_mac(name).ok_or_else(|| RunError::NoInterface(name.clone()))?);
+        let count = sys::rx_queue_count(name).unwrap_or(1);
+        for p in &cfg.pollers {
+            if let Some(&queue) = p.queues.iter().find(|q| **q >= count) {
+                return Err(RunError::NoQueue {
+                    ifname: name.clone(),
+                    count,
+                    queue,
+                });
+            }
+        }
+    }
+    let table = cfg.build_table(&macs)?;
+    if cfg.dataplane.mode == Mode::L3fwd {
+        log(&format!(
+            "routes: {} IPv4, {} IPv6 prefixes; {} next hops",
+            table.v4.len(),
+            table.v6.len(),
+            table.next_hops.len()
+        ));
+    }
+    Ok(Arc::new(Forwarder::new(
+        cfg.dataplane.mode,
+        table,
+        cfg.l2_peer.clone(),
+    )))
+}
+
+/// The mbind policy for a poller pinned to `cpu` (None: leave it to first touch).
+pub(super) fn memory_policy(
+    m: &Machine,
+    placement: MemoryPlacement,
+    cpu: Option<usize>,
+) -> Result<Option<(sys::MemPolicy, Vec<usize>)>, RunError> {
+    let node = cpu.and_then(|c| m.pu(c)).and_then(|p| p.node);
+    Ok(match placement {
+        MemoryPlacement::Local => node.map(|n| (sys::MemPolicy::Bind(n), vec![n])),
+        MemoryPlacement::Remote => {
+            let other = m.nodes.iter().copied().find(|n| Some(*n) != node);
+            match (node, other) {
+                (Some(_), Some(o)) => Some((sys::MemPolicy::Bind(o), vec![o])),
+                (None, _) => {
+                    return Err(RunError::Memory(
+                        "remote",
+                        "the poller is not pinned, so it has no node to be remote from".into(),
+                    ))
+                }
+                (_, None) => {
+                    return Err(RunError::Memory(
+                        "remote",
+                        format!("this machine has {} NUMA node(s)", m.nodes.len()),
+                    ))
+                }
+            }
+        }
+        MemoryPlacement::Interleave => Some((sys::MemPolicy::Interleave, m.nodes.clone())),
+    })
+}

@@ -1,0 +1,197 @@
+//! The control thread's job: check everything, load programs, start pollers, attach, report
+//! every second, and on stop detach, drain and account for every frame.
+//!
+//! Order matters for "a bad config is refused before anything is attached": every check that
+//! can fail (root, interfaces, queues, table, program load, socket setup) runs before the first
+//! XDP program is attached; and on stop the programs are detached before the pollers drain.
+//!
+//! The steps, each a function of its own: [`check`] (the machine against the config, the
+//! table), [`attach`] (load the steering programs; later fill the XSKMAPs and attach; apply
+//! the interrupt plan), [`spawn`] (start the pollers and wait until each is set up), and
+//! [`report`] (setup lines, the per-interval rate line, the final summary).
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::bpf::{BpfError, Steer};
+use crate::config::Config;
+use crate::fib::FibError;
+use crate::irq::{IrqChanges, IrqError};
+use crate::plan::Plan;
+use crate::poller::{PollerError, PollerReport};
+use crate::stats::Snapshot;
+use crate::sys;
+use crate::topology::TopologyError;
+
+mod attach;
+mod check;
+mod report;
+mod spawn;
+
+pub use report::PollerSetup;
+
+/// Why a run could not start (nothing is left attached when one of these is returned).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Not privileged.
+    #[error("dataplane run needs root (CAP_NET_ADMIN, CAP_BPF, CAP_NET_RAW, CAP_IPC_LOCK) to attach XDP programs and open AF_XDP sockets; run it with sudo")]
+    NotRoot,
+    /// An interface in the config does not exist.
+    #[error("interface `{0}` (from the config's [[interfaces]]) does not exist in this network namespace")]
+    NoInterface(String),
+    /// A configured queue does not exist.
+    #[error("interface `{ifname}` has {count} rx queue(s) (0..{count}); the config's pollers use queue {queue}")]
+    NoQueue {
+        /// Interface.
+        ifname: String,
+        /// Its queue count.
+        count: u32,
+        /// Requested queue.
+        queue: u32,
+    },
+    /// Building the routing table failed.
+    #[error("building the routing table: {0}")]
+    Fib(#[from] FibError),
+    /// A BPF step failed.
+    #[error(transparent)]
+    Bpf(#[from] BpfError),
+    /// A poller failed its setup.
+    #[error(transparent)]
+    Poller(#[from] PollerError),
+    /// A system call failed.
+    #[error(transparent)]
+    Sys(#[from] sys::SyscallError),
+    /// A poller thread could not be started or died.
+    #[error("poller thread: {0}")]
+    Thread(String),
+    /// The machine's topology could not be read.
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    /// A memory placement the machine cannot give.
+    #[error("config key `dataplane.memory` = {0}: {1}")]
+    Memory(&'static str, String),
+    /// Moving interrupts failed.
+    #[error(transparent)]
+    Irq(#[from] IrqError),
+}
+
+/// How long and how loudly to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Stop by itself after this long (None: until signalled).
+    pub duration: Option<Duration>,
+    /// Print a line of rates this often (None: silent).
+    pub interval: Option<Duration>,
+    /// Set by the signal handlers; the run stops when it becomes true.
+    pub stop: Arc<AtomicBool>,
+    /// A layout plan: pollers are pinned as it says (poller i: the CPU planned for its first
+    /// queue) instead of the config's `cpu`.
+    pub plan: Option<Plan>,
+    /// Move the receive work (IRQ or NAPI thread) of every planned queue to its planned
+    /// interrupt CPU after attaching, and restore it at the end.
+    pub apply_irq: bool,
+}
+
+/// Everything a finished run reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunSummary {
+    /// Mode.
+    pub mode: &'static str,
+    /// Seconds between start and stop.
+    pub elapsed_s: f64,
+    /// Sum of all pollers' counters.
+    pub totals: Snapshot,
+    /// Each poller's counters.
+    pub pollers: Vec<Snapshot>,
+    /// Each poller's setup.
+    pub setup: Vec<PollerSetup>,
+    /// Each poller's frame accounting and socket statistics.
+    pub reports: Vec<PollerReport>,
+    /// Steering counters per interface, in STEER_STAT_NAMES order.
+    pub steer: Vec<(String, Vec<u64>)>,
+    /// Whether every frame was accounted for in every poller.
+    pub frames_ok: bool,
+    /// The layout plan the run followed, if any.
+    pub plan: Option<Plan>,
+    /// Interrupt changes made (`--apply-irq`), then restored.
+    pub irq_changes: Vec<crate::irq::Change>,
+    /// Drops by reason name (all pollers), for readers that want names rather than indices.
+    pub drops_by_reason: std::collections::BTreeMap<&'static str, u64>,
+}
+
+/// Runs the dataplane until `opts.stop` is set or `opts.duration` passes.
+pub fn run(
+    cfg: &Config,
+    opts: &RunOptions,
+    mut log: impl FnMut(&str),
+) -> Result<RunSummary, RunError> {
+    if !sys::is_root() {
+        return Err(RunError::NotRoot);
+    }
+    let _ = sys::raise_memlock_limit();
+    // Everything that can fail runs before the first attach.
+    let fwd = check::forwarder(cfg, &mut log)?;
+    let mut steers = attach::load_steering(cfg)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let pollers = spawn::pollers(cfg, opts.plan.as_ref(), fwd, &stop)?;
+    if let Err(e) = attach::wire(&mut steers, &pollers.readies, cfg) {
+        steers.iter_mut().for_each(Steer::detach);
+        pollers.abort(&stop);
+        return Err(e);
+    }
+    let setup = report::setups(cfg, &pollers.readies, &mut log);
+    // Interrupt side of the plan: after attaching, because a veth has NAPI instances (and so
+    // NAPI threads) only while an XDP program is attached.
+    let mut irq = IrqChanges::default();
+    if opts.apply_irq {
+        if let Err(e) = attach::apply_irq(&mut irq, opts.plan.as_ref(), cfg) {
+            irq.restore();
+            steers.iter_mut().for_each(Steer::detach);
+            pollers.abort(&stop);
+            return Err(e);
+        }
+        for l in irq.describe() {
+            log(&l);
+        }
+    }
+    pollers.go();
+    log(&format!(
+        "attached xdp_steer ({}) to {}; mode {}, batch {}",
+        if attach::generic(cfg) {
+            "generic"
+        } else {
+            "native"
+        },
+        cfg.interfaces.join(", "),
+        cfg.dataplane.mode.name(),
+        cfg.dataplane.batch_size
+    ));
+    let start = Instant::now();
+    report::watch(opts, &pollers, start, &mut log);
+    let elapsed = start.elapsed();
+    // Detach first (no new frames), then stop and drain the pollers.
+    let steer: Vec<(String, Vec<u64>)> = steers
+        .iter()
+        .map(|s| (s.ifname().to_string(), s.stats().to_vec()))
+        .collect();
+    let irq_changes = irq.changes().to_vec();
+    for l in irq.restore() {
+        log(&l);
+    }
+    steers.iter_mut().for_each(Steer::detach);
+    std::thread::sleep(Duration::from_millis(20));
+    stop.store(true, Ordering::Relaxed);
+    let (reports, pollers) = pollers.join()?;
+    Ok(report::summary(
+        cfg,
+        opts,
+        elapsed,
+        pollers,
+        report::Collected {
+            setup,
+            reports,
+            steer,
+            irq_changes,
+        },
+    ))
+}

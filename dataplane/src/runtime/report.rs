@@ -1,0 +1,234 @@
+//! Step 5 and the end: what the run says. One line per poller's setup, a rate line per
+//! interval while forwarding, and the final summary (counters, frame accounting, steering).
+use std::time::{Duration, Instant};
+
+use super::spawn::Pollers;
+use super::{RunOptions, RunSummary};
+use crate::bpf::STEER_STAT_NAMES;
+use crate::config::Config;
+use crate::irq::Change;
+use crate::packet::DropReason;
+use crate::poller::{PollerReport, Ready};
+use crate::stats::{Counter, Snapshot};
+
+/// Setup timing of one poller (kept apart from the measured interval).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PollerSetup {
+    /// Poller number.
+    pub id: usize,
+    /// Planned CPU.
+    pub cpu: Option<usize>,
+    /// Kernel thread id.
+    pub tid: i32,
+    /// CPUs allowed after pinning.
+    pub affinity: Vec<usize>,
+    /// Pinning time, microseconds.
+    pub pin_us: u64,
+    /// UMEM allocation + first touch, microseconds.
+    pub alloc_us: u64,
+    /// Socket creation and bind, microseconds.
+    pub sockets_us: u64,
+    /// Zero-copy or copy mode.
+    pub zerocopy: bool,
+    /// NUMA nodes of the UMEM pages: (node, sampled pages).
+    pub umem_nodes: Vec<(i32, usize)>,
+    /// The memory policy applied before first touch.
+    pub mem_policy: String,
+    /// Whether the UMEM sits on 2 MiB hugetlb pages.
+    pub hugepages: bool,
+}
+
+/// Each poller's setup as reported, logged one line each, with warnings for hugepages that
+/// were asked for but not given and for copy mode.
+pub(super) fn setups(
+    cfg: &Config,
+    readies: &[Ready],
+    log: &mut impl FnMut(&str),
+) -> Vec<PollerSetup> {
+    let setup: Vec<PollerSetup> = readies
+        .iter()
+        .map(|r| PollerSetup {
+            id: r.id,
+            cpu: r
+                .affinity
+                .first()
+                .copied()
+                .filter(|_| r.affinity.len() == 1),
+            umem_nodes: r.umem_nodes.clone(),
+            hugepages: r.hugepages,
+            mem_policy: format!("{:?}", cfg.dataplane.memory).to_lowercase(),
+            tid: r.tid,
+            affinity: r.affinity.clone(),
+            pin_us: r.pin_time.as_micros() as u64,
+            alloc_us: r.alloc_time.as_micros() as u64,
+            sockets_us: r.socket_time.as_micros() as u64,
+            zerocopy: r.zerocopy,
+        })
+        .collect();
+    for s in &setup {
+        log(&format!(
+            "poller {} on cpu {} (tid {}, allowed {:?}): pin {} us, umem {} us (memory {}, {} pages on node(s) {}), sockets {} us, {}",
+            s.id,
+            s.cpu.map_or("any".to_string(), |c| c.to_string()),
+            s.tid,
+            s.affinity,
+            s.pin_us,
+            s.alloc_us,
+            s.mem_policy,
+            if s.hugepages { "2 MiB" } else { "4 KiB" },
+            s.umem_nodes.iter().map(|(n, c)| format!("{n}:{c}")).collect::<Vec<_>>().join(" "),
+            s.sockets_us,
+            if s.zerocopy { "zero-copy" } else { "copy mode" }
+        ));
+    }
+    if cfg.dataplane.hugepages && setup.iter().any(|s| !s.hugepages) {
+        log("warning: hugepages = true but too few 2 MiB pages are reserved (vm.nr_hugepages): UMEM on 4 KiB pages");
+    }
+    if setup.iter().any(|s| !s.zerocopy) {
+        log("warning: AF_XDP runs in copy mode (the driver has no zero-copy support, e.g. veth)");
+    }
+    setup
+}
+
+/// Waits while the pollers forward, until the stop flag, the duration, or a poller ending
+/// early; logs a rate line every `opts.interval`.
+pub(super) fn watch(
+    opts: &RunOptions,
+    pollers: &Pollers,
+    start: Instant,
+    log: &mut impl FnMut(&str),
+) {
+    let mut last = Snapshot::default();
+    let mut last_t = start;
+    let mut next_report = opts.interval.map(|i| start + i);
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = Instant::now();
+        if opts.stop.load(std::sync::atomic::Ordering::Relaxed)
+            || opts.duration.is_some_and(|d| now - start >= d)
+        {
+            break;
+        }
+        if pollers.any_finished() {
+            log("a poller thread exited early; stopping");
+            break;
+        }
+        if let (Some(at), Some(iv)) = (next_report, opts.interval) {
+            if now >= at {
+                let cur = Snapshot::sum(pollers.snapshots().iter());
+                let d = cur.delta(&last);
+                let secs = (now - last_t).as_secs_f64();
+                log(&format!(
+                    "[{:6.1}s] rx {:.3} Mpps  tx {:.3} Mpps  drops {} ({})",
+                    (now - start).as_secs_f64(),
+                    d.get(Counter::RxPackets) as f64 / secs / 1e6,
+                    d.get(Counter::TxPackets) as f64 / secs / 1e6,
+                    d.total_drops(),
+                    d.drops_line()
+                ));
+                last = cur;
+                last_t = now;
+                next_report = Some(at + iv);
+            }
+        }
+    }
+}
+
+/// What the run collected besides the counters, for the summary.
+pub(super) struct Collected {
+    /// Each poller's setup.
+    pub setup: Vec<PollerSetup>,
+    /// Each poller's frame accounting.
+    pub reports: Vec<PollerReport>,
+    /// Steering counters per interface.
+    pub steer: Vec<(String, Vec<u64>)>,
+    /// Interrupt changes made and restored.
+    pub irq_changes: Vec<Change>,
+}
+
+/// The final summary from the pollers' last counters and what the run collected.
+pub(super) fn summary(
+    cfg: &Config,
+    opts: &RunOptions,
+    elapsed: Duration,
+    pollers: Vec<Snapshot>,
+    c: Collected,
+) -> RunSummary {
+    let frames_ok = c.reports.iter().all(|r| r.frames.held_by_kernel() == 0);
+    let totals = Snapshot::sum(pollers.iter());
+    let drops_by_reason = DropReason::ALL
+        .iter()
+        .map(|r| (r.name(), totals.drop_count(*r)))
+        .collect();
+    RunSummary {
+        drops_by_reason,
+        plan: opts.plan.clone(),
+        irq_changes: c.irq_changes,
+        mode: cfg.dataplane.mode.name(),
+        elapsed_s: elapsed.as_secs_f64(),
+        totals,
+        pollers,
+        setup: c.setup,
+        reports: c.reports,
+        steer: c.steer,
+        frames_ok,
+    }
+}
+
+impl RunSummary {
+    /// The human-readable final report.
+    pub fn render(&self) -> String {
+        let t = &self.totals;
+        let secs = self.elapsed_s.max(1e-9);
+        let mut s = format!(
+            "final: {:.1}s, rx {} tx {} ({:.3} Mpps forwarded), drops {} ({})\n",
+            self.elapsed_s,
+            t.get(Counter::RxPackets),
+            t.get(Counter::TxPackets),
+            t.get(Counter::TxPackets) as f64 / secs / 1e6,
+            t.total_drops(),
+            t.drops_line()
+        );
+        s.push_str(&t.report());
+        for (i, p) in self.pollers.iter().enumerate() {
+            s.push_str(&format!(
+                "poller {i}: rx {} tx {} drops {}\n",
+                p.get(Counter::RxPackets),
+                p.get(Counter::TxPackets),
+                p.total_drops()
+            ));
+        }
+        for r in &self.reports {
+            let f = &r.frames;
+            s.push_str(&format!(
+                "poller {} frames: total {} = free {} + fill {} + tx {} + completion {} + rx {}{}\n",
+                r.id,
+                f.total,
+                f.free,
+                f.fill,
+                f.tx,
+                f.completion,
+                f.rx,
+                match f.held_by_kernel() {
+                    0 => String::from(" (all accounted for)"),
+                    n => format!(" + {n} held by the kernel's pool cache"),
+                }
+            ));
+            for k in &r.sockets {
+                s.push_str(&format!(
+                    "  socket port {} queue {}: kernel rx_dropped {} rx_ring_full {} fill_empty {} invalid rx/tx {}/{}\n",
+                    k.port, k.queue, k.rx_dropped, k.rx_ring_full, k.rx_fill_ring_empty_descs, k.rx_invalid_descs, k.tx_invalid_descs
+                ));
+            }
+        }
+        for (ifname, v) in &self.steer {
+            let parts: Vec<String> = STEER_STAT_NAMES
+                .iter()
+                .zip(v)
+                .map(|(n, c)| format!("{n}={c}"))
+                .collect();
+            s.push_str(&format!("xdp_steer {ifname}: {}\n", parts.join(" ")));
+        }
+        s
+    }
+}

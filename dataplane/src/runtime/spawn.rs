@@ -1,0 +1,189 @@
+//! Step 3: the pollers. Each is spawned with its spec, pins itself, maps its UMEM, binds its
+//! sockets, reports [`Ready`] and waits for the go signal; the run holds them in [`Pollers`].
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::check::memory_policy;
+use super::RunError;
+use crate::config::{parse_align, Config, StatsMode};
+use crate::forward::Forwarder;
+use crate::plan::Plan;
+use crate::poller::{self, PollerError, PollerReport, PollerSpec, Ready};
+use crate::stats::{PollerStats, Snapshot};
+use crate::sys;
+use crate::topology::{Machine, Source};
+use crate::xsk::SocketSpec;
+
+/// The started pollers: set up, waiting for (or past) the go signal.
+pub(super) struct Pollers {
+    handles: Vec<JoinHandle<Option<PollerReport>>>,
+    go: Vec<mpsc::Sender<bool>>,
+    /// Each poller's setup report, by poller number.
+    pub readies: Vec<Ready>,
+    /// Each poller's counters (in the shared-counter ablation, all the same block).
+    stats: Vec<Arc<PollerStats>>,
+    shared_stats: Arc<PollerStats>,
+    stats_mode: StatsMode,
+}
+
+/// Spawns one poller per `[[pollers]]` entry (pinned by `plan` when given, else by the
+/// config's `cpu`) and waits until every one is set up. On any failure the started ones are
+/// stopped and joined before the error is returned.
+pub(super) fn pollers(
+    cfg: &Config,
+    plan: Option<&Plan>,
+    fwd: Arc<Forwarder>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Pollers, RunError> {
+    let machine = Machine::load(&Source::Host)?;
+    let mut running = Pollers {
+        handles: Vec::new(),
+        go: Vec::new(),
+        readies: Vec::new(),
+        stats: Vec::new(),
+        shared_stats: Arc::new(PollerStats::new(true)),
+        stats_mode: cfg.dataplane.stats,
+    };
+    let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<Ready, PollerError>>(cfg.pollers.len());
+    for id in 0..cfg.pollers.len() {
+        let spec = match poller_spec(cfg, plan, &machine, id) {
+            Ok(s) => s,
+            Err(e) => {
+                running.abort(stop);
+                return Err(e);
+            }
+        };
+        let st = match cfg.dataplane.stats {
+            StatsMode::Percpu => Arc::new(PollerStats::new(false)),
+            StatsMode::Shared => running.shared_stats.clone(),
+        };
+        running.stats.push(st.clone());
+        let (go_tx, go_rx) = mpsc::channel();
+        match poller::spawn(spec, fwd.clone(), st, stop.clone(), ready_tx.clone(), go_rx) {
+            Ok(h) => {
+                running.handles.push(h);
+                running.go.push(go_tx);
+            }
+            Err(e) => {
+                running.abort(stop);
+                return Err(RunError::Thread(e.to_string()));
+            }
+        }
+    }
+    let mut first_err = None;
+    for _ in 0..cfg.pollers.len() {
+        match ready_rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(r)) => running.readies.push(r),
+            Ok(Err(e)) => {
+                first_err.get_or_insert(RunError::Poller(e));
+            }
+            Err(e) => {
+                first_err.get_or_insert(RunError::Thread(format!("no setup report: {e}")));
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        running.abort(stop);
+        return Err(e);
+    }
+    running.readies.sort_by_key(|r| r.id);
+    Ok(running)
+}
+
+/// Poller `id`'s spec: its CPU (from the plan or the config), memory policy, and one socket
+/// per (queue, interface).
+fn poller_spec(
+    cfg: &Config,
+    plan: Option<&Plan>,
+    machine: &Machine,
+    id: usize,
+) -> Result<PollerSpec, RunError> {
+    let p = cfg
+        .pollers
+        .get(id)
+        .ok_or_else(|| RunError::Thread(format!("no poller {id} in the config")))?;
+    let cpu = match plan {
+        Some(plan) => plan
+            .entries
+            .iter()
+            .find(|e| p.queues.first() == Some(&e.queue))
+            .and_then(|e| e.poller_cpu),
+        None => p.cpu,
+    };
+    let mut sockets = Vec::new();
+    for q in &p.queues {
+        for (port, name) in cfg.interfaces.iter().enumerate() {
+            sockets.push(SocketSpec {
+                ifname: name.clone(),
+                ifindex: sys::if_index(name)?,
+                queue: *q,
+                port: port as u16,
+            });
+        }
+    }
+    Ok(PollerSpec {
+        id,
+        cpu,
+        headroom: parse_align(&cfg.dataplane.align).unwrap_or(0),
+        hugepages: cfg.dataplane.hugepages,
+        mem_policy: memory_policy(machine, cfg.dataplane.memory, cpu)?,
+        frames: cfg.dataplane.frames_per_queue * sockets.len() as u32,
+        sockets,
+        ports: cfg.interfaces.len(),
+        frame_size: cfg.dataplane.frame_size,
+        ring: cfg.dataplane.ring_size,
+        batch: cfg.dataplane.batch_size,
+        idle: cfg.dataplane.idle,
+        tx_kick_budget: cfg.dataplane.tx_kick_budget,
+    })
+}
+
+impl Pollers {
+    /// Lets every poller start forwarding.
+    pub fn go(&self) {
+        for g in &self.go {
+            let _ = g.send(true);
+        }
+    }
+
+    /// Stops pollers that never got (or will never get) the go signal, and joins them.
+    pub fn abort(self, stop: &AtomicBool) {
+        stop.store(true, Ordering::Relaxed);
+        for g in &self.go {
+            let _ = g.send(false);
+        }
+        for h in self.handles {
+            let _ = h.join();
+        }
+    }
+
+    /// True when a poller thread has ended (it should run until the stop flag).
+    pub fn any_finished(&self) -> bool {
+        self.handles.iter().any(|h| h.is_finished())
+    }
+
+    /// Each poller's counters now; in the shared-counter ablation every poller holds the same
+    /// block, so it is counted once.
+    pub fn snapshots(&self) -> Vec<Snapshot> {
+        match self.stats_mode {
+            StatsMode::Percpu => self.stats.iter().map(|s| s.snapshot()).collect(),
+            StatsMode::Shared => vec![self.shared_stats.snapshot()],
+        }
+    }
+
+    /// Joins every poller (after the stop flag is set): their frame reports and final counters.
+    pub fn join(mut self) -> Result<(Vec<PollerReport>, Vec<Snapshot>), RunError> {
+        let mut reports = Vec::new();
+        for h in std::mem::take(&mut self.handles) {
+            match h.join() {
+                Ok(Some(r)) => reports.push(r),
+                Ok(None) => {}
+                Err(_) => return Err(RunError::Thread("a poller panicked".into())),
+            }
+        }
+        Ok((reports, self.snapshots()))
+    }
+}

@@ -1,0 +1,211 @@
+//! Memory: anonymous and huge-page mappings, NUMA policy (mbind) and where pages landed
+//! (move_pages).
+use std::ptr::NonNull;
+
+use super::SyscallError;
+
+/// An anonymous, page-aligned, private mapping, unmapped on drop.
+pub struct Mmap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; moving the owner between threads is
+// fine, and access is governed by the borrow rules of the methods below.
+unsafe impl Send for Mmap {}
+// SAFETY: through `&Mmap` the memory is only read (`as_u32s`, pointers handed to the kernel);
+// every write goes through `&mut self`, so shared references never race with a write.
+unsafe impl Sync for Mmap {}
+
+impl Mmap {
+    /// Maps `len` bytes of zeroed anonymous memory.
+    pub fn anonymous(len: usize) -> Result<Mmap, SyscallError> {
+        Self::map_private(len, 0, "mmap")
+    }
+
+    /// A private anonymous read-write mapping with `extra_flags`.
+    fn map_private(
+        len: usize,
+        extra_flags: libc::c_int,
+        call: &'static str,
+    ) -> Result<Mmap, SyscallError> {
+        // SAFETY: a fresh anonymous mapping aliases nothing; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(SyscallError::last(call));
+        }
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| SyscallError::last(call))?;
+        Ok(Mmap { ptr, len })
+    }
+
+    /// Maps `len` bytes (rounded up to 2 MiB) on reserved 2 MiB hugetlb pages
+    /// (MAP_HUGETLB). Fails (ENOMEM) when too few are reserved (`vm.nr_hugepages`).
+    pub fn anonymous_hugetlb(len: usize) -> Result<Mmap, SyscallError> {
+        const HUGE: usize = 2 << 20;
+        const MAP_HUGE_2MB: libc::c_int = 21 << libc::MAP_HUGE_SHIFT;
+        let len = len.max(1).div_ceil(HUGE) * HUGE;
+        Self::map_private(len, libc::MAP_HUGETLB | MAP_HUGE_2MB, "mmap(MAP_HUGETLB)")
+    }
+
+    /// Maps `len` bytes aligned to 2 MiB and asks for transparent huge pages (MADV_HUGEPAGE),
+    /// for large tables read at random (one TLB entry per 2 MiB instead of per 4 KiB). Falls
+    /// back to small pages silently where THP is off; the memory is valid either way.
+    pub fn anonymous_huge(len: usize) -> Result<Mmap, SyscallError> {
+        const HUGE: usize = 2 << 20;
+        let len = len.max(1).div_ceil(HUGE) * HUGE;
+        let raw = Mmap::anonymous(len + HUGE)?;
+        let base = raw.ptr.as_ptr() as usize;
+        let aligned = base.div_ceil(HUGE) * HUGE;
+        let (head, tail) = (aligned - base, raw.len - (aligned - base) - len);
+        std::mem::forget(raw);
+        // SAFETY: head and tail are the unused, page-aligned ends of the mapping made above,
+        // which nothing references; the middle `len` bytes stay mapped and become the result.
+        unsafe {
+            if head > 0 {
+                libc::munmap(base as *mut libc::c_void, head);
+            }
+            if tail > 0 {
+                libc::munmap((aligned + len) as *mut libc::c_void, tail);
+            }
+            libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+        }
+        let ptr = NonNull::new(aligned as *mut u8).ok_or_else(|| SyscallError::last("mmap"))?;
+        Ok(Mmap { ptr, len })
+    }
+
+    /// The mapping as zero-initialised `u32`s (anonymous memory starts zeroed).
+    pub fn as_u32s(&self) -> &[u32] {
+        // SAFETY: the mapping is page-aligned (so u32-aligned), `len / 4` u32s fit inside it,
+        // any bit pattern is a valid u32, and `&self` keeps it mapped and unaliased by `&mut`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<u32>(), self.len / 4) }
+    }
+
+    /// Mutable view of [`Mmap::as_u32s`].
+    pub fn as_u32s_mut(&mut self) -> &mut [u32] {
+        // SAFETY: as in `as_u32s`; `&mut self` guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<u32>(), self.len / 4) }
+    }
+
+    /// Base address.
+    pub fn as_ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length mapping.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The whole mapping as a raw slice pointer (for registering it as a UMEM).
+    pub fn as_raw_slice(&self) -> NonNull<[u8]> {
+        NonNull::slice_from_raw_parts(self.ptr, self.len)
+    }
+
+    /// Writes one byte per page so every page is faulted in by the calling thread (first touch
+    /// places it on that thread's NUMA node).
+    pub fn touch_pages(&mut self) {
+        let page = 4096;
+        let mut off = 0;
+        while off < self.len {
+            // SAFETY: off < len, inside our own writable mapping, and `&mut self` excludes other
+            // users of this memory.
+            unsafe { self.ptr.as_ptr().add(off).write_volatile(0) };
+            off += page;
+        }
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len came from a successful mmap and are unmapped exactly once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// The NUMA node of each sampled page of `[ptr, ptr + len)` (move_pages with no target: a
+/// query), as (node, pages) counts. Negative nodes are errnos (e.g. -14 EFAULT: not present).
+pub fn page_nodes(map: &Mmap, samples: usize) -> Result<Vec<(i32, usize)>, SyscallError> {
+    let page = 4096usize;
+    let pages = (map.len() / page).max(1);
+    let step = (pages / samples.max(1)).max(1);
+    let mut addrs: Vec<*mut libc::c_void> = (0..pages)
+        .step_by(step)
+        // SAFETY: i * page < len: an address inside our mapping, only passed to the kernel.
+        .map(|i| unsafe { map.as_ptr().as_ptr().add(i * page) }.cast())
+        .collect();
+    let mut status = vec![0i32; addrs.len()];
+    // SAFETY: `addrs` and `status` are valid arrays of `addrs.len()` entries; a null nodes
+    // array makes move_pages only report where each page is.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_pages,
+            0,
+            addrs.len() as libc::c_ulong,
+            addrs.as_mut_ptr(),
+            std::ptr::null::<i32>(),
+            status.as_mut_ptr(),
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(SyscallError::last("move_pages"));
+    }
+    let mut counts: std::collections::BTreeMap<i32, usize> = std::collections::BTreeMap::new();
+    for s in status {
+        *counts.entry(s).or_default() += 1;
+    }
+    Ok(counts.into_iter().collect())
+}
+
+/// mbind policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemPolicy {
+    /// MPOL_BIND to one node.
+    Bind(usize),
+    /// MPOL_INTERLEAVE over these nodes.
+    Interleave,
+}
+
+/// Binds a mapping's pages (before first touch) to a node, or interleaves them over `nodes`.
+pub fn mbind(map: &Mmap, policy: MemPolicy, nodes: &[usize]) -> Result<(), SyscallError> {
+    const MPOL_BIND: libc::c_int = 2;
+    const MPOL_INTERLEAVE: libc::c_int = 3;
+    let mut mask = [0u64; 16];
+    let (mode, set): (libc::c_int, Vec<usize>) = match policy {
+        MemPolicy::Bind(n) => (MPOL_BIND, vec![n]),
+        MemPolicy::Interleave => (MPOL_INTERLEAVE, nodes.to_vec()),
+    };
+    for n in set.into_iter().filter(|n| *n < 1024) {
+        mask[n / 64] |= 1 << (n % 64);
+    }
+    // SAFETY: the range is our own mapping; `mask` is a valid node mask of 1024 bits.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mbind,
+            map.as_ptr().as_ptr(),
+            map.len() as libc::c_ulong,
+            mode,
+            mask.as_ptr(),
+            1024 as libc::c_ulong,
+            0 as libc::c_uint,
+        )
+    };
+    if rc != 0 {
+        return Err(SyscallError::last("mbind"));
+    }
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! Every raw syscall and FFI call the dataplane makes, each wrapped in a small safe function or
+//! type, one file per kernel area. The rest of the crate is safe code (`#![deny(unsafe_code)]`
+//! outside this module, the AF_XDP ring wrapper in `xsk`, the skeleton glue in `bpf` and the
+//! frame views in `mem`).
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::RawFd;
+
+mod cpu;
+mod memory;
+mod netif;
+mod packet_socket;
+mod thread;
+mod xdp;
+
+pub use cpu::prefetch;
+pub use memory::{mbind, page_nodes, MemPolicy, Mmap};
+pub use netif::{enter_netns, if_index, interface_mac, local_addresses, rx_queue_count};
+pub use packet_socket::{FrameSender, PacketSocket, SEND_BATCH_MAX};
+pub use thread::{
+    current_thread_affinity, gettid, pin_current_thread, set_fifo, set_sched_idle,
+    set_thread_affinity, set_timer_slack, thread_cpu_ns,
+};
+pub use xdp::{poll_readable, pollfd_in, xdp_link_create, xsk_is_zerocopy, xsk_set_tx_budget};
+
+/// A failed system call, with the name of the call.
+#[derive(Debug, thiserror::Error)]
+#[error("{call} failed: {io_error}")]
+pub struct SyscallError {
+    /// The call that failed.
+    pub call: &'static str,
+    /// errno (part of the message, so not also a `source`).
+    pub io_error: io::Error,
+}
+
+impl SyscallError {
+    fn last(call: &'static str) -> Self {
+        SyscallError {
+            call,
+            io_error: io::Error::last_os_error(),
+        }
+    }
+    /// The raw errno, if any.
+    pub fn errno(&self) -> Option<i32> {
+        self.io_error.raw_os_error()
+    }
+}
+
+/// True when running as root (effective uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Lifts RLIMIT_MEMLOCK (older kernels charge BPF maps and UMEM registration to it).
+pub fn raise_memlock_limit() -> Result<(), SyscallError> {
+    let r = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: `r` is a valid rlimit for the duration of the call.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &r) } != 0 {
+        return Err(SyscallError::last("setrlimit(RLIMIT_MEMLOCK)"));
+    }
+    Ok(())
+}
+
+/// setsockopt() with an int value; `what` names the option in the error.
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    value: libc::c_int,
+    what: &'static str,
+) -> Result<(), SyscallError> {
+    // SAFETY: `value` is a valid c_int read by the kernel for the length given.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(SyscallError::last(what));
+    }
+    Ok(())
+}

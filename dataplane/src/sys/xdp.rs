@@ -1,0 +1,98 @@
+//! XDP and AF_XDP: socket options, bpf_link attach, waiting on socket descriptors.
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+use super::{setsockopt_int, SyscallError};
+
+const SOL_XDP: libc::c_int = 283;
+const XDP_OPTIONS: libc::c_int = 8;
+const XDP_OPTIONS_ZEROCOPY: u32 = 1;
+
+/// Whether a bound AF_XDP socket runs in zero-copy mode (XDP_OPTIONS).
+pub fn xsk_is_zerocopy(fd: RawFd) -> Result<bool, SyscallError> {
+    let mut opts: u32 = 0;
+    let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+    // SAFETY: `opts`/`len` are valid writable buffers of the sizes given.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            SOL_XDP,
+            XDP_OPTIONS,
+            (&mut opts as *mut u32).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(SyscallError::last("getsockopt(XDP_OPTIONS)"));
+    }
+    Ok(opts & XDP_OPTIONS_ZEROCOPY != 0)
+}
+
+/// XDP_MAX_TX_SKB_BUDGET (Linux 6.17+): frames a copy-mode sendto() may send per call
+/// (32 before). Not in older uapi headers, hence the literal.
+const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
+
+/// Raises how many frames one copy-mode TX kick sends. Fails with ENOPROTOOPT on kernels
+/// without the option (they keep 32).
+pub fn xsk_set_tx_budget(fd: RawFd, frames: u32) -> Result<(), SyscallError> {
+    setsockopt_int(
+        fd,
+        SOL_XDP,
+        XDP_MAX_TX_SKB_BUDGET,
+        frames.min(i32::MAX as u32) as libc::c_int,
+        "setsockopt(XDP_MAX_TX_SKB_BUDGET)",
+    )
+}
+
+/// Waits up to `timeout_ms` for any of `fds` to become readable. Interruptions are not errors.
+pub fn poll_readable(fds: &mut [libc::pollfd], timeout_ms: i32) {
+    // SAFETY: `fds` is a valid, writable array of pollfd of the length given.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+}
+
+/// A pollfd waiting for input on `fd`.
+pub fn pollfd_in(fd: RawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// XDP attach flags (linux/if_link.h).
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+
+/// Attaches an XDP program to an interface through a bpf_link, so the program is detached when
+/// the returned descriptor is closed or the process dies.
+pub fn xdp_link_create(
+    prog_fd: RawFd,
+    ifindex: u32,
+    generic: bool,
+) -> Result<OwnedFd, SyscallError> {
+    // SAFETY: an all-zero bpf_link_create_opts is valid; `sz` is set as libbpf requires.
+    let mut opts: libbpf_rs::libbpf_sys::bpf_link_create_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_link_create_opts>() as _;
+    opts.flags = if generic {
+        XDP_FLAGS_SKB_MODE
+    } else {
+        XDP_FLAGS_DRV_MODE
+    };
+    // SAFETY: prog_fd is a loaded program's descriptor, opts is valid for the call.
+    let fd = unsafe {
+        libbpf_rs::libbpf_sys::bpf_link_create(
+            prog_fd,
+            ifindex as i32,
+            libbpf_rs::libbpf_sys::BPF_XDP,
+            &opts,
+        )
+    };
+    if fd < 0 {
+        return Err(SyscallError {
+            call: "bpf_link_create(BPF_XDP)",
+            io_error: io::Error::from_raw_os_error(-fd),
+        });
+    }
+    // SAFETY: a non-negative return is a fresh link descriptor we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}

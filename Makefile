@@ -26,6 +26,8 @@ bench: build
 	target/release/fwd-micro
 
 lint: deps
+	python3 scripts/modgraph.py --self-test
+	python3 scripts/modgraph.py --check docs/ARCHITECTURE.md
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 

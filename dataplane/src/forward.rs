@@ -1,4 +1,5 @@
 //! The per-frame decision: parse, look up, rewrite in place. Pure: frames in, verdicts out.
+#![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use crate::fib::{Lookup, Table};
 use crate::packet::{self, DropReason, L3};
 use crate::types::Mode;
@@ -123,6 +124,7 @@ pub enum Parsed {
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::cast_possible_truncation)] // tests may panic
 mod tests {
     use super::*;
     use crate::fib::{build_table, Neighbour, Route};

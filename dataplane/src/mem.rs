@@ -3,6 +3,7 @@
 //! The area is mapped and touched by the poller thread after it is pinned, so first touch places
 //! the pages on that CPU's NUMA node. Frames are `frame_size` (power of two) apart; the kernel
 //! writes packet data at a fixed headroom inside a frame, so packet data starts cache-line aligned.
+#![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 #![allow(unsafe_code)] // the two frame views below; their callers hold the contract
 
 use crate::sys::{MemPolicy, Mmap, SyscallError};
@@ -182,6 +183,7 @@ impl Area {
         let fs = u64::from(self.frame_size);
         let in_frame = (addr & (fs - 1)) + u64::from(len) <= fs;
         let end = addr.checked_add(u64::from(len))?;
+        #[allow(clippy::cast_possible_truncation)] // addr < end <= map.len(), a usize
         (in_frame && end <= self.map.len() as u64).then_some(addr as usize)
     }
 

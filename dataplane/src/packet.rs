@@ -4,6 +4,7 @@
 //! read here is checked against the frame length first, so a malformed frame can only ever end
 //! in a [`DropReason`], never in a panic. Checksums follow RFC 1071 (full) and RFC 1624
 //! (incremental update).
+#![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 pub mod build;
 
@@ -113,8 +114,8 @@ pub enum L3 {
 
 #[inline(always)]
 fn be16(b: &[u8], off: usize) -> Option<u16> {
-    let s = b.get(off..off + 2)?;
-    Some(u16::from_be_bytes([s[0], s[1]]))
+    let s: &[u8; 2] = b.get(off..off + 2)?.try_into().ok()?;
+    Some(u16::from_be_bytes(*s))
 }
 
 /// Parses the Ethernet + IP headers for routing and checks them the way a router must.
@@ -150,7 +151,7 @@ fn parse_v4(frame: &[u8]) -> Result<L3, DropReason> {
     if total < ihl || total > ip.len() {
         return Err(DropReason::BadLength);
     }
-    if checksum(&ip[..ihl]) != 0 {
+    if checksum(ip.get(..ihl).ok_or(DropReason::BadIhl)?) != 0 {
         return Err(DropReason::BadChecksum);
     }
     if hdr[8] <= 1 {
@@ -203,7 +204,9 @@ pub fn checksum(data: &[u8]) -> u16 {
     let mut sum: u32 = 0;
     let mut chunks = data.chunks_exact(2);
     for c in &mut chunks {
-        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+        if let [hi, lo] = *c {
+            sum += u32::from(u16::from_be_bytes([hi, lo]));
+        }
     }
     if let [last] = chunks.remainder() {
         sum += u32::from(*last) << 8;
@@ -211,7 +214,9 @@ pub fn checksum(data: &[u8]) -> u16 {
     while sum >> 16 != 0 {
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    !(sum as u16)
+    #[allow(clippy::cast_possible_truncation)] // folded above: sum < 2^16
+    let folded = sum as u16;
+    !folded
 }
 
 /// RFC 1624 eqn. 3 incremental update: `HC' = ~(~HC + ~m + m')` for one 16-bit word `m -> m'`.
@@ -220,7 +225,9 @@ pub fn checksum_update(hc: u16, old: u16, new: u16) -> u16 {
     let mut sum = u32::from(!hc) + u32::from(!old) + u32::from(new);
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
-    !(sum as u16)
+    #[allow(clippy::cast_possible_truncation)] // two folds of a sum < 3 * 2^16: sum < 2^16
+    let folded = sum as u16;
+    !folded
 }
 
 /// Writes destination and source MAC (12 bytes) at the frame start.
@@ -245,12 +252,15 @@ pub fn swap_macs(frame: &mut [u8]) {
 /// The caller has parsed the frame with [`parse_l3`] (so the header is present and TTL > 1).
 #[inline(always)]
 pub fn decrement_ttl_v4(frame: &mut [u8]) {
-    if let Some(ip) = frame.get_mut(ETH_HLEN..ETH_HLEN + 20) {
+    let hdr = frame
+        .get_mut(ETH_HLEN..ETH_HLEN + 20)
+        .and_then(|s| <&mut [u8; 20]>::try_from(s).ok());
+    if let Some(ip) = hdr {
         let old = u16::from_be_bytes([ip[8], ip[9]]);
         ip[8] = ip[8].wrapping_sub(1);
         let new = u16::from_be_bytes([ip[8], ip[9]]);
         let hc = u16::from_be_bytes([ip[10], ip[11]]);
-        ip[10..12].copy_from_slice(&checksum_update(hc, old, new).to_be_bytes());
+        [ip[10], ip[11]] = checksum_update(hc, old, new).to_be_bytes();
     }
 }
 
@@ -263,6 +273,7 @@ pub fn decrement_hop_limit_v6(frame: &mut [u8]) {
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::cast_possible_truncation)] // tests may panic
 mod tests {
     use super::build::{udp_v4, udp_v6, FrameSpec};
     use super::*;

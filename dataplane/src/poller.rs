@@ -5,6 +5,7 @@
 //! touch after pinning) and socket setup happen in the spawned thread before the start signal.
 //! Inside the loop there is no allocation, lock, formatting or syscall other than the wakeups
 //! the rings ask for, and no indexing that can panic.
+#![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
@@ -301,6 +302,7 @@ fn setup(
         fwd,
         stats,
         ports: spec.ports.max(1),
+        #[allow(clippy::cast_possible_truncation)] // MAX_BATCH is a small constant
         batch: spec.batch.clamp(1, MAX_BATCH as u32),
         ring: spec.ring,
         frame_mask: !(u64::from(area.frame_size()) - 1),
@@ -402,7 +404,8 @@ impl Poller {
                     let frame = unsafe { self.area.frame_mut(off, d.len) };
                     self.fwd
                         .finish(in_port, parsed, frame)
-                        .map(|out| (out, frame.len() as u32))
+                        // The view is d.len bytes long (a u32), and finish keeps its length.
+                        .map(|out| (out, u32::try_from(frame.len()).unwrap_or(d.len)))
                 }
                 (Err(r), _) => Err(r),
                 (Ok(_), None) => Err(DropReason::InvalidDescriptor),
@@ -462,7 +465,7 @@ impl Poller {
                 if rest.is_empty() {
                     break;
                 }
-                let mut w = q.tx.transmit(rest.len() as u32);
+                let mut w = q.tx.transmit(u32::try_from(rest.len()).unwrap_or(u32::MAX));
                 let cap = w.capacity() as usize;
                 let n = w.insert(rest.iter().copied().take(cap)) as usize;
                 w.commit();
@@ -512,7 +515,7 @@ impl Poller {
             }
             if done > 0 {
                 self.stats.add(Counter::Completions, done);
-                work += done as usize;
+                work += usize::try_from(done).unwrap_or(usize::MAX);
             }
             // Copy mode sends at most a few dozen frames per kick: keep kicking while frames
             // are in flight, and only then.
@@ -543,7 +546,9 @@ impl Poller {
         let Some(q) = self.sockets.queues.get_mut(i) else {
             return;
         };
-        let want = (self.free.len() as u32).min(self.ring);
+        let want = u32::try_from(self.free.len())
+            .unwrap_or(u32::MAX)
+            .min(self.ring);
         if want == 0 {
             if q.fq_cq.pending() < self.ring {
                 self.stats.add(Counter::FillEmpty, 1);
@@ -553,7 +558,9 @@ impl Poller {
         // Twice: the first reservation may be cut short by a stale cached consumer (see flush).
         let mut n = 0;
         for _ in 0..2 {
-            let left = want.saturating_sub(n).min(self.free.len() as u32);
+            let left = want
+                .saturating_sub(n)
+                .min(u32::try_from(self.free.len()).unwrap_or(u32::MAX));
             if left == 0 {
                 break;
             }

@@ -5,6 +5,7 @@
 //! plain load + store (no locked read-modify-write), so the hot path never bounces a cache line
 //! between cores. The stats thread only loads. Counters are `AtomicU64` so the reader never sees
 //! a torn value; `Relaxed` is enough because each counter is independent.
+#![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crossbeam_utils::CachePadded;
@@ -105,11 +106,12 @@ impl PollerStats {
     /// A copy of every counter.
     pub fn snapshot(&self) -> Snapshot {
         let mut s = Snapshot::default();
-        for (i, v) in s.counters.iter_mut().enumerate() {
-            *v = self.slots[i].load(Relaxed);
+        let (counters, drops) = self.slots.split_at(COUNTERS);
+        for (v, slot) in s.counters.iter_mut().zip(counters) {
+            *v = slot.load(Relaxed);
         }
-        for (i, v) in s.drops.iter_mut().enumerate() {
-            *v = self.slots[COUNTERS + i].load(Relaxed);
+        for (v, slot) in s.drops.iter_mut().zip(drops) {
+            *v = slot.load(Relaxed);
         }
         s
     }
@@ -127,12 +129,12 @@ pub struct Snapshot {
 impl Snapshot {
     /// One counter.
     pub fn get(&self, c: Counter) -> u64 {
-        self.counters[c as usize]
+        self.counters.get(c as usize).copied().unwrap_or(0)
     }
 
     /// One drop reason.
     pub fn drop_count(&self, r: DropReason) -> u64 {
-        self.drops[r as usize]
+        self.drops.get(r as usize).copied().unwrap_or(0)
     }
 
     /// All drops.

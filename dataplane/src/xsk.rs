@@ -5,6 +5,7 @@
 //! descriptors and never copies in userspace. The first socket registers the UMEM (its fd is the
 //! UMEM's); the others bind with XDP_SHARED_UMEM and inherit its copy/zero-copy and need_wakeup
 //! mode, as the kernel requires.
+#![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 #![allow(unsafe_code)]
 
 use std::num::NonZeroU32;

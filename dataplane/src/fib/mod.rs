@@ -9,6 +9,7 @@
 //! Connected routes (no `via`) are expanded at build time: each neighbour inside the prefix gets
 //! a host route to itself (the adjacency model of VPP and of the kernel's FIB), and the rest of
 //! the prefix resolves to an unresolved next hop whose packets are dropped as `no_neighbour`.
+#![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -86,6 +87,10 @@ pub struct Fib4 {
 
 impl Fib4 {
     /// Builds the table. Later duplicates of the same prefix/length win.
+    // Runs once, before the pollers start (never per packet). Indices are in range by
+    // construction: `prefix >> 8` < 2^24, a group's 256 entries follow `g * 256`, and the
+    // group count is checked against the encoding before it is cast.
+    #[allow(clippy::indexing_slicing, clippy::cast_possible_truncation)]
     pub fn build(routes: &[Route4]) -> Result<Self, FibError> {
         let mut sorted: Vec<Route4> = Vec::with_capacity(routes.len());
         for r in routes {
@@ -186,6 +191,7 @@ impl Hasher for PrefixHasher {
                 (self.0.rotate_left(5) ^ u64::from(*b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
         }
     }
+    #[allow(clippy::cast_possible_truncation)] // folds the halves on purpose
     fn write_u128(&mut self, v: u128) {
         let x = (v as u64) ^ ((v >> 64) as u64).rotate_left(32);
         self.0 = (self.0 ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -203,6 +209,8 @@ pub struct Fib6 {
 
 impl Fib6 {
     /// Builds the table. Later duplicates of the same prefix/length win.
+    // Runs once, before the pollers start; `slot` is an index `lens` just returned or grew to.
+    #[allow(clippy::indexing_slicing)]
     pub fn build(routes: &[Route6]) -> Result<Self, FibError> {
         let mut lens: Vec<(u8, PrefixMap)> = Vec::new();
         for r in routes {
@@ -303,6 +311,7 @@ impl Table {
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::cast_possible_truncation)] // tests may panic
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};

@@ -37,6 +37,10 @@ pub fn build_table(
     neighbours: &[Neighbour],
     port_macs: &[MacAddr],
 ) -> Result<Table, FibError> {
+    // Each route or neighbour adds at most one next hop, so this bounds their indices.
+    if routes.len().saturating_add(neighbours.len()) >= u32::MAX as usize {
+        return Err(FibError::Full("next hops"));
+    }
     let mut next_hops: Vec<NextHop> = Vec::new();
     let mut hop_index: HashMap<(u16, Option<[u8; 6]>), u32> = HashMap::new();
     let mut hop = |port: u16, mac: Option<[u8; 6]>| -> u32 {
@@ -53,7 +57,9 @@ pub fn build_table(
                 macs,
                 resolved: mac.is_some(),
             });
-            (next_hops.len() - 1) as u32
+            #[allow(clippy::cast_possible_truncation)] // fewer than u32::MAX: checked above
+            let index = (next_hops.len() - 1) as u32;
+            index
         })
     };
     let neigh = |ip: IpAddr, port: u16| {

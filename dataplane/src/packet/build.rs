@@ -1,4 +1,9 @@
 //! Builds well-formed UDP test frames (generator templates, tests, benches).
+//!
+//! Not on the per-packet path: it runs when a generator or a test makes its frames, on
+//! buffers it sized itself, so fixed offsets into them cannot miss and lengths fit their
+//! fields (frames are at most 1518 bytes).
+#![allow(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::{checksum, ETH_HLEN, ETH_P_IPV4, ETH_P_IPV6, IPV6_HLEN};

@@ -14,7 +14,7 @@ build: deps
 	$(CARGO) build --release --workspace
 
 test: deps
-	$(CARGO) test --workspace
+	$(CARGO) test --workspace  # builds the dataplane binary that tests/ runs
 
 demo: build
 	scripts/demo.sh

@@ -6,7 +6,10 @@ use std::process::Command;
 const BIN: &str = env!("CARGO_BIN_EXE_dataplane");
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN).args(args).output().expect("run dataplane");
+    let out = Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run dataplane");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -43,7 +46,10 @@ fn an_unknown_layout_lists_the_known_ones() {
 
 #[test]
 fn a_synthetic_machine_is_planned() {
-    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/l3fwd-2queues-testbed.toml");
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../config/l3fwd-2queues-testbed.toml"
+    );
     let (rc, out, err) = run(&[
         "plan",
         "--config",

@@ -22,6 +22,10 @@ use crate::sys;
 use crate::types::Idle;
 use crate::xsk::{self, RingSizes, SocketSpec, Sockets};
 
+mod drain;
+
+pub use drain::{FrameCount, PollerReport, SocketStats};
+
 /// Largest burst a poller takes from one RX ring.
 pub const MAX_BATCH: usize = 256;
 /// Most TX kicks per ring per pass (copy mode sends at most 32 frames per kick).
@@ -118,67 +122,6 @@ pub enum PollerError {
         #[source]
         source: xsk::XskError,
     },
-}
-
-/// Where every UMEM frame was when the poller stopped.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct FrameCount {
-    /// Frames in the UMEM.
-    pub total: u64,
-    /// On the poller's free list.
-    pub free: u64,
-    /// Posted to fill rings, not yet used by the kernel.
-    pub fill: u64,
-    /// On TX rings, not yet sent.
-    pub tx: u64,
-    /// On completion rings, not yet reaped.
-    pub completion: u64,
-    /// On RX rings, not yet read.
-    pub rx: u64,
-}
-
-impl FrameCount {
-    /// Frames seen in some ring or list.
-    pub fn accounted(&self) -> u64 {
-        self.free + self.fill + self.tx + self.completion + self.rx
-    }
-    /// Frames taken from a fill ring that the kernel has not handed back (its pool cache, or
-    /// lost). Zero after a clean drain.
-    pub fn held_by_kernel(&self) -> u64 {
-        self.total.saturating_sub(self.accounted())
-    }
-}
-
-/// Kernel statistics of one socket (XDP_STATISTICS).
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct SocketStats {
-    /// Port.
-    pub port: u16,
-    /// Queue.
-    pub queue: u32,
-    /// Dropped by the kernel for lack of RX ring room or other reasons.
-    pub rx_dropped: u64,
-    /// Invalid RX descriptors.
-    pub rx_invalid_descs: u64,
-    /// Invalid TX descriptors.
-    pub tx_invalid_descs: u64,
-    /// RX ring full events.
-    pub rx_ring_full: u64,
-    /// Fill ring empty events.
-    pub rx_fill_ring_empty_descs: u64,
-    /// TX ring empty events.
-    pub tx_ring_empty_descs: u64,
-}
-
-/// What a poller returns when it stops.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct PollerReport {
-    /// Poller number.
-    pub id: usize,
-    /// Frame accounting after the drain.
-    pub frames: FrameCount,
-    /// Per-socket kernel statistics.
-    pub sockets: Vec<SocketStats>,
 }
 
 struct Stage {
@@ -577,71 +520,6 @@ impl Poller {
         if n > 0 && q.fq_cq.needs_wakeup() {
             q.fq_cq.wake();
             self.stats.add(Counter::FillWakeups, 1);
-        }
-    }
-
-    /// Drains rings after the stop (the XDP programs are already detached) and counts where
-    /// every frame is.
-    fn finish(mut self, id: usize) -> PollerReport {
-        let deadline = Instant::now() + Duration::from_millis(300);
-        loop {
-            let mut moved = 0;
-            for i in 0..self.sockets.queues.len() {
-                let Some(q) = self.sockets.queues.get_mut(i) else {
-                    continue;
-                };
-                let mut r = q.rx.receive(self.ring);
-                while let Some(d) = r.read() {
-                    self.free.push(d.addr & self.frame_mask);
-                    moved += 1;
-                }
-                r.release();
-            }
-            // Completions and kicks, without refilling.
-            for q in self.sockets.queues.iter_mut() {
-                let mut c = q.fq_cq.complete(self.ring);
-                while let Some(a) = c.read() {
-                    self.free.push(a & self.frame_mask);
-                    moved += 1;
-                }
-                c.release();
-                if q.tx.pending() > 0 {
-                    q.tx.wake();
-                }
-            }
-            let tx_left: u32 = self.sockets.queues.iter().map(|q| q.tx.pending()).sum();
-            if (moved == 0 && tx_left == 0) || Instant::now() > deadline {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let mut frames = FrameCount {
-            total: u64::from(self.area.frames()),
-            free: self.free.len() as u64,
-            ..FrameCount::default()
-        };
-        let mut sockets = Vec::new();
-        for q in &self.sockets.queues {
-            frames.fill += u64::from(q.fq_cq.pending());
-            frames.completion += u64::from(q.fq_cq.available());
-            frames.tx += u64::from(q.tx.pending());
-            frames.rx += u64::from(q.rx.available());
-            let k = q.kernel_stats().unwrap_or_default();
-            sockets.push(SocketStats {
-                port: q.port,
-                queue: q.queue,
-                rx_dropped: k.rx_dropped,
-                rx_invalid_descs: k.rx_invalid_descs,
-                tx_invalid_descs: k.tx_invalid_descs,
-                rx_ring_full: k.rx_ring_full,
-                rx_fill_ring_empty_descs: k.rx_fill_ring_empty_descs,
-                tx_ring_empty_descs: k.tx_ring_empty_descs,
-            });
-        }
-        PollerReport {
-            id,
-            frames,
-            sockets,
         }
     }
 }

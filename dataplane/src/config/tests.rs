@@ -1,0 +1,196 @@
+//! The config's unit tests: the examples parse, every bad value is refused with its key.
+use super::*;
+use crate::fib::Lookup;
+
+const GOOD: &str = r#"
+[dataplane]
+mode = "l3fwd"
+
+[[interfaces]]
+name = "in0"
+[[interfaces]]
+name = "out0"
+
+[[pollers]]
+cpu = 0
+queues = [0]
+
+[[routes]]
+prefix = "198.19.0.0/16"
+via = "198.19.0.1"
+dev = "out0"
+[[routes]]
+prefix = "198.18.0.0/24"
+dev = "in0"
+[[routes]]
+prefix = "2001:2:0:1::/64"
+via = "2001:2:0:1::1"
+dev = "out0"
+[[routes]]
+prefix = "10.0.0.0/8"
+via = "198.19.0.99"
+dev = "out0"
+
+[[neighbours]]
+ip = "198.19.0.1"
+mac = "02:00:00:00:01:01"
+dev = "out0"
+[[neighbours]]
+ip = "198.18.0.1"
+mac = "02:00:00:00:00:01"
+dev = "in0"
+[[neighbours]]
+ip = "2001:2:0:1::1"
+mac = "02:00:00:00:01:01"
+dev = "out0"
+"#;
+
+#[test]
+fn good_config_builds_a_table() {
+    let c = Config::parse(GOOD, "t").expect("valid");
+    assert_eq!(c.dataplane.batch_size, 64);
+    let macs = [[2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 1, 2]];
+    let t = c.build_table(&macs).expect("table");
+    match t.route_v4(0xc613_0505) {
+        Lookup::Hop(h) => {
+            assert_eq!(h.port, 1);
+            assert_eq!(h.macs, [2, 0, 0, 0, 1, 1, 2, 0, 0, 0, 1, 2]);
+        }
+        other => panic!("{other:?}"),
+    }
+    match t.route_v4(0xc612_0001) {
+        Lookup::Hop(h) => assert_eq!((h.port, h.macs[5]), (0, 1)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        t.route_v4(0xc612_0005),
+        Lookup::NoNeighbour,
+        "connected, no neighbour"
+    );
+    assert_eq!(
+        t.route_v4(0x0a00_0001),
+        Lookup::NoNeighbour,
+        "via without neighbour"
+    );
+    assert_eq!(t.route_v4(0x0808_0808), Lookup::NoRoute);
+    assert!(matches!(
+        t.route_v6(0x2001_0002_0000_0001_0000_0000_0000_0009),
+        Lookup::Hop(_)
+    ));
+}
+
+fn err(text: &str) -> String {
+    Config::parse(text, "t")
+        .expect_err("must be refused")
+        .to_string()
+}
+
+#[test]
+fn bad_configs_name_the_key_and_value() {
+    let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"l3fwd\"\nring_sz = 4"));
+    assert!(e.contains("ring_sz"), "{e}");
+    let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"l3fwd\"\nring_size = 1000"));
+    assert!(
+        e.contains("dataplane.ring_size") && e.contains("1000"),
+        "{e}"
+    );
+    let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"fast\""));
+    assert!(e.contains("fast"), "{e}");
+    let e = err(&GOOD.replace("via = \"198.19.0.1\"", "via = \"198.19.0\""));
+    assert!(e.contains("routes[0].via") && e.contains("198.19.0"), "{e}");
+    let e = err(&GOOD.replace("198.19.0.0/16", "198.19.0.0/33"));
+    assert!(e.contains("routes[0].prefix"), "{e}");
+    let e = err(&GOOD.replace("dev = \"out0\"\n[[routes]]", "dev = \"eth9\"\n[[routes]]"));
+    assert!(e.contains("routes[0].dev") && e.contains("eth9"), "{e}");
+    let e = err(&GOOD.replace("02:00:00:00:01:01", "02:00:00:00:01"));
+    assert!(e.contains("neighbours[0].mac"), "{e}");
+    let e = err(&GOOD.replace("cpu = 0", "cpu = 4096"));
+    assert!(e.contains("pollers[0].cpu") && e.contains("4096"), "{e}");
+    let e = err(&GOOD.replace(
+        "mode = \"l3fwd\"",
+        "mode = \"l3fwd\"\nalign = \"offset:64\"",
+    ));
+    assert!(
+        e.contains("dataplane.align") && e.contains("offset:64"),
+        "{e}"
+    );
+    let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"l3fwd\"\nmemory = \"far\""));
+    assert!(e.contains("far"), "{e}");
+    let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"l3fwd\"\nbatch_size = 0"));
+    assert!(e.contains("batch_size"), "{e}");
+    let e = err(&GOOD.replace("2001:2:0:1::1\"\ndev", "198.19.0.1\"\ndev"));
+    assert!(e.contains("routes[2].via") && e.contains("family"), "{e}");
+}
+
+#[test]
+fn a_million_prefixes_load_from_a_routes_file() {
+    use rand::{Rng, SeedableRng};
+    let dir = std::env::temp_dir().join(format!("dp-routes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let mut text = String::with_capacity(40 << 20);
+    for _ in 0..1_000_000 {
+        let a: u32 = rng.gen();
+        text.push_str(&format!(
+            "{}/24 via 198.19.0.1 dev out0\n",
+            std::net::Ipv4Addr::from(a & 0xffff_ff00)
+        ));
+    }
+    text.push_str("# comment\n\n203.0.113.0/24 dev in0 # connected\n");
+    std::fs::write(dir.join("big.routes"), &text).expect("write");
+    let toml = GOOD.replace(
+        "mode = \"l3fwd\"",
+        "mode = \"l3fwd\"\nroutes_file = \"big.routes\"",
+    );
+    let c = Config::parse_in(&toml, "t", Some(&dir)).expect("valid");
+    assert_eq!(c.routes.len(), 4 + 1_000_001);
+    let t = c
+        .build_table(&[[2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 1, 2]])
+        .expect("table");
+    assert!(t.v4.len() >= 1_000_000);
+    assert!(matches!(t.route_v4(0xcb00_7105), Lookup::NoNeighbour));
+    std::fs::write(dir.join("bad.routes"), "10.0.0.0/8 via 10.0.0.1\n").expect("write");
+    let e = Config::parse_in(&toml.replace("big.routes", "bad.routes"), "t", Some(&dir))
+        .expect_err("refused")
+        .to_string();
+    assert!(e.contains("bad.routes:1") && e.contains("dev"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn mac_and_prefix_parsing() {
+    assert_eq!(parse_mac("02:00:0a:ff:00:01"), Some([2, 0, 10, 255, 0, 1]));
+    assert_eq!(parse_mac("02:00:0a:ff:00"), None);
+    assert_eq!(parse_mac("02:00:0a:ff:00:01:02"), None);
+    assert_eq!(parse_prefix("::/0"), Some(("::".parse().expect("lit"), 0)));
+    assert_eq!(
+        parse_prefix("1.2.3.4"),
+        Some(("1.2.3.4".parse().expect("lit"), 32))
+    );
+    assert_eq!(parse_prefix("1.2.3.4/40"), None);
+}
+
+#[test]
+fn every_example_in_config_dir_is_valid() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).expect("config/ exists") {
+        let p = e.expect("entry").path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            let parsed = Config::parse(
+                &std::fs::read_to_string(&p).expect("read"),
+                &p.display().to_string(),
+            );
+            // CPU numbers in examples may exceed this machine's; everything else must hold.
+            if let Err(ConfigError::Invalid { key, .. }) = &parsed {
+                if key.ends_with(".cpu") {
+                    n += 1;
+                    continue;
+                }
+            }
+            parsed.unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 5, "expected the example configs, found {n}");
+}

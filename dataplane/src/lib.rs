@@ -9,10 +9,13 @@
 //! resolution (neighbours are static, from the config), ICMP generation, fragmentation, VLANs,
 //! IPv6 extension headers (dropped and counted).
 //!
-//! Module map: `packet`, `fib` and `forward` do no I/O (frames in, verdicts out); `sys` holds
-//! every raw syscall; `xsk` and `mem` own the rings and frames; `poller` is the per-core loop;
-//! `bpf` loads the XDP programs; `runtime` wires them together; `testbed` builds netns testbeds;
-//! `gen`, `xsk_gen` and `lab` are the measuring side (generator, its AF_XDP TX path, benches).
+//! Module map (layers point down; `scripts/modgraph.py` checks it): `types` holds the plain
+//! values every layer shares and imports nothing; `packet`, `fib`, `forward`, `mem`, `xsk`,
+//! `poller` and `stats` are the per-packet path and never reach config, CLI, lab or runtime
+//! code; `sys` holds every raw syscall; `bpf` loads the XDP programs; `config` turns TOML into
+//! plain values; `runtime` wires a run together in steps; `topology`, `plan` and `irq` place
+//! pollers and interrupts; `testbed` builds netns testbeds; `gen` and `lab` are the measuring
+//! side (generator, benches). `docs/ARCHITECTURE.md` follows a packet through them.
 #![deny(unsafe_code)]
 
 pub mod bpf;

@@ -5,10 +5,10 @@
 //! can fail (root, interfaces, queues, table, program load, socket setup) runs before the first
 //! XDP program is attached; and on stop the programs are detached before the pollers drain.
 //!
-//! The steps, each a function of its own: [`check`] (the machine against the config, the
-//! table), [`attach`] (load the steering programs; later fill the XSKMAPs and attach; apply
-//! the interrupt plan), [`spawn`] (start the pollers and wait until each is set up), and
-//! [`report`] (setup lines, the per-interval rate line, the final summary).
+//! The steps, each a function of its own: `check` (the machine against the config, the
+//! table), `attach` (load the steering programs; later fill the XSKMAPs and attach; apply
+//! the interrupt plan), `spawn` (start the pollers and wait until each is set up), and
+//! `report` (setup lines, the per-interval rate line, the final summary).
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -16,6 +16,10 @@ enum dp_steer_stat {
 	DP_STEER_PASS_LOCAL,     /* addressed to one of the box's own addresses */
 	DP_STEER_PASS_CONTROL,   /* multicast, broadcast, link-local, neighbour discovery */
 	DP_STEER_PASS_NO_SOCKET, /* no AF_XDP socket bound on this rx queue */
+	DP_STEER_PASS_OTHER_HOST, /* unicast to another MAC: the kernel drops it (PACKET_OTHERHOST) */
+	DP_STEER_PASS_VLAN,      /* 802.1Q / 802.1ad tagged: the kernel's VLAN sub-interfaces */
+	DP_STEER_PASS_OPTIONS,   /* IPv4 with options: the kernel's slow path (RFC 791 / 1812) */
+	DP_STEER_DROP_MCAST_SRC, /* multicast Ethernet source: dropped */
 	DP_STEER_STAT_MAX,
 };
 

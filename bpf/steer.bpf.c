@@ -1,14 +1,20 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* Steering program: IPv4/IPv6 transit traffic goes to the AF_XDP socket bound on the frame's rx
- * queue; everything the kernel must see (ARP, ND, traffic to the box's own addresses, multicast,
- * queues without a socket) is passed up the stack. Malformed IP frames are redirected too, so the
- * poller drops and counts them by reason rather than the kernel dropping them silently. */
+/* Steering program: IPv4/IPv6 transit traffic addressed to this port's MAC goes to the AF_XDP
+ * socket bound on the frame's rx queue; everything the kernel must see (ARP, ND, traffic to the
+ * box's own addresses, link-layer broadcast and multicast, VLAN-tagged frames for its VLAN
+ * sub-interfaces, IPv4 with options for its slow path, queues without a socket) is passed up the
+ * stack, and so is unicast for another host (the kernel drops it as PACKET_OTHERHOST). A
+ * multicast Ethernet source is dropped. Malformed IP frames are redirected too, so the poller
+ * drops and counts them by reason rather than the kernel dropping them silently. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "dataplane.h"
+
+/* This port's MAC, set by the loader before load. */
+const volatile __u8 port_mac[6] = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
@@ -71,6 +77,14 @@ int xdp_steer(struct xdp_md *ctx)
 
 	if ((void *)(eth + 1) > end)
 		return count(DP_STEER_PASS_NOT_IP, XDP_PASS);
+	if (eth->h_source[0] & 1)
+		return count(DP_STEER_DROP_MCAST_SRC, XDP_DROP);
+	if (eth->h_dest[0] & 1) /* broadcast, multicast: ARP, ND, routing protocols */
+		return count(DP_STEER_PASS_CONTROL, XDP_PASS);
+	if (eth->h_dest[0] != port_mac[0] || eth->h_dest[1] != port_mac[1] ||
+	    eth->h_dest[2] != port_mac[2] || eth->h_dest[3] != port_mac[3] ||
+	    eth->h_dest[4] != port_mac[4] || eth->h_dest[5] != port_mac[5])
+		return count(DP_STEER_PASS_OTHER_HOST, XDP_PASS);
 
 	__u16 proto = eth->h_proto;
 	__u8 *l3 = (__u8 *)(eth + 1);
@@ -79,6 +93,8 @@ int xdp_steer(struct xdp_md *ctx)
 		/* A header too short to read goes to the poller, which counts it. */
 		if ((void *)(l3 + IP4_HDR_MIN) > end)
 			return to_socket(ctx);
+		if ((l3[0] & 0x0f) > 5 && (l3[0] >> 4) == 4)
+			return count(DP_STEER_PASS_OPTIONS, XDP_PASS);
 		__u32 dst;
 
 		__builtin_memcpy(&dst, l3 + 16, 4);
@@ -110,9 +126,9 @@ int xdp_steer(struct xdp_md *ctx)
 			return count(DP_STEER_PASS_LOCAL, XDP_PASS);
 		return to_socket(ctx);
 	}
-	/* VLAN tags are not forwarded: the poller counts them as a drop reason. */
+	/* VLAN-tagged frames belong to the kernel's VLAN sub-interfaces. */
 	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD))
-		return to_socket(ctx);
+		return count(DP_STEER_PASS_VLAN, XDP_PASS);
 	return count(DP_STEER_PASS_NOT_IP, XDP_PASS);
 }
 

@@ -13,7 +13,7 @@
 use std::time::Instant;
 
 use dataplane::fib::{mask4, Fib4, Fib6, NextHop, Route4, Table};
-use dataplane::forward::Forwarder;
+use dataplane::forward::{Forwarder, Port};
 use dataplane::packet::build::{udp_v4, FrameSpec};
 use dataplane::types::Mode;
 use rand::{Rng, SeedableRng};
@@ -62,14 +62,30 @@ fn main() {
         v6: Fib6::build(&[]).expect("empty"),
         next_hops,
     };
-    let fwd = Forwarder::new(Mode::L3fwd, table, vec![1, 0]);
+    // Port 0 is where the frames come in (their destination MAC is its own).
+    let ports = (0..2u8)
+        .map(|p| Port {
+            mac: [2, 0, 0, 0, p, 2],
+            mtu: 1500,
+            v4: Some(0xc612_0002 + (u32::from(p) << 16)),
+            v6: None,
+        })
+        .collect();
+    let fwd = Forwarder::new(Mode::L3fwd, table, vec![1, 0], ports);
 
     const FRAME: usize = 64;
     const BURST: usize = 64;
     let mut buf = vec![0u8; frames * FRAME];
     for (i, slot) in buf.chunks_exact_mut(FRAME).enumerate() {
-        let r = &routes[rng.gen_range(0..routes.len())];
-        let dst = r.prefix | (rng.gen::<u32>() & !mask4(r.len));
+        // Routable unicast destinations only: martians (0/8, 127/8, 224/4, 240/4) are
+        // dropped before the lookup this measures.
+        let dst = loop {
+            let r = &routes[rng.gen_range(0..routes.len())];
+            let dst = r.prefix | (rng.gen::<u32>() & !mask4(r.len));
+            if !matches!(dst >> 24, 0 | 127 | 224..) {
+                break dst;
+            }
+        };
         let f = udp_v4(&FrameSpec {
             dst4: dst.into(),
             ttl: 255,
@@ -93,7 +109,7 @@ fn main() {
         for burst in buf.chunks_mut(FRAME * BURST) {
             let mut parsed = [Err(dataplane::packet::DropReason::Truncated); BURST];
             for (p, slot) in parsed.iter_mut().zip(burst.chunks_exact(FRAME)) {
-                *p = fwd.prepare(&slot[..len]);
+                *p = fwd.prepare(0, &slot[..len]);
             }
             for (p, slot) in parsed.iter().zip(burst.chunks_exact_mut(FRAME)) {
                 if let Ok(port) = p.and_then(|p| fwd.finish(0, p, &mut slot[..len])) {

@@ -1,23 +1,41 @@
-//! The per-frame decision: parse, look up, rewrite in place. Pure: frames in, verdicts out.
+//! The per-frame decision: filter, parse, look up, rewrite in place; and, for the drops that
+//! call for one, the ICMP error in place of the frame. Pure: frames in, verdicts out.
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use crate::fib::{Lookup, Table};
+use crate::packet::icmp::{self, IcmpError};
 use crate::packet::{self, DropReason, L3};
-use crate::types::Mode;
+use crate::types::{MacAddr, Mode, PortId};
+
+/// What the forwarder knows of a port: read at start, only read afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Port {
+    /// Its MAC: frames to any other destination are not ours to forward.
+    pub mac: MacAddr,
+    /// Its MTU: the largest IP packet it sends.
+    pub mtu: u32,
+    /// An IPv4 address of the port: the source of the ICMP errors it sends (None: none sent).
+    pub v4: Option<u32>,
+    /// A global IPv6 address of the port, likewise.
+    pub v6: Option<u128>,
+}
 
 /// Everything a poller needs to decide a frame's fate; built once, then only read.
 pub struct Forwarder {
     mode: Mode,
     table: Table,
-    l2_peer: Vec<u16>,
+    l2_peer: Vec<PortId>,
+    ports: Vec<Port>,
 }
 
 impl Forwarder {
-    /// A forwarder for `mode`; `l2_peer[p]` is where l2fwd/bounce send frames from port `p`.
-    pub fn new(mode: Mode, table: Table, l2_peer: Vec<u16>) -> Self {
+    /// A forwarder for `mode`; `l2_peer[p]` is where l2fwd/bounce send frames from port `p`,
+    /// `ports[p]` what is known of port `p`.
+    pub fn new(mode: Mode, table: Table, l2_peer: Vec<PortId>, ports: Vec<Port>) -> Self {
         Forwarder {
             mode,
             table,
             l2_peer,
+            ports,
         }
     }
 
@@ -31,12 +49,33 @@ impl Forwarder {
         &self.table
     }
 
+    /// What is known of port `p`.
+    pub fn port(&self, p: PortId) -> Option<&Port> {
+        self.ports.get(usize::from(p))
+    }
+
     #[inline(always)]
-    fn peer(&self, in_port: u16) -> u16 {
+    fn peer(&self, in_port: PortId) -> PortId {
         self.l2_peer
             .get(usize::from(in_port))
             .copied()
             .unwrap_or(in_port)
+    }
+
+    /// True when the frame's destination MAC is `in_port`'s own (RFC 1812 5.3.4: a router
+    /// forwards only link-layer unicast addressed to it).
+    #[inline(always)]
+    fn addressed_to(&self, in_port: PortId, frame: &[u8]) -> bool {
+        match (frame.get(..6), self.port(in_port)) {
+            (Some(dst), Some(p)) => dst == p.mac,
+            _ => false,
+        }
+    }
+
+    /// The egress port's MTU (0 for an unknown port: nothing fits).
+    #[inline(always)]
+    fn mtu(&self, port: PortId) -> u32 {
+        self.port(port).map_or(0, |p| p.mtu)
     }
 
     /// First half of the per-frame work: parse and check the headers and start loading the
@@ -45,11 +84,14 @@ impl Forwarder {
     ///
     /// [`finish`]: Forwarder::finish
     #[inline(always)]
-    pub fn prepare(&self, frame: &[u8]) -> Result<Parsed, DropReason> {
+    pub fn prepare(&self, in_port: PortId, frame: &[u8]) -> Result<Parsed, DropReason> {
         match self.mode {
             Mode::L3fwd => {
+                if !self.addressed_to(in_port, frame) {
+                    return Err(DropReason::NotForUs);
+                }
                 let l3 = packet::parse_l3(frame)?;
-                if let L3::V4 { dst } = l3 {
+                if let L3::V4 { dst, .. } = l3 {
                     self.table.v4.prefetch(dst);
                 }
                 Ok(Parsed::L3(l3))
@@ -65,10 +107,10 @@ impl Forwarder {
     #[inline(always)]
     pub fn finish(
         &self,
-        in_port: u16,
+        in_port: PortId,
         parsed: Parsed,
         frame: &mut [u8],
-    ) -> Result<u16, DropReason> {
+    ) -> Result<PortId, DropReason> {
         match parsed {
             Parsed::L2 => {
                 if self.mode == Mode::L2fwd {
@@ -76,11 +118,15 @@ impl Forwarder {
                 }
                 Ok(self.peer(in_port))
             }
-            Parsed::L3(L3::V4 { dst }) => {
-                rewrite(self.table.route_v4(dst), frame, packet::decrement_ttl_v4)
-            }
-            Parsed::L3(L3::V6 { dst }) => rewrite(
+            Parsed::L3(L3::V4 { dst, len }) => self.rewrite(
+                self.table.route_v4(dst),
+                u32::from(len),
+                frame,
+                packet::decrement_ttl_v4,
+            ),
+            Parsed::L3(L3::V6 { dst, len }) => self.rewrite(
                 self.table.route_v6(dst),
+                len,
                 frame,
                 packet::decrement_hop_limit_v6,
             ),
@@ -90,27 +136,79 @@ impl Forwarder {
     /// Decides one frame received on `in_port`: the egress port, with the frame rewritten, or
     /// the reason it is dropped. Same as `prepare` then `finish`.
     #[inline(always)]
-    pub fn process(&self, in_port: u16, frame: &mut [u8]) -> Result<u16, DropReason> {
-        let parsed = self.prepare(frame)?;
+    pub fn process(&self, in_port: PortId, frame: &mut [u8]) -> Result<PortId, DropReason> {
+        let parsed = self.prepare(in_port, frame)?;
         self.finish(in_port, parsed, frame)
     }
-}
 
-/// Applies a routing decision: hop-count decrement and MACs for a resolved next hop.
-#[inline(always)]
-fn rewrite(
-    lookup: Lookup<'_>,
-    frame: &mut [u8],
-    decrement: fn(&mut [u8]),
-) -> Result<u16, DropReason> {
-    match lookup {
-        Lookup::Hop(h) => {
-            decrement(frame);
-            packet::set_macs(frame, &h.macs);
-            Ok(h.port)
+    /// Applies a routing decision: the egress MTU check, then hop-count decrement and MACs
+    /// for a resolved next hop.
+    #[inline(always)]
+    fn rewrite(
+        &self,
+        lookup: Lookup<'_>,
+        ip_len: u32,
+        frame: &mut [u8],
+        decrement: fn(&mut [u8]),
+    ) -> Result<PortId, DropReason> {
+        match lookup {
+            Lookup::Hop(h) => {
+                if ip_len > self.mtu(h.port) {
+                    return Err(DropReason::TooBig);
+                }
+                decrement(frame);
+                packet::set_macs(frame, &h.macs);
+                Ok(h.port)
+            }
+            Lookup::NoNeighbour => Err(DropReason::NoNeighbour),
+            Lookup::NoRoute => Err(DropReason::NoRoute),
         }
-        Lookup::NoNeighbour => Err(DropReason::NoNeighbour),
-        Lookup::NoRoute => Err(DropReason::NoRoute),
+    }
+
+    /// The ICMP error a drop calls for, or None when none may be sent: the reason calls for
+    /// none (IPv4 too big without DF is only dropped: the dataplane does not fragment), or
+    /// the packet may not be answered ([`icmp::answerable`]). `frame` is the unmodified frame.
+    pub fn icmp_error_for(&self, reason: DropReason, frame: &[u8]) -> Option<IcmpError> {
+        if !reason.calls_for_icmp() || !icmp::answerable(frame) {
+            return None;
+        }
+        Some(match reason {
+            DropReason::TtlExceeded => IcmpError::TimeExceeded,
+            DropReason::NoRoute => IcmpError::NoRoute,
+            DropReason::NoNeighbour => IcmpError::NoNeighbour,
+            _ => {
+                // Too big (rare): look the route up again for the egress port's MTU.
+                let out = match packet::parse_l3(frame) {
+                    Ok(L3::V4 { dst, .. }) if packet::dont_fragment_v4(frame) => {
+                        self.table.route_v4(dst)
+                    }
+                    Ok(L3::V6 { dst, .. }) => self.table.route_v6(dst),
+                    _ => return None,
+                };
+                let Lookup::Hop(h) = out else { return None };
+                IcmpError::TooBig {
+                    mtu: self.mtu(h.port),
+                }
+            }
+        })
+    }
+
+    /// Turns the unmodified frame `room[..len]` into the ICMP error `err`, in place, to go
+    /// back out of `in_port` from that port's address and MAC. `room` is the whole buffer
+    /// the frame sits in. Returns the new length (None: the port has no address of the
+    /// family, or no room).
+    pub fn build_icmp(
+        &self,
+        in_port: PortId,
+        err: IcmpError,
+        room: &mut [u8],
+        len: usize,
+    ) -> Option<usize> {
+        let port = self.port(in_port)?;
+        match room.get(12..14)? {
+            [0x08, 0x00] => icmp::build_v4(room, len, err, port.mac, port.v4?),
+            _ => icmp::build_v6(room, len, err, port.mac, port.v6?),
+        }
     }
 }
 
@@ -163,7 +261,29 @@ mod tests {
             &[[2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 1, 2]],
         )
         .unwrap();
-        Forwarder::new(mode, t, vec![1, 0])
+        Forwarder::new(mode, t, vec![1, 0], test_ports())
+    }
+
+    /// The testbed's DUT ports: in (gen side) and out (sink side).
+    pub(crate) fn test_ports() -> Vec<Port> {
+        vec![
+            Port {
+                mac: [2, 0, 0, 0, 0, 2],
+                mtu: 1500,
+                v4: Some(u32::from(std::net::Ipv4Addr::new(198, 18, 0, 2))),
+                v6: Some(u128::from(
+                    "2001:2::2".parse::<std::net::Ipv6Addr>().unwrap(),
+                )),
+            },
+            Port {
+                mac: [2, 0, 0, 0, 1, 2],
+                mtu: 1500,
+                v4: Some(u32::from(std::net::Ipv4Addr::new(198, 19, 0, 2))),
+                v6: Some(u128::from(
+                    "2001:2:0:1::2".parse::<std::net::Ipv6Addr>().unwrap(),
+                )),
+            },
+        ]
     }
 
     #[test]

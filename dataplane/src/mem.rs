@@ -187,6 +187,16 @@ impl Area {
         (in_frame && end <= self.map.len() as u64).then_some(addr as usize)
     }
 
+    /// Bytes from `addr` to the end of its frame: the room a frame's contents may grow into
+    /// (an ICMP error built in place of the packet it answers).
+    #[inline(always)]
+    pub fn room(&self, addr: u64) -> u32 {
+        let fs = u64::from(self.frame_size);
+        #[allow(clippy::cast_possible_truncation)] // below frame_size, a u32
+        let room = (fs - (addr & (fs - 1))) as u32;
+        room
+    }
+
     /// Read-only view of the bytes `[off, off + len)` of the area (empty if out of range).
     ///
     /// # Safety

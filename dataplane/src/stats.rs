@@ -38,10 +38,17 @@ pub enum Counter {
     Completions,
     /// Idle sleeps in poll().
     IdleSleeps,
+    /// ICMP errors sent (time exceeded, unreachable, too big).
+    IcmpSent,
+    /// ICMP errors not sent because the poller's token bucket was empty (`icmp_rate`).
+    IcmpRateLimited,
+    /// ICMP errors not sent by rule: about an ICMP error, a multicast/broadcast or martian
+    /// address, a non-first fragment; IPv4 too big without DF; no address on the port.
+    IcmpNotSent,
 }
 
 /// Number of [`Counter`] slots.
-pub const COUNTERS: usize = 11;
+pub const COUNTERS: usize = 14;
 /// Names of the [`Counter`] slots, in order.
 pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "rx_packets",
@@ -55,6 +62,9 @@ pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "fill_empty_events",
     "completions",
     "idle_sleeps",
+    "icmp_sent",
+    "icmp_rate_limited",
+    "icmp_not_sent",
 ];
 const SLOTS: usize = COUNTERS + DropReason::COUNT;
 
@@ -213,7 +223,7 @@ mod tests {
         assert_eq!(t.total_drops(), 4);
         assert_eq!(t.delta(&s), s);
         assert_eq!(s.drops_line(), "no_route=2");
-        assert_eq!(COUNTER_NAMES.len(), Counter::IdleSleeps as usize + 1);
+        assert_eq!(COUNTER_NAMES.len(), Counter::IcmpNotSent as usize + 1);
     }
 
     #[test]

@@ -220,6 +220,14 @@ impl Testbed {
             )?;
             self.ns(ns, &["ip", "link", "set", dev, "up"])?;
         }
+        // A wire delivers complete checksums; a veth with TX checksum offload on (its default)
+        // hands the peer CHECKSUM_PARTIAL packets whose TCP/UDP checksum holds only the
+        // pseudo-header seed. XDP and AF_XDP see those bytes as they are, so a userspace
+        // forwarder would pass them on broken and the far end's kernel would drop them. The
+        // hosts' ends compute their checksums in software instead, as a NIC would on the wire.
+        for (ns, dev) in [(&g, self.gen_if()), (&s, self.sink_if())] {
+            self.ns(ns, &["ethtool", "-K", &dev, "tx", "off"])?;
+        }
         // Routes: gen and sink reach each other's side through the DUT.
         self.ns(
             &g,

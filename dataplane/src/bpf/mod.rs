@@ -19,12 +19,16 @@ mod skel;
 pub use skel::gen::types::dp_gen_cfg as GenConfig;
 
 /// Names of the steering program's counters, in `enum dp_steer_stat` order (bpf/dataplane.h).
-pub const STEER_STAT_NAMES: [&str; 5] = [
+pub const STEER_STAT_NAMES: [&str; 9] = [
     "redirected",
     "pass_not_ip",
     "pass_local",
     "pass_control",
     "pass_no_socket",
+    "pass_other_host",
+    "pass_vlan",
+    "pass_options",
+    "drop_multicast_source",
 ];
 
 /// A BPF step failed.
@@ -104,11 +108,14 @@ pub struct Steer {
 }
 
 impl Steer {
-    /// Opens and loads (not attached yet).
-    pub fn load(ifname: &str) -> Result<Steer, BpfError> {
-        let open = skel::steer::SteerSkelBuilder::default()
+    /// Opens and loads (not attached yet); frames to `port_mac` are the port's own.
+    pub fn load(ifname: &str, port_mac: [u8; 6]) -> Result<Steer, BpfError> {
+        let mut open = skel::steer::SteerSkelBuilder::default()
             .open(object_storage())
             .map_err(lb("opening steer.bpf.o"))?;
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.port_mac = port_mac;
+        }
         let skel = open.load().map_err(lb("loading steer.bpf.o (verifier)"))?;
         Ok(Steer {
             skel,

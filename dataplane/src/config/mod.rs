@@ -104,6 +104,13 @@ pub struct DataplaneSection {
     /// the kernel's default of 32. Ignored where the kernel lacks the option.
     #[serde(default = "default_tx_budget")]
     pub tx_kick_budget: u32,
+    /// ICMP errors (time exceeded, unreachable, too big) each poller may send per second; 0
+    /// sends none. A token bucket per poller, as the kernel's `icmp_msgs_per_sec`.
+    #[serde(default = "default_icmp_rate")]
+    pub icmp_rate: u32,
+    /// ICMP errors a poller may send at once (the bucket's depth, as `icmp_msgs_burst`).
+    #[serde(default = "default_icmp_burst")]
+    pub icmp_burst: u32,
     /// More routes, one per line in iproute2 form (`PREFIX [via ADDR] dev IFACE`), for tables
     /// too large for TOML. Relative to the config file's directory.
     pub routes_file: Option<std::path::PathBuf>,
@@ -149,6 +156,12 @@ pub fn parse_align(s: &str) -> Option<u32> {
     }
 }
 
+fn default_icmp_rate() -> u32 {
+    1000
+}
+fn default_icmp_burst() -> u32 {
+    50
+}
 fn default_batch() -> u32 {
     64
 }
@@ -310,6 +323,13 @@ impl Config {
 
     fn validate(file: ConfigFile, base: Option<&Path>) -> Result<Config, ConfigError> {
         let d = &file.dataplane;
+        if d.icmp_rate > 0 && d.icmp_burst == 0 {
+            return Err(invalid(
+                "dataplane.icmp_burst",
+                d.icmp_burst,
+                "must be at least 1 while icmp_rate > 0 (icmp_rate = 0 turns ICMP errors off)",
+            ));
+        }
         if !(1..=256).contains(&d.batch_size) {
             return Err(invalid(
                 "dataplane.batch_size",

@@ -184,14 +184,14 @@ mod tests {
             for n in 0..21 {
                 let f = t.expected(n);
                 match parse_l3(&f).expect("valid frame") {
-                    L3::V4 { dst } => {
+                    L3::V4 { dst, .. } => {
                         assert_eq!(
                             dst,
                             u32::from(testbed::SINK_V4.parse::<std::net::Ipv4Addr>().unwrap())
                         );
                         assert_eq!(checksum(&f[14..34]), 0);
                     }
-                    L3::V6 { dst } => {
+                    L3::V6 { dst, .. } => {
                         assert_eq!(
                             dst,
                             u128::from(testbed::SINK_V6.parse::<std::net::Ipv6Addr>().unwrap())

@@ -23,6 +23,9 @@ use crate::types::Idle;
 use crate::xsk::{self, RingSizes, SocketSpec, Sockets};
 
 mod drain;
+mod ratelimit;
+
+use ratelimit::TokenBucket;
 
 pub use drain::{FrameCount, PollerReport, SocketStats};
 
@@ -61,6 +64,10 @@ pub struct PollerSpec {
     pub hugepages: bool,
     /// Memory policy for the UMEM and the nodes it names (None: first touch).
     pub mem_policy: Option<(sys::MemPolicy, Vec<usize>)>,
+    /// ICMP errors per second this poller may send (0: none).
+    pub icmp_rate: u32,
+    /// ICMP errors it may send at once.
+    pub icmp_burst: u32,
 }
 
 /// Sent by a poller once its setup is done (or failed).
@@ -146,6 +153,7 @@ struct Poller {
     frame_mask: u64,
     idle: Idle,
     pollfds: Vec<libc::pollfd>,
+    icmp_bucket: TokenBucket,
 }
 
 /// Starts a poller thread. It reports on `ready`, then waits for `go` (true: run, false: quit).
@@ -252,6 +260,7 @@ fn setup(
         area,
         idle: spec.idle,
         pollfds,
+        icmp_bucket: TokenBucket::new(spec.icmp_rate, spec.icmp_burst),
     };
     Ok((poller, ready))
 }
@@ -334,11 +343,16 @@ impl Poller {
             bytes += u64::from(d.len);
             *p = match self.area.check(d.addr, d.len) {
                 // SAFETY: as in pass 0, a frame received in this burst, not yet handed on.
-                Some(off) => self.fwd.prepare(unsafe { self.area.frame(off, d.len) }),
+                Some(off) => self
+                    .fwd
+                    .prepare(in_port, unsafe { self.area.frame(off, d.len) }),
                 None => Err(DropReason::InvalidDescriptor),
             };
         }
-        // Pass 2: route, rewrite, stage for TX (or recycle).
+        // Pass 2: route, rewrite, stage for TX (or recycle). A drop that calls for an ICMP
+        // error becomes that error in its own buffer and goes back out of the ingress port.
+        let mut icmp = [0u64; 3]; // sent, rate-limited, not sent by rule
+        let mut now = None;
         for (d, p) in self.burst.iter().zip(self.parsed.iter()).take(n) {
             let base = d.addr & self.frame_mask;
             let verdict = match (*p, self.area.check(d.addr, d.len)) {
@@ -352,6 +366,35 @@ impl Poller {
                 }
                 (Err(r), _) => Err(r),
                 (Ok(_), None) => Err(DropReason::InvalidDescriptor),
+            };
+            let mut is_reply = false;
+            let verdict = match verdict {
+                Err(r) if r.calls_for_icmp() => {
+                    if let Some(c) = drops.get_mut(r as usize) {
+                        *c += 1;
+                    }
+                    let reply = icmp_reply(
+                        &mut self.area,
+                        &self.fwd,
+                        &mut self.icmp_bucket,
+                        &mut now,
+                        (in_port, r, d),
+                    );
+                    match reply {
+                        IcmpReply::Built(len) => {
+                            is_reply = true;
+                            Ok((in_port, len))
+                        }
+                        other => {
+                            if let Some(c) = icmp.get_mut(other.slot()) {
+                                *c += 1;
+                            }
+                            self.free.push(base);
+                            continue;
+                        }
+                    }
+                }
+                v => v,
             };
             let staged = match verdict {
                 Ok((out, len)) => self
@@ -370,14 +413,41 @@ impl Poller {
                     .ok_or(DropReason::TxRingFull),
                 Err(r) => Err(r),
             };
-            if let Err(r) = staged {
-                if let Some(c) = drops.get_mut(r as usize) {
-                    *c += 1;
-                }
-                // A descriptor outside the UMEM is not ours to recycle.
-                if r != DropReason::InvalidDescriptor || self.area.check(base, 0).is_some() {
+            match staged {
+                // The packet itself was counted by its reason; only the error is lost.
+                Err(_) if is_reply => {
+                    if let Some(c) = icmp.get_mut(IcmpReply::NotSent.slot()) {
+                        *c += 1;
+                    }
                     self.free.push(base);
                 }
+                Ok(()) if is_reply => {
+                    if let Some(c) = icmp.get_mut(IcmpReply::Built(0).slot()) {
+                        *c += 1;
+                    }
+                }
+                Ok(()) => {}
+                Err(r) => {
+                    if let Some(c) = drops.get_mut(r as usize) {
+                        *c += 1;
+                    }
+                    // A descriptor outside the UMEM is not ours to recycle.
+                    if r != DropReason::InvalidDescriptor || self.area.check(base, 0).is_some() {
+                        self.free.push(base);
+                    }
+                }
+            }
+        }
+        for (c, n) in [
+            Counter::IcmpSent,
+            Counter::IcmpRateLimited,
+            Counter::IcmpNotSent,
+        ]
+        .into_iter()
+        .zip(icmp)
+        {
+            if n != 0 {
+                self.stats.add(c, n);
             }
         }
         self.stats.add(Counter::RxPackets, n as u64);
@@ -521,5 +591,55 @@ impl Poller {
             q.fq_cq.wake();
             self.stats.add(Counter::FillWakeups, 1);
         }
+    }
+}
+
+/// What became of the ICMP error a drop called for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IcmpReply {
+    /// Built in the frame's buffer, this many bytes long.
+    Built(u32),
+    /// The poller's token bucket was empty.
+    RateLimited,
+    /// Not sent by rule (or no room, no address).
+    NotSent,
+}
+
+impl IcmpReply {
+    /// Index in the burst's [sent, rate-limited, not sent] tally.
+    fn slot(self) -> usize {
+        match self {
+            IcmpReply::Built(_) => 0,
+            IcmpReply::RateLimited => 1,
+            IcmpReply::NotSent => 2,
+        }
+    }
+}
+
+/// The slow path of a drop that calls for an ICMP error: the rules, then a token, then the
+/// error built in place of the packet (`now` is read once per burst, on first need).
+#[allow(unsafe_code)]
+fn icmp_reply(
+    area: &mut Area,
+    fwd: &Forwarder,
+    bucket: &mut TokenBucket,
+    now: &mut Option<Instant>,
+    (in_port, reason, d): (u16, DropReason, &XdpDesc),
+) -> IcmpReply {
+    let Some(off) = area.check(d.addr, d.len) else {
+        return IcmpReply::NotSent;
+    };
+    // SAFETY: the frame came off this burst's RX ring and is still this poller's.
+    let Some(err) = fwd.icmp_error_for(reason, unsafe { area.frame(off, d.len) }) else {
+        return IcmpReply::NotSent;
+    };
+    if !bucket.take(*now.get_or_insert_with(Instant::now)) {
+        return IcmpReply::RateLimited;
+    }
+    // SAFETY: as above; the view runs to the end of the frame's own buffer (`room`).
+    let room = unsafe { area.frame_mut(off, area.room(d.addr)) };
+    match fwd.build_icmp(in_port, err, room, d.len as usize) {
+        Some(len) => IcmpReply::Built(u32::try_from(len).unwrap_or(0)),
+        None => IcmpReply::NotSent,
     }
 }

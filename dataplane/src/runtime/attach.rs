@@ -19,7 +19,8 @@ pub(super) fn load_steering(cfg: &Config) -> Result<Vec<Steer>, RunError> {
         .collect();
     let mut steers = Vec::new();
     for name in &cfg.interfaces {
-        let mut s = Steer::load(name)?;
+        let mac = sys::interface_mac(name).ok_or_else(|| RunError::NoInterface(name.clone()))?;
+        let mut s = Steer::load(name, mac)?;
         for a in &locals {
             s.add_local(*a)?;
         }

@@ -1,13 +1,15 @@
 //! Step 1: the machine against the config (interfaces, queues, MACs) and the forwarding table.
 //! Runs before anything is loaded or attached.
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::RunError;
 use crate::config::{Config, MemoryPlacement};
-use crate::forward::Forwarder;
+use crate::forward::{Forwarder, Port};
+use crate::packet;
 use crate::sys;
 use crate::topology::Machine;
-use crate::types::Mode;
+use crate::types::{MacAddr, Mode};
 
 /// Checks every interface and queue of the config, builds the table, and returns the
 /// forwarder the pollers share.
@@ -16,9 +18,13 @@ pub(super) fn forwarder(
     log: &mut impl FnMut(&str),
 ) -> Result<Arc<Forwarder>, RunError> {
     let mut macs = Vec::new();
+    let mut ports = Vec::new();
+    let addrs = sys::local_addresses()?;
     for name in &cfg.interfaces {
         sys::if_index(name).map_err(|_| RunError::NoInterface(name.clone()))?;
-        macs.push(sys::interface_mac(name).ok_or_else(|| RunError::NoInterface(name.clone()))?);
+        let mac = sys::interface_mac(name).ok_or_else(|| RunError::NoInterface(name.clone()))?;
+        macs.push(mac);
+        ports.push(port(name, mac, &addrs)?);
         let count = sys::rx_queue_count(name).unwrap_or(1);
         for p in &cfg.pollers {
             if let Some(&queue) = p.queues.iter().find(|q| **q >= count) {
@@ -43,7 +49,28 @@ pub(super) fn forwarder(
         cfg.dataplane.mode,
         table,
         cfg.l2_peer.clone(),
+        ports,
     )))
+}
+
+/// What the forwarder needs of an interface: MAC, MTU, and the addresses its ICMP errors
+/// come from (the first IPv4 address; the first global IPv6 address, not link-local, so a
+/// traceroute shows a routable hop).
+fn port(name: &str, mac: MacAddr, addrs: &[(String, IpAddr)]) -> Result<Port, RunError> {
+    let mtu = sys::interface_mtu(name).ok_or_else(|| RunError::NoInterface(name.to_string()))?;
+    let mine = || addrs.iter().filter(|(n, _)| n == name).map(|(_, a)| *a);
+    Ok(Port {
+        mac,
+        mtu,
+        v4: mine().find_map(|a| match a {
+            IpAddr::V4(a) => Some(u32::from(a)),
+            IpAddr::V6(_) => None,
+        }),
+        v6: mine().find_map(|a| match a {
+            IpAddr::V6(a) if !packet::link_local_v6(u128::from(a)) => Some(u128::from(a)),
+            _ => None,
+        }),
+    })
 }
 
 /// The mbind policy for a poller pinned to `cpu` (None: leave it to first touch).

@@ -138,6 +138,8 @@ fn poller_spec(
         batch: cfg.dataplane.batch_size,
         idle: cfg.dataplane.idle,
         tx_kick_budget: cfg.dataplane.tx_kick_budget,
+        icmp_rate: cfg.dataplane.icmp_rate,
+        icmp_burst: cfg.dataplane.icmp_burst,
     })
 }
 

@@ -16,7 +16,9 @@ mod xdp;
 
 pub use cpu::prefetch;
 pub use memory::{mbind, page_nodes, MemPolicy, Mmap};
-pub use netif::{enter_netns, if_index, interface_mac, local_addresses, rx_queue_count};
+pub use netif::{
+    enter_netns, if_index, interface_mac, interface_mtu, local_addresses, rx_queue_count,
+};
 pub use packet_socket::{FrameSender, PacketSocket, SEND_BATCH_MAX};
 pub use thread::{
     current_thread_affinity, gettid, pin_current_thread, set_fifo, set_sched_idle,

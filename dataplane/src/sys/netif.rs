@@ -65,6 +65,15 @@ pub fn interface_mac(ifname: &str) -> Option<[u8; 6]> {
     crate::types::parse_mac(&s)
 }
 
+/// An interface's MTU from sysfs.
+pub fn interface_mtu(ifname: &str) -> Option<u32> {
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/mtu"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Number of RX queues an interface has (sysfs `queues/rx-N`).
 pub fn rx_queue_count(ifname: &str) -> Option<u32> {
     let dir = std::fs::read_dir(format!("/sys/class/net/{ifname}/queues")).ok()?;

@@ -745,7 +745,8 @@ mod tests {
         );
         let c = ipv6_chain(&v6_with(&d, &fine[3])[ETH_HLEN..]).unwrap();
         assert!(c.non_first_fragment);
-        let bad: Vec<(Vec<(u8, Vec<u8>)>, DropReason)> = vec![
+        type Chain = Vec<(u8, Vec<u8>)>;
+        let bad: Vec<(Chain, DropReason)> = vec![
             (vec![(43, ext8(0))], DropReason::Ipv6RoutingType0),
             (vec![(60, ext8(0)), (0, ext8(0))], DropReason::Ipv6ExtChain),
             (

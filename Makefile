@@ -5,7 +5,7 @@ CARGO ?= cargo
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool iputils-ping \
 	procps util-linux python3 libhwloc-dev libudev-dev traceroute iperf3
 
-.PHONY: deps build test demo bench lint fmt clean
+.PHONY: deps build test demo bench lint fmt clean fuzz
 
 deps:
 	@scripts/deps.sh $(DEB_PACKAGES)
@@ -30,6 +30,11 @@ lint: deps
 	python3 scripts/modgraph.py --check docs/ARCHITECTURE.md
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+
+# The per-packet decision under libFuzzer (cargo-fuzz, nightly): 10 million executions by
+# default (RUNS=..., SECONDS_MAX=... to change).
+fuzz: deps
+	scripts/fuzz.sh
 
 fmt:
 	$(CARGO) fmt --all

@@ -66,7 +66,8 @@ impl Forwarder {
     /// forwards only link-layer unicast addressed to it).
     #[inline(always)]
     fn addressed_to(&self, in_port: PortId, frame: &[u8]) -> bool {
-        match (frame.get(..6), self.port(in_port)) {
+        let dst = frame.get(..6).and_then(|d| <[u8; 6]>::try_from(d).ok());
+        match (dst, self.port(in_port)) {
             (Some(dst), Some(p)) => dst == p.mac,
             _ => false,
         }

@@ -5,9 +5,11 @@
 //! them on the TX ring of the egress socket on the same UMEM. An XDP program (`bpf/steer.bpf.c`)
 //! steers transit IP traffic to the sockets and passes everything else to the kernel.
 //!
-//! Scope: the forwarding core, its config, stats and a netns testbed. Non-goals: ARP/ND
-//! resolution (neighbours are static, from the config), ICMP generation, fragmentation, VLANs,
-//! IPv6 extension headers (dropped and counted).
+//! Scope: the forwarding core with a router's behaviour on the wire (ingress MAC filter,
+//! martians, IPv6 extension headers walked, ICMP errors built in place, egress MTU; see
+//! `docs/ROUTER.md`), its config, stats and a netns testbed. Not yet: ARP/ND resolution
+//! (neighbours are static, from the config), IPv4 fragmentation (too-big IPv4 without DF is
+//! dropped and counted), VLANs in the dataplane (tagged frames go to the kernel).
 //!
 //! Module map (layers point down; `scripts/modgraph.py` checks it): `types` holds the plain
 //! values every layer shares and imports nothing; `packet`, `fib`, `forward`, `mem`, `xsk`,

@@ -9,6 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+pub mod router;
+
 use dataplane::sys::{self, PacketSocket};
 use dataplane::testbed::Testbed;
 

@@ -1,0 +1,355 @@
+//! The parser's unit tests: every malformed frame has its reason, martians and extension
+//! chains, checksums, rewrites, and random bytes never panic.
+#![allow(clippy::indexing_slicing, clippy::cast_possible_truncation)] // tests may panic
+use super::build::{udp_v4, udp_v6, FrameSpec};
+use super::*;
+use rand::{Rng, SeedableRng};
+
+fn v4() -> Vec<u8> {
+    udp_v4(&FrameSpec::default())
+}
+
+#[test]
+fn parses_valid_ipv4_and_ipv6() {
+    let f = v4();
+    assert_eq!(
+        parse_l3(&f),
+        Ok(L3::V4 {
+            dst: u32::from(FrameSpec::default().dst4),
+            len: (f.len() - ETH_HLEN) as u16,
+        })
+    );
+    let f6 = udp_v6(&FrameSpec::default());
+    assert_eq!(
+        parse_l3(&f6),
+        Ok(L3::V6 {
+            dst: u128::from(FrameSpec::default().dst6),
+            len: (f6.len() - ETH_HLEN) as u32,
+        })
+    );
+}
+
+#[test]
+fn every_malformed_frame_has_its_reason() {
+    let good = v4();
+    let mut cases: Vec<(Vec<u8>, DropReason)> = vec![
+        (vec![], DropReason::Truncated),
+        (good[..13].to_vec(), DropReason::Truncated),
+        (good[..14].to_vec(), DropReason::Truncated),
+        (good[..30].to_vec(), DropReason::Truncated),
+    ];
+    let mut f = good.clone();
+    f[14] = 0x65; // version 6 in an IPv4 frame
+    cases.push((f, DropReason::BadVersion));
+    let mut f = good.clone();
+    f[14] = 0x44; // IHL 4
+    cases.push((f, DropReason::BadIhl));
+    let mut f = good.clone();
+    f[14] = 0x4f; // IHL 15 = 60 bytes, past the frame's 46 bytes of IP
+    cases.push((f, DropReason::BadIhl));
+    let mut f = good.clone();
+    f[16..18].copy_from_slice(&1500u16.to_be_bytes());
+    cases.push((f, DropReason::BadLength));
+    let mut f = good.clone();
+    f[24] ^= 0xff;
+    cases.push((f, DropReason::BadChecksum));
+    let mut f = good.clone();
+    f[12..14].copy_from_slice(&ETH_P_8021Q.to_be_bytes());
+    cases.push((f, DropReason::VlanTagged));
+    let mut f = good.clone();
+    f[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+    cases.push((f, DropReason::NotIp));
+    let spec = FrameSpec {
+        ttl: 1,
+        ..FrameSpec::default()
+    };
+    cases.push((udp_v4(&spec), DropReason::TtlExceeded));
+    cases.push((udp_v6(&spec), DropReason::TtlExceeded));
+    let mut f = udp_v6(&FrameSpec::default());
+    f[14 + 6] = 0; // hop-by-hop "options" that are the UDP header: next header 0 again
+    cases.push((f, DropReason::Ipv6ExtChain));
+    let mut f = udp_v6(&FrameSpec::default());
+    f[14 + 4..14 + 6].copy_from_slice(&9000u16.to_be_bytes());
+    cases.push((f, DropReason::BadLength));
+    let f = udp_v6(&FrameSpec::default());
+    cases.push((f[..40].to_vec(), DropReason::Truncated));
+    for (i, (frame, want)) in cases.iter().enumerate() {
+        assert_eq!(parse_l3(frame), Err(*want), "case {i}");
+    }
+}
+
+/// `spec`'s IPv6 UDP frame with extension headers `exts` (next header, bytes) inserted
+/// after the fixed header, in order.
+pub(crate) fn v6_with(spec: &FrameSpec, exts: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let f = udp_v6(spec);
+    let (head, udp) = f.split_at(ETH_HLEN + IPV6_HLEN);
+    let mut out = head.to_vec();
+    let mut chain: Vec<u8> = Vec::new();
+    for (i, (kind, body)) in exts.iter().enumerate() {
+        let mut h = body.clone();
+        h[0] = exts.get(i + 1).map_or(17, |e| e.0);
+        chain.extend(h);
+        if i == 0 {
+            out[ETH_HLEN + 6] = *kind;
+        }
+    }
+    out.extend(&chain);
+    out.extend(udp);
+    let payload = (out.len() - ETH_HLEN - IPV6_HLEN) as u16;
+    out[ETH_HLEN + 4..ETH_HLEN + 6].copy_from_slice(&payload.to_be_bytes());
+    out
+}
+
+/// An 8-byte generic extension header (options / routing with `kind` as routing type).
+pub(crate) fn ext8(third: u8) -> Vec<u8> {
+    vec![0, 0, third, 1, 0, 0, 0, 0]
+}
+
+#[test]
+fn martians_and_link_filters() {
+    let d = FrameSpec::default();
+    let cases: Vec<(FrameSpec, DropReason)> = vec![
+        (
+            FrameSpec {
+                src4: "0.1.2.3".parse().unwrap(),
+                ..d.clone()
+            },
+            DropReason::MartianSource,
+        ),
+        (
+            FrameSpec {
+                src4: "127.0.0.1".parse().unwrap(),
+                ..d.clone()
+            },
+            DropReason::MartianSource,
+        ),
+        (
+            FrameSpec {
+                src4: "224.0.0.5".parse().unwrap(),
+                ..d.clone()
+            },
+            DropReason::MartianSource,
+        ),
+        (
+            FrameSpec {
+                src4: "240.0.0.1".parse().unwrap(),
+                ..d.clone()
+            },
+            DropReason::MartianSource,
+        ),
+        (
+            FrameSpec {
+                src4: "255.255.255.255".parse().unwrap(),
+                ..d.clone()
+            },
+            DropReason::MartianSource,
+        ),
+        (
+            FrameSpec {
+                dst4: "0.0.0.9".parse().unwrap(),
+                ..d.clone()
+            },
+            DropReason::MartianDestination,
+        ),
+        (
+            FrameSpec {
+                dst4: "127.1.1.1".parse().unwrap(),
+                ..d.clone()
+            },
+            DropReason::MartianDestination,
+        ),
+        (
+            FrameSpec {
+                dst4: "239.1.1.1".parse().unwrap(),
+                ..d.clone()
+            },
+            DropReason::MartianDestination,
+        ),
+        (
+            FrameSpec {
+                dst4: "255.255.255.255".parse().unwrap(),
+                ..d.clone()
+            },
+            DropReason::MartianDestination,
+        ),
+    ];
+    for (i, (spec, want)) in cases.iter().enumerate() {
+        assert_eq!(parse_l3(&udp_v4(spec)), Err(*want), "v4 case {i}");
+    }
+    let cases6: Vec<(&str, &str, DropReason)> = vec![
+        ("::", "2001:2:0:1::1", DropReason::MartianSource),
+        ("::1", "2001:2:0:1::1", DropReason::MartianSource),
+        ("ff02::1", "2001:2:0:1::1", DropReason::MartianSource),
+        (
+            "::ffff:198.18.0.1",
+            "2001:2:0:1::1",
+            DropReason::MartianSource,
+        ),
+        ("2001:2::1", "::1", DropReason::MartianDestination),
+        ("2001:2::1", "ff0e::1", DropReason::MartianDestination),
+        (
+            "2001:2::1",
+            "::ffff:198.19.0.1",
+            DropReason::MartianDestination,
+        ),
+        ("fe80::1", "2001:2:0:1::1", DropReason::LinkLocal),
+        ("2001:2::1", "fe80::2", DropReason::LinkLocal),
+        ("2001:2::1", "febf::2", DropReason::LinkLocal),
+    ];
+    for (src, dst, want) in cases6 {
+        let spec = FrameSpec {
+            src6: src.parse().unwrap(),
+            dst6: dst.parse().unwrap(),
+            ..d.clone()
+        };
+        assert_eq!(parse_l3(&udp_v6(&spec)), Err(want), "{src} -> {dst}");
+    }
+    // fec0::/10 (old site-local) is not link-local.
+    let spec = FrameSpec {
+        dst6: "fec0::1".parse().unwrap(),
+        ..d.clone()
+    };
+    assert!(parse_l3(&udp_v6(&spec)).is_ok());
+    let mut f = udp_v4(&d);
+    f[6] |= 1;
+    assert_eq!(parse_l3(&f), Err(DropReason::MulticastSource));
+}
+
+#[test]
+fn ipv4_options_are_not_on_the_fast_path() {
+    // Record route (7), length 7, pointer 4, one slot; then end of options.
+    let f = udp_v4(&FrameSpec::default());
+    let mut g = f[..34].to_vec();
+    g.extend([7, 7, 4, 0, 0, 0, 0, 0]);
+    g.extend(&f[34..]);
+    g[14] = 0x47;
+    let total = (g.len() - 14) as u16;
+    g[16..18].copy_from_slice(&total.to_be_bytes());
+    g[24..26].copy_from_slice(&[0, 0]);
+    let c = checksum(&g[14..42]);
+    g[24..26].copy_from_slice(&c.to_be_bytes());
+    assert_eq!(parse_l3(&g), Err(DropReason::Ipv4Options));
+}
+
+#[test]
+fn ipv6_extension_chains() {
+    let d = FrameSpec::default();
+    let frag_first = vec![0, 0, 0, 1, 0, 0, 0, 7]; // offset 0, M=1
+    let frag_later = vec![0, 0, 0x05, 0x00, 0, 0, 0, 7]; // offset 160
+    let ah = vec![
+        0, 4, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ]; // 24 bytes
+    let fine: Vec<Vec<(u8, Vec<u8>)>> = vec![
+        vec![(0, ext8(0))],
+        vec![(60, ext8(0))],
+        vec![(44, frag_first.clone())],
+        vec![(44, frag_later.clone())],
+        vec![(43, ext8(4))],
+        vec![(51, ah.clone())],
+        vec![(50, ext8(0))],
+        vec![
+            (0, ext8(0)),
+            (60, ext8(0)),
+            (43, ext8(2)),
+            (44, frag_first.clone()),
+            (60, ext8(0)),
+        ],
+    ];
+    for (i, exts) in fine.iter().enumerate() {
+        let f = v6_with(&d, exts);
+        assert!(
+            matches!(parse_l3(&f), Ok(L3::V6 { .. })),
+            "chain {i}: {:?}",
+            parse_l3(&f)
+        );
+    }
+    let c = ipv6_chain(&v6_with(&d, &fine[7])[ETH_HLEN..]).unwrap();
+    assert_eq!(
+        (c.upper, c.offset, c.non_first_fragment),
+        (17, 40 + 40, false)
+    );
+    let c = ipv6_chain(&v6_with(&d, &fine[3])[ETH_HLEN..]).unwrap();
+    assert!(c.non_first_fragment);
+    type Chain = Vec<(u8, Vec<u8>)>;
+    let bad: Vec<(Chain, DropReason)> = vec![
+        (vec![(43, ext8(0))], DropReason::Ipv6RoutingType0),
+        (vec![(60, ext8(0)), (0, ext8(0))], DropReason::Ipv6ExtChain),
+        (
+            (0..9).map(|_| (60u8, ext8(0))).collect(),
+            DropReason::Ipv6ExtChain,
+        ),
+    ];
+    for (i, (exts, want)) in bad.iter().enumerate() {
+        assert_eq!(parse_l3(&v6_with(&d, exts)), Err(*want), "bad chain {i}");
+    }
+    // A header running past the packet.
+    let mut f = v6_with(&d, &[(60, ext8(0))]);
+    f[ETH_HLEN + IPV6_HLEN + 1] = 200;
+    assert_eq!(parse_l3(&f), Err(DropReason::Ipv6ExtChain));
+    // Past the first 256 bytes: one 264-byte destination options header.
+    let mut big = vec![0u8; 264];
+    big[1] = 32;
+    assert_eq!(
+        parse_l3(&v6_with(&d, &[(60, big)])),
+        Err(DropReason::Ipv6ExtChain)
+    );
+}
+
+#[test]
+fn random_bytes_never_panic() {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+    for _ in 0..20_000 {
+        let len = rng.gen_range(0..128);
+        let mut f: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+        if len > 14 && rng.gen_bool(0.5) {
+            f[12..14].copy_from_slice(&ETH_P_IPV4.to_be_bytes());
+        }
+        let _ = parse_l3(&f);
+        decrement_ttl_v4(&mut f);
+        decrement_hop_limit_v6(&mut f);
+        swap_macs(&mut f);
+    }
+}
+
+#[test]
+fn incremental_checksum_matches_full_recompute() {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1624);
+    for _ in 0..10_000 {
+        let spec = FrameSpec {
+            ttl: rng.gen_range(2..=255),
+            src4: rng.gen::<u32>().into(),
+            dst4: rng.gen::<u32>().into(),
+            ident: rng.gen(),
+            payload_len: rng.gen_range(0..64),
+            ..FrameSpec::default()
+        };
+        let mut f = udp_v4(&spec);
+        assert_eq!(checksum(&f[14..34]), 0);
+        decrement_ttl_v4(&mut f);
+        assert_eq!(f[22], spec.ttl - 1);
+        let got = u16::from_be_bytes([f[24], f[25]]);
+        f[24] = 0;
+        f[25] = 0;
+        let want = checksum(&f[14..34]);
+        // 0x0000 and 0xffff are the same value in ones' complement; both verify.
+        assert!(
+            got == want || (got, want) == (0xffff, 0) || (got, want) == (0, 0xffff),
+            "ttl {} got {got:#x} want {want:#x}",
+            spec.ttl
+        );
+        f[24..26].copy_from_slice(&got.to_be_bytes());
+        assert_eq!(checksum(&f[14..34]), 0);
+    }
+}
+
+#[test]
+fn mac_rewrites() {
+    let mut f = v4();
+    let (d, s) = (f[..6].to_vec(), f[6..12].to_vec());
+    swap_macs(&mut f);
+    assert_eq!(&f[..6], &s[..]);
+    assert_eq!(&f[6..12], &d[..]);
+    let macs = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+    set_macs(&mut f, &macs);
+    assert_eq!(&f[..12], &macs);
+}

@@ -1,0 +1,224 @@
+//! Helpers of the router-behaviour tests: frames from the generator, what the sink and the
+//! generator see, the DUT config, the steering counters, the kernel's forwarding counters.
+use std::collections::BTreeSet;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::process::Command;
+
+use dataplane::packet::build::{udp_v4, udp_v6, FrameSpec};
+use dataplane::packet::checksum;
+use dataplane::packet::icmp::icmpv6_checksum;
+use dataplane::testbed::{self, Testbed};
+use dataplane::types::Mode;
+
+pub const MARK_PORT: u16 = 7777;
+
+pub fn mac(s: &str) -> [u8; 6] {
+    dataplane::types::parse_mac(s).expect("mac")
+}
+
+pub fn spec(sport: u16) -> FrameSpec {
+    FrameSpec {
+        dst_mac: mac(testbed::DUT_IN_MAC),
+        src_mac: mac(testbed::GEN_MAC),
+        src4: testbed::GEN_V4.parse().expect("ip"),
+        dst4: testbed::SINK_V4.parse().expect("ip"),
+        src6: testbed::GEN_V6.parse().expect("ip"),
+        dst6: testbed::SINK_V6.parse().expect("ip"),
+        dport: MARK_PORT,
+        sport,
+        ..FrameSpec::default()
+    }
+}
+
+/// The UDP source ports of our marked frames at the sink, per family: (is_v6, sport).
+pub fn marked(frames: &[Vec<u8>]) -> BTreeSet<(bool, u16)> {
+    frames
+        .iter()
+        .filter_map(|f| {
+            let et = u16::from_be_bytes([*f.get(12)?, *f.get(13)?]);
+            let l4 = match et {
+                0x0800 => 14 + usize::from(f.get(14)? & 0x0f) * 4,
+                0x86dd => 54,
+                _ => return None,
+            };
+            let dport = u16::from_be_bytes([*f.get(l4 + 2)?, *f.get(l4 + 3)?]);
+            let sport = u16::from_be_bytes([*f.get(l4)?, *f.get(l4 + 1)?]);
+            (dport == MARK_PORT).then_some((et == 0x86dd, sport))
+        })
+        .collect()
+}
+
+pub fn config(t: &Testbed, extra: &str) -> String {
+    format!("{}{extra}", t.config(Mode::L3fwd, &[(None, vec![0])], 64))
+}
+
+/// Inserts `extra` keys at the top of the `[dataplane]` table.
+pub fn with_knobs(cfg: String, knobs: &str) -> String {
+    cfg.replacen("[dataplane]\n", &format!("[dataplane]\n{knobs}\n"), 1)
+}
+
+pub fn ns(ns: &str, args: &[&str]) -> std::process::Output {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .output()
+        .expect("ip netns exec");
+    assert!(
+        out.status.success(),
+        "{ns}: {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn steer(s: &serde_json::Value, port: usize, slot: usize) -> u64 {
+    s["steer"][port][1][slot].as_u64().expect("steer counter")
+}
+
+/// Steering counter slots (bpf/dataplane.h).
+pub const REDIRECTED: usize = 0;
+pub const PASS_CONTROL: usize = 3;
+pub const PASS_OTHER_HOST: usize = 5;
+pub const PASS_VLAN: usize = 6;
+pub const PASS_OPTIONS: usize = 7;
+pub const DROP_MCAST_SRC: usize = 8;
+
+/// Fixes the IPv4 header checksum of `f` after an edit.
+pub fn fix_v4(f: &mut [u8]) {
+    let ihl = usize::from(f[14] & 0x0f) * 4;
+    f[24..26].copy_from_slice(&[0, 0]);
+    let c = checksum(&f[14..14 + ihl]);
+    f[24..26].copy_from_slice(&c.to_be_bytes());
+}
+
+/// `spec`'s IPv6 UDP frame with extension headers inserted after the fixed header.
+pub fn v6_with(spec: &FrameSpec, exts: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let f = udp_v6(spec);
+    let (head, udp) = f.split_at(14 + 40);
+    let mut out = head.to_vec();
+    for (i, (kind, body)) in exts.iter().enumerate() {
+        let mut h = body.clone();
+        h[0] = exts.get(i + 1).map_or(17, |e| e.0);
+        if i == 0 {
+            out[14 + 6] = *kind;
+        }
+        out.extend(h);
+    }
+    out.extend(udp);
+    let payload = (out.len() - 54) as u16;
+    out[18..20].copy_from_slice(&payload.to_be_bytes());
+    out
+}
+
+/// `spec`'s IPv4 frame with `options` (padded to 4 bytes) after the fixed header.
+pub fn v4_with_options(spec: &FrameSpec, options: &[u8]) -> Vec<u8> {
+    let f = udp_v4(spec);
+    let mut opts = options.to_vec();
+    while !opts.len().is_multiple_of(4) {
+        opts.push(0);
+    }
+    let mut g = f[..34].to_vec();
+    g.extend(&opts);
+    g.extend(&f[34..]);
+    g[14] = 0x45 + (opts.len() / 4) as u8;
+    let total = (g.len() - 14) as u16;
+    g[16..18].copy_from_slice(&total.to_be_bytes());
+    fix_v4(&mut g);
+    g
+}
+
+/// An ICMP error seen at the generator: (v6, type, code, source, the 4 bytes after the
+/// checksum, the quote).
+#[derive(Debug)]
+pub struct Icmp {
+    pub v6: bool,
+    pub ty: u8,
+    pub code: u8,
+    pub src: String,
+    pub rest: [u8; 4],
+    pub quote: Vec<u8>,
+    pub ip_len: usize,
+}
+
+/// Every ICMP error from the DUT among `frames`, with every checksum and address checked.
+pub fn icmp_errors(frames: &[Vec<u8>]) -> Vec<Icmp> {
+    let mut out = Vec::new();
+    for f in frames {
+        // Unicast from the DUT's port (its kernel's multicast ND/MLD is not ours to check).
+        if f.len() < 14 + 28 || f[6..12] != mac(testbed::DUT_IN_MAC) || f[0] & 1 != 0 {
+            continue;
+        }
+        assert_eq!(&f[..6], &mac(testbed::GEN_MAC), "back to the sender's MAC");
+        match (f[12], f[13]) {
+            (0x08, 0x00) if f[23] == 1 => {
+                let ip = &f[14..];
+                assert_eq!(checksum(&ip[..20]), 0, "IPv4 header checksum");
+                let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+                assert!(total <= 576, "RFC 1812: at most 576 bytes");
+                let icmp = &ip[20..total];
+                assert_eq!(checksum(icmp), 0, "ICMP checksum");
+                assert_eq!(
+                    Ipv4Addr::from([ip[16], ip[17], ip[18], ip[19]]).to_string(),
+                    testbed::GEN_V4
+                );
+                out.push(Icmp {
+                    v6: false,
+                    ty: icmp[0],
+                    code: icmp[1],
+                    src: Ipv4Addr::from([ip[12], ip[13], ip[14], ip[15]]).to_string(),
+                    rest: [icmp[4], icmp[5], icmp[6], icmp[7]],
+                    quote: icmp[8..].to_vec(),
+                    ip_len: total,
+                });
+            }
+            (0x86, 0xdd) if f[20] == 58 && f[54] < 128 => {
+                let ip = &f[14..];
+                let len = 40 + usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+                assert!(len <= 1280, "RFC 4443: at most the minimum MTU");
+                let icmp = &ip[40..len];
+                let src: [u8; 16] = ip[8..24].try_into().expect("16");
+                let dst: [u8; 16] = ip[24..40].try_into().expect("16");
+                assert_eq!(icmpv6_checksum(&src, &dst, icmp), 0, "ICMPv6 checksum");
+                assert_eq!(Ipv6Addr::from(dst).to_string(), testbed::GEN_V6);
+                out.push(Icmp {
+                    v6: true,
+                    ty: icmp[0],
+                    code: icmp[1],
+                    src: Ipv6Addr::from(src).to_string(),
+                    rest: [icmp[4], icmp[5], icmp[6], icmp[7]],
+                    quote: icmp[8..].to_vec(),
+                    ip_len: len,
+                });
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Ip ForwDatagrams (/proc/net/snmp) and Ip6OutForwDatagrams (/proc/net/snmp6) in `n`.
+pub fn kernel_forwarded(n: &str) -> (u64, u64) {
+    let snmp = String::from_utf8_lossy(&ns(n, &["cat", "/proc/net/snmp"]).stdout).into_owned();
+    let mut ip = snmp.lines().filter(|l| l.starts_with("Ip: "));
+    let (names, values) = (ip.next().expect("Ip names"), ip.next().expect("Ip values"));
+    let col = names
+        .split_whitespace()
+        .position(|w| w == "ForwDatagrams")
+        .expect("ForwDatagrams");
+    let v4 = values
+        .split_whitespace()
+        .nth(col)
+        .expect("value")
+        .parse()
+        .expect("number");
+    let snmp6 = String::from_utf8_lossy(&ns(n, &["cat", "/proc/net/snmp6"]).stdout).into_owned();
+    let v6 = snmp6
+        .lines()
+        .find_map(|l| l.strip_prefix("Ip6OutForwDatagrams"))
+        .expect("Ip6OutForwDatagrams")
+        .trim()
+        .parse()
+        .expect("number");
+    (v4, v6)
+}

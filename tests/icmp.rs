@@ -1,0 +1,234 @@
+//! ICMP errors from the dataplane (RFC 1812 4.3, RFC 4443): type, code, source, quote,
+//! checksums and MTU of each error at the generator; the per-poller rate limit; traceroute
+//! through the box. They need root.
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::router::*;
+use common::*;
+use dataplane::packet::build::{udp_v4, udp_v6, FrameSpec};
+use dataplane::packet::DropReason;
+use dataplane::stats::Counter;
+use dataplane::testbed;
+
+#[test]
+fn icmp_errors_answer_what_a_router_must() {
+    if !root_or_skip("icmp errors") {
+        return;
+    }
+    let bed = Bed::up("tic", 1);
+    let t = &bed.0;
+    // A smaller egress MTU, and next hops without neighbour entries.
+    ns(
+        &t.dut_ns(),
+        &["ip", "link", "set", "dev", &t.dut_out(), "mtu", "1280"],
+    );
+    let extra = format!(
+        "\n[[routes]]\nprefix = \"198.51.100.0/24\"\nvia = \"198.19.0.77\"\ndev = \"{o}\"\n\
+         \n[[routes]]\nprefix = \"2001:db8:77::/64\"\nvia = \"2001:2:0:1::77\"\ndev = \"{o}\"\n",
+        o = t.dut_out()
+    );
+    let dut = Dut::start(&bed, &config(t, &extra));
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let big = |v6: bool, sport| FrameSpec {
+        payload_len: 1400 - if v6 { 48 } else { 28 },
+        ..spec(sport)
+    };
+    let mut no_df = udp_v4(&big(false, 8));
+    no_df[20] = 0;
+    fix_v4(&mut no_df);
+    // About an ICMP error (destination unreachable), with TTL 1: never answered.
+    let mut about_error = udp_v4(&FrameSpec { ttl: 1, ..spec(10) });
+    about_error[23] = 1;
+    about_error[34] = 3;
+    fix_v4(&mut about_error);
+    // A non-first fragment with TTL 1: never answered.
+    let mut later_fragment = udp_v4(&FrameSpec { ttl: 1, ..spec(11) });
+    later_fragment[20..22].copy_from_slice(&[0x00, 0x10]);
+    fix_v4(&mut later_fragment);
+    type Expect = Option<(bool, u8, u8)>; // (IPv6, type, code) of the error, if any
+    let cases: Vec<(Vec<u8>, Expect)> = vec![
+        (
+            udp_v4(&FrameSpec { ttl: 1, ..spec(1) }),
+            Some((false, 11, 0)),
+        ),
+        (udp_v6(&FrameSpec { ttl: 1, ..spec(2) }), Some((true, 3, 0))),
+        (
+            udp_v4(&FrameSpec {
+                dst4: "203.0.113.9".parse().expect("ip"),
+                ..spec(3)
+            }),
+            Some((false, 3, 0)),
+        ),
+        (
+            udp_v6(&FrameSpec {
+                dst6: "2001:db8::9".parse().expect("ip"),
+                ..spec(4)
+            }),
+            Some((true, 1, 0)),
+        ),
+        (
+            udp_v4(&FrameSpec {
+                dst4: "198.51.100.1".parse().expect("ip"),
+                ..spec(5)
+            }),
+            Some((false, 3, 1)),
+        ),
+        (
+            udp_v6(&FrameSpec {
+                dst6: "2001:db8:77::1".parse().expect("ip"),
+                ..spec(6)
+            }),
+            Some((true, 1, 3)),
+        ),
+        (udp_v4(&big(false, 7)), Some((false, 3, 4))),
+        (no_df, None),
+        (udp_v6(&big(true, 9)), Some((true, 2, 0))),
+        (about_error, None),
+        (later_fragment, None),
+    ];
+    let mut want = Vec::new();
+    for (f, expect) in &cases {
+        gen.send(f).expect("send");
+        // One at a time, so the errors come back in order.
+        let got = icmp_errors(&capture(
+            &gen,
+            Duration::from_millis(300),
+            Duration::from_secs(3),
+        ));
+        match expect {
+            None => assert!(got.is_empty(), "no error expected, got {got:?}"),
+            Some((v6, ty, code)) => {
+                assert_eq!(got.len(), 1, "one error for {ty}/{code}: {got:?}");
+                let e = &got[0];
+                assert_eq!((e.v6, e.ty, e.code), (*v6, *ty, *code));
+                let (src, max) = if *v6 {
+                    (testbed::DUT_IN_V6, 1280)
+                } else {
+                    (testbed::DUT_IN_V4, 576)
+                };
+                assert_eq!(e.src, src, "from the ingress port's address");
+                // The quote: the packet as it arrived, as much as fits.
+                let orig = &f[14..];
+                let n = orig.len().min(max - if *v6 { 48 } else { 28 });
+                assert_eq!(e.quote, orig[..n], "quoted packet");
+                if orig.len() > n {
+                    assert_eq!(e.ip_len, max, "filled to the limit");
+                }
+                if *ty == 2 && *v6 {
+                    assert_eq!(u32::from_be_bytes(e.rest), 1280, "packet too big: MTU");
+                }
+                if (*ty, *code) == (3, 4) && !*v6 {
+                    assert_eq!(
+                        u16::from_be_bytes([e.rest[2], e.rest[3]]),
+                        1280,
+                        "next-hop MTU"
+                    );
+                }
+                want.push((*ty, *code));
+            }
+        }
+    }
+    let s = dut.stop();
+    assert_eq!(counter(&s, Counter::IcmpSent), want.len() as u64, "{s}");
+    assert_eq!(counter(&s, Counter::IcmpNotSent), 3, "{s}");
+    assert_eq!(drop_count(&s, DropReason::TtlExceeded), 4, "{s}");
+    assert_eq!(drop_count(&s, DropReason::NoRoute), 2, "{s}");
+    assert_eq!(drop_count(&s, DropReason::NoNeighbour), 2, "{s}");
+    assert_eq!(drop_count(&s, DropReason::TooBig), 3, "{s}");
+    assert_frames_accounted(&s);
+}
+
+#[test]
+fn icmp_errors_are_rate_limited_per_poller() {
+    if !root_or_skip("icmp rate limit") {
+        return;
+    }
+    let bed = Bed::up("trl", 1);
+    let t = &bed.0;
+    let cfg = with_knobs(config(t, ""), "icmp_rate = 20\nicmp_burst = 5");
+    let dut = Dut::start(&bed, &cfg);
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let n = 300u16;
+    let start = Instant::now();
+    for i in 0..n {
+        gen.send(&udp_v4(&FrameSpec { ttl: 1, ..spec(i) }))
+            .expect("send");
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    let got = icmp_errors(&capture(
+        &gen,
+        Duration::from_millis(500),
+        Duration::from_secs(5),
+    ));
+    let elapsed = start.elapsed().as_secs_f64();
+    let s = dut.stop();
+    let sent = counter(&s, Counter::IcmpSent);
+    assert_eq!(got.len() as u64, sent, "every error sent arrived");
+    assert!(sent >= 5, "at least the burst: {sent}");
+    let bound = 5.0 + 20.0 * elapsed;
+    assert!(
+        (sent as f64) <= bound,
+        "{sent} errors in {elapsed:.2} s: more than burst + rate x t = {bound:.1}"
+    );
+    assert_eq!(
+        sent + counter(&s, Counter::IcmpRateLimited),
+        u64::from(n),
+        "{s}"
+    );
+}
+
+#[test]
+fn traceroute_shows_the_dataplane_hop() {
+    if !root_or_skip("traceroute") {
+        return;
+    }
+    let bed = Bed::up("ttr", 1);
+    let t = &bed.0;
+    let dut = Dut::start(&bed, &config(t, ""));
+    let gen_ns = t.gen_ns();
+    for (family, mode, dut_ip, sink_ip) in [
+        ("-4", None, testbed::DUT_IN_V4, testbed::SINK_V4),
+        ("-4", Some("-I"), testbed::DUT_IN_V4, testbed::SINK_V4),
+        ("-6", None, testbed::DUT_IN_V6, testbed::SINK_V6),
+        ("-6", Some("-I"), testbed::DUT_IN_V6, testbed::SINK_V6),
+    ] {
+        let mut args = vec![
+            "netns",
+            "exec",
+            &gen_ns,
+            "traceroute",
+            family,
+            "-n",
+            "-q",
+            "1",
+            "-w",
+            "2",
+            "-m",
+            "3",
+        ];
+        args.extend(mode);
+        args.push(sink_ip);
+        let out = Command::new("ip").args(&args).output().expect("traceroute");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{args:?}: {text}");
+        let hop = |n: &str| {
+            text.lines()
+                .find(|l| l.split_whitespace().next() == Some(n))
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert!(
+            hop("1").contains(dut_ip),
+            "{args:?}: hop 1 is the DUT: {text}"
+        );
+        assert!(
+            hop("2").contains(sink_ip),
+            "{args:?}: hop 2 is the sink: {text}"
+        );
+    }
+    let s = dut.stop();
+    assert!(counter(&s, Counter::IcmpSent) >= 4, "{s}");
+}

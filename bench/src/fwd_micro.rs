@@ -55,6 +55,7 @@ fn main() {
             port: u16::from(i % 2),
             macs: [2, 0, 0, 0, 1, i, 2, 0, 0, 0, 2, i],
             resolved: true,
+            mtu: 0,
         })
         .collect();
     let table = Table {
@@ -101,6 +102,7 @@ fn main() {
     })
     .len();
 
+    let ingress = fwd.ingress(0);
     let mut per_pass = Vec::new();
     let mut forwarded = 0u64;
     let dst_mac = FrameSpec::default().dst_mac;
@@ -115,7 +117,7 @@ fn main() {
         for burst in buf.chunks_mut(FRAME * BURST) {
             let mut parsed = [Err(dataplane::packet::DropReason::Truncated); BURST];
             for (p, slot) in parsed.iter_mut().zip(burst.chunks_exact(FRAME)) {
-                *p = fwd.prepare(0, &slot[..len]);
+                *p = fwd.prepare(ingress, &slot[..len]);
             }
             for (p, slot) in parsed.iter().zip(burst.chunks_exact_mut(FRAME)) {
                 if let Ok(port) = p.and_then(|p| fwd.finish(0, p, &mut slot[..len])) {

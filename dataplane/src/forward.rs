@@ -25,17 +25,32 @@ pub struct Forwarder {
     table: Table,
     l2_peer: Vec<PortId>,
     ports: Vec<Port>,
+    /// Each port's MAC as the low 48 bits of a u64 (little-endian load of the frame's first
+    /// 8 bytes, masked): one compare per frame.
+    port_macs: Vec<u64>,
+}
+
+/// The low 48 bits of a little-endian load of `mac` and the two bytes after it.
+#[inline(always)]
+fn mac_key(mac: [u8; 6]) -> u64 {
+    let [a, b, c, d, e, f] = mac;
+    u64::from_le_bytes([a, b, c, d, e, f, 0, 0])
 }
 
 impl Forwarder {
     /// A forwarder for `mode`; `l2_peer[p]` is where l2fwd/bounce send frames from port `p`,
     /// `ports[p]` what is known of port `p`.
-    pub fn new(mode: Mode, table: Table, l2_peer: Vec<PortId>, ports: Vec<Port>) -> Self {
+    pub fn new(mode: Mode, mut table: Table, l2_peer: Vec<PortId>, ports: Vec<Port>) -> Self {
+        for h in &mut table.next_hops {
+            h.mtu = ports.get(usize::from(h.port)).map_or(0, |p| p.mtu);
+        }
+        let port_macs = ports.iter().map(|p| mac_key(p.mac)).collect();
         Forwarder {
             mode,
             table,
             l2_peer,
             ports,
+            port_macs,
         }
     }
 
@@ -62,14 +77,17 @@ impl Forwarder {
             .unwrap_or(in_port)
     }
 
-    /// True when the frame's destination MAC is `in_port`'s own (RFC 1812 5.3.4: a router
-    /// forwards only link-layer unicast addressed to it).
+    /// What [`Forwarder::prepare`] needs of the port a burst came in on, looked up once per
+    /// burst rather than per frame.
     #[inline(always)]
-    fn addressed_to(&self, in_port: PortId, frame: &[u8]) -> bool {
-        let dst = frame.get(..6).and_then(|d| <[u8; 6]>::try_from(d).ok());
-        match (dst, self.port(in_port)) {
-            (Some(dst), Some(p)) => dst == p.mac,
-            _ => false,
+    pub fn ingress(&self, in_port: PortId) -> Ingress {
+        Ingress {
+            // An unknown port matches no frame (a real MAC never has the top bytes set).
+            mac: self
+                .port_macs
+                .get(usize::from(in_port))
+                .copied()
+                .unwrap_or(u64::MAX),
         }
     }
 
@@ -85,11 +103,22 @@ impl Forwarder {
     ///
     /// [`finish`]: Forwarder::finish
     #[inline(always)]
-    pub fn prepare(&self, in_port: PortId, frame: &[u8]) -> Result<Parsed, DropReason> {
+    pub fn prepare(&self, ingress: Ingress, frame: &[u8]) -> Result<Parsed, DropReason> {
         match self.mode {
             Mode::L3fwd => {
-                if !self.addressed_to(in_port, frame) {
-                    return Err(DropReason::NotForUs);
+                // RFC 1812 5.3.4: a router forwards only link-layer unicast addressed to it.
+                // One load for both MAC checks: the destination (bytes 0-5) must be the port's,
+                // and the source's group bit (byte 6, bit 0) clear.
+                let Some(head) = frame.first_chunk::<8>() else {
+                    return Err(DropReason::Truncated);
+                };
+                let head = u64::from_le_bytes(*head);
+                if head & 0x0001_ffff_ffff_ffff != ingress.mac {
+                    return Err(if head & 0xffff_ffff_ffff != ingress.mac {
+                        DropReason::NotForUs
+                    } else {
+                        DropReason::MulticastSource
+                    });
                 }
                 let l3 = packet::parse_l3(frame)?;
                 if let L3::V4 { dst, .. } = l3 {
@@ -138,7 +167,7 @@ impl Forwarder {
     /// the reason it is dropped. Same as `prepare` then `finish`.
     #[inline(always)]
     pub fn process(&self, in_port: PortId, frame: &mut [u8]) -> Result<PortId, DropReason> {
-        let parsed = self.prepare(in_port, frame)?;
+        let parsed = self.prepare(self.ingress(in_port), frame)?;
         self.finish(in_port, parsed, frame)
     }
 
@@ -154,7 +183,7 @@ impl Forwarder {
     ) -> Result<PortId, DropReason> {
         match lookup {
             Lookup::Hop(h) => {
-                if ip_len > self.mtu(h.port) {
+                if ip_len > h.mtu {
                     return Err(DropReason::TooBig);
                 }
                 decrement(frame);
@@ -211,6 +240,13 @@ impl Forwarder {
             _ => icmp::build_v6(room, len, err, port.mac, port.v6?),
         }
     }
+}
+
+/// The ingress port of a burst, as [`Forwarder::prepare`] checks frames against it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ingress {
+    /// The port's MAC as the low 48 bits of a little-endian u64.
+    mac: u64,
 }
 
 /// What [`Forwarder::prepare`] learned about a frame.
@@ -303,6 +339,34 @@ mod tests {
             ..FrameSpec::default()
         });
         assert_eq!(f.process(0, &mut unroutable), Err(DropReason::NoRoute));
+    }
+
+    #[test]
+    fn only_unicast_for_the_port_from_a_station_is_routed() {
+        let f = fwd(Mode::L3fwd);
+        let good = udp_v4(&FrameSpec::default());
+        let mut other = good.clone();
+        other[5] = 9;
+        assert_eq!(f.process(0, &mut other), Err(DropReason::NotForUs));
+        let mut broadcast = good.clone();
+        broadcast[..6].copy_from_slice(&[0xff; 6]);
+        assert_eq!(f.process(0, &mut broadcast), Err(DropReason::NotForUs));
+        let mut group_source = good.clone();
+        group_source[6] |= 1;
+        assert_eq!(
+            f.process(0, &mut group_source),
+            Err(DropReason::MulticastSource)
+        );
+        assert_eq!(
+            f.process(0, &mut good[..7].to_vec()),
+            Err(DropReason::Truncated)
+        );
+        let mut on_port_1 = good.clone();
+        assert_eq!(
+            f.process(1, &mut on_port_1),
+            Err(DropReason::NotForUs),
+            "port 1's MAC differs"
+        );
     }
 
     #[test]

@@ -18,7 +18,8 @@ use crate::sys::{MemPolicy, Mmap, SyscallError};
 pub struct FreeList {
     buf: Box<[u64]>,
     len: usize,
-    /// log2 of the frame size: frame number = address >> shift.
+    /// Debug builds: log2 of the frame size (frame number = address >> shift).
+    #[cfg(debug_assertions)]
     shift: u32,
     /// Debug builds: which frames are on the list now.
     #[cfg(debug_assertions)]
@@ -32,6 +33,7 @@ impl FreeList {
         FreeList {
             buf: vec![0; frames].into_boxed_slice(),
             len: 0,
+            #[cfg(debug_assertions)]
             shift: frame_size.trailing_zeros(),
             #[cfg(debug_assertions)]
             held: vec![false; frames].into_boxed_slice(),

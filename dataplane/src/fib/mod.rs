@@ -264,6 +264,9 @@ pub struct NextHop {
     pub macs: [u8; 12],
     /// False when no neighbour entry exists: packets are dropped as `no_neighbour`.
     pub resolved: bool,
+    /// The egress port's MTU, kept here so the per-packet check reads the line the lookup
+    /// already loaded (the forwarder fills it in from its ports; 0: nothing fits).
+    pub mtu: u32,
 }
 
 /// Outcome of routing one destination.

@@ -56,6 +56,7 @@ pub fn build_table(
                 port,
                 macs,
                 resolved: mac.is_some(),
+                mtu: 0,
             });
             #[allow(clippy::cast_possible_truncation)] // fewer than u32::MAX: checked above
             let index = (next_hops.len() - 1) as u32;

@@ -341,13 +341,14 @@ impl Poller {
         }
         // Pass 1: check every descriptor and parse every frame (read only), prefetching the
         // route entries, so the burst's table misses overlap.
+        let ingress = self.fwd.ingress(in_port);
         for (d, p) in self.burst.iter().zip(self.parsed.iter_mut()).take(n) {
             bytes += u64::from(d.len);
             *p = match self.area.check(d.addr, d.len) {
                 // SAFETY: as in pass 0, a frame received in this burst, not yet handed on.
                 Some(off) => self
                     .fwd
-                    .prepare(in_port, unsafe { self.area.frame(off, d.len) }),
+                    .prepare(ingress, unsafe { self.area.frame(off, d.len) }),
                 None => Err(DropReason::InvalidDescriptor),
             };
         }

@@ -5,48 +5,13 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use common::router::{mac, marked_frames, spec};
 use common::*;
 use dataplane::packet::build::{udp_v4, udp_v6, FrameSpec};
 use dataplane::packet::{checksum, DropReason};
 use dataplane::stats::Counter;
 use dataplane::testbed::{self, Testbed};
 use dataplane::types::Mode;
-
-const MARK_PORT: u16 = 7777;
-
-fn mac(s: &str) -> [u8; 6] {
-    dataplane::types::parse_mac(s).expect("mac")
-}
-
-fn base_spec() -> FrameSpec {
-    FrameSpec {
-        dst_mac: mac(testbed::DUT_IN_MAC),
-        src_mac: mac(testbed::GEN_MAC),
-        src4: testbed::GEN_V4.parse().expect("ip"),
-        dst4: testbed::SINK_V4.parse().expect("ip"),
-        src6: testbed::GEN_V6.parse().expect("ip"),
-        dst6: testbed::SINK_V6.parse().expect("ip"),
-        dport: MARK_PORT,
-        ..FrameSpec::default()
-    }
-}
-
-/// Our test frames at the sink: (is_v6, marker) where the marker is the UDP source port.
-fn marked(frames: &[Vec<u8>]) -> Vec<(bool, u16, &Vec<u8>)> {
-    frames
-        .iter()
-        .filter_map(|f| {
-            let et = u16::from_be_bytes([*f.get(12)?, *f.get(13)?]);
-            let l4 = match et {
-                0x0800 => 14 + usize::from(f.get(14)? & 0x0f) * 4,
-                0x86dd => 54,
-                _ => return None,
-            };
-            let dport = u16::from_be_bytes([*f.get(l4 + 2)?, *f.get(l4 + 3)?]);
-            (dport == MARK_PORT).then(|| (et == 0x86dd, u16::from_be_bytes([f[l4], f[l4 + 1]]), f))
-        })
-        .collect()
-}
 
 fn l3_config(bed: &Testbed, pollers: &[(Option<usize>, Vec<u32>)]) -> String {
     bed.config(Mode::L3fwd, pollers, 64)
@@ -69,14 +34,14 @@ fn l3fwd_forwards_exactly_the_routable_mix_and_ping_still_works() {
             sport: 1000 + i,
             ttl: 64 - (i % 3) as u8,
             ident: i,
-            ..base_spec()
+            ..spec(9)
         };
         gen.send(&udp_v4(&v4)).expect("send");
         routable.insert((false, 1000 + i));
         let v6 = FrameSpec {
             sport: 2000 + i,
             ttl: 2 + i as u8,
-            ..base_spec()
+            ..spec(9)
         };
         gen.send(&udp_v6(&v6)).expect("send");
         routable.insert((true, 2000 + i));
@@ -85,25 +50,25 @@ fn l3fwd_forwards_exactly_the_routable_mix_and_ping_still_works() {
     gen.send(&udp_v4(&FrameSpec {
         sport: 3001,
         ttl: 1,
-        ..base_spec()
+        ..spec(9)
     }))
     .expect("send");
     gen.send(&udp_v6(&FrameSpec {
         sport: 3002,
         ttl: 1,
-        ..base_spec()
+        ..spec(9)
     }))
     .expect("send");
     gen.send(&udp_v4(&FrameSpec {
         sport: 3003,
         dst4: "203.0.113.9".parse().expect("ip"),
-        ..base_spec()
+        ..spec(9)
     }))
     .expect("send");
     gen.send(&udp_v6(&FrameSpec {
         sport: 3004,
         dst6: "2001:db8::9".parse().expect("ip"),
-        ..base_spec()
+        ..spec(9)
     }))
     .expect("send");
 
@@ -153,7 +118,7 @@ fn l3fwd_forwards_exactly_the_routable_mix_and_ping_still_works() {
     );
 
     let frames = capture(&sink, Duration::from_millis(700), Duration::from_secs(10));
-    let got = marked(&frames);
+    let got = marked_frames(&frames);
     let got_set: BTreeSet<(bool, u16)> = got.iter().map(|(v6, m, _)| (*v6, *m)).collect();
     assert_eq!(got.len(), got_set.len(), "duplicates at the sink");
     assert_eq!(
@@ -210,12 +175,12 @@ fn l2fwd_swaps_macs_and_drop_mode_drops() {
     for i in 0..20 {
         gen.send(&udp_v4(&FrameSpec {
             sport: 100 + i,
-            ..base_spec()
+            ..spec(9)
         }))
         .expect("send");
     }
     let frames = capture(&sink, Duration::from_millis(700), Duration::from_secs(10));
-    let got = marked(&frames);
+    let got = marked_frames(&frames);
     let s = dut.stop();
     assert_eq!(got.len(), 20, "l2fwd delivers every frame: {s}");
     for (_, _, f) in &got {
@@ -238,12 +203,15 @@ fn l2fwd_swaps_macs_and_drop_mode_drops() {
     for i in 0..20 {
         gen.send(&udp_v4(&FrameSpec {
             sport: 200 + i,
-            ..base_spec()
+            ..spec(9)
         }))
         .expect("send");
     }
     let frames = capture(&sink, Duration::from_millis(700), Duration::from_secs(10));
-    assert!(marked(&frames).is_empty(), "drop mode forwards nothing");
+    assert!(
+        marked_frames(&frames).is_empty(),
+        "drop mode forwards nothing"
+    );
     let s = dut.stop();
     assert_eq!(drop_count(&s, DropReason::DropMode), 20);
     assert_eq!(counter(&s, Counter::RxPackets), 20);
@@ -267,14 +235,14 @@ fn two_queues_two_pollers_both_forward() {
         gen.send(&udp_v4(&FrameSpec {
             sport: 4000 + i,
             src4: format!("198.18.0.{}", 1 + i % 200).parse().expect("ip"),
-            ..base_spec()
+            ..spec(9)
         }))
         .expect("send");
     }
     let frames = capture(&sink, Duration::from_millis(700), Duration::from_secs(10));
     let s = dut.stop();
     assert_eq!(
-        marked(&frames).len(),
+        marked_frames(&frames).len(),
         usize::from(n),
         "every frame forwarded: {s}"
     );
@@ -299,7 +267,7 @@ fn malformed_frames_are_dropped_by_reason_without_panic() {
     let dut = Dut::start(&bed, &l3_config(t, &[(None, vec![0])]));
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());
     let gen = packet_socket(&t.gen_ns(), &t.gen_if());
-    let good = udp_v4(&base_spec());
+    let good = udp_v4(&spec(9));
     let mut corpus: Vec<(Vec<u8>, DropReason)> = Vec::new();
     corpus.push((good[..30].to_vec(), DropReason::Truncated)); // IPv4 header cut short
     corpus.push((good[..14].to_vec(), DropReason::Truncated)); // zero-length L3 payload
@@ -312,7 +280,7 @@ fn malformed_frames_are_dropped_by_reason_without_panic() {
     let mut f = good.clone();
     f[16..18].copy_from_slice(&1400u16.to_be_bytes()); // total length past the frame
     corpus.push((f, DropReason::BadLength));
-    let mut f = udp_v6(&base_spec());
+    let mut f = udp_v6(&spec(9));
     f[20] = 0; // hop-by-hop "options" that are the UDP header: next header 0 again
     corpus.push((f, DropReason::Ipv6ExtChain));
     let mut f = good.clone();
@@ -326,11 +294,11 @@ fn malformed_frames_are_dropped_by_reason_without_panic() {
     // A good frame last: the DUT is still forwarding after the corpus.
     gen.send(&udp_v4(&FrameSpec {
         sport: 5555,
-        ..base_spec()
+        ..spec(9)
     }))
     .expect("send");
     let frames = capture(&sink, Duration::from_millis(700), Duration::from_secs(10));
-    let got = marked(&frames);
+    let got = marked_frames(&frames);
     assert_eq!(got.len(), 1, "only the good frame reaches the sink");
     assert_eq!(got[0].1, 5555);
     let s = dut.stop();

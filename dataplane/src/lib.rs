@@ -17,11 +17,13 @@
 //! code; `sys` holds every raw syscall; `bpf` loads the XDP programs; `config` turns TOML into
 //! plain values; `runtime` wires a run together in steps; `topology`, `plan` and `irq` place
 //! pollers and interrupts; `testbed` builds netns testbeds; `gen` and `lab` are the measuring
-//! side (generator, benches). `docs/ARCHITECTURE.md` follows a packet through them.
+//! side (generator, benches); `corpus` feeds the property tests and the fuzzer.
+//! `docs/ARCHITECTURE.md` follows a packet through them.
 #![deny(unsafe_code)]
 
 pub mod bpf;
 pub mod config;
+pub mod corpus;
 pub mod fib;
 pub mod forward;
 pub mod gen;

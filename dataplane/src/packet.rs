@@ -7,7 +7,6 @@
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 pub mod build;
-pub mod corpus;
 pub mod icmp;
 
 /// Ethernet header length (no VLAN tag).

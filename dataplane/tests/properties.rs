@@ -5,15 +5,10 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use proptest::prelude::*;
 
-use dataplane::fib::{build_table, Neighbour, Route};
-use dataplane::forward::{Forwarder, Port};
-use dataplane::packet::corpus::FrameRecipe;
+use dataplane::corpus::{testbed_forwarder, FrameRecipe, GEN_MAC, PORT0_MAC};
+use dataplane::forward::Forwarder;
 use dataplane::packet::icmp::icmpv6_checksum;
 use dataplane::packet::{checksum, DropReason};
-use dataplane::types::Mode;
-
-const PORT0_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
-const GEN_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 
 fn v4(s: &str) -> u128 {
     u128::from(u32::from(s.parse::<Ipv4Addr>().expect("ip")))
@@ -23,45 +18,8 @@ fn v6(s: &str) -> u128 {
     u128::from(s.parse::<Ipv6Addr>().expect("ip"))
 }
 
-/// The testbed DUT: port 0 towards gen (MTU 1500), port 1 towards sink (MTU 1280); routes to
-/// the sink's networks with neighbours, one more of each family without.
 fn forwarder() -> Forwarder {
-    let route = |p: &str, len, via: &str| Route {
-        prefix: p.parse().expect("ip"),
-        len,
-        via: Some(via.parse().expect("ip")),
-        port: 1,
-    };
-    let routes = vec![
-        route("198.19.0.0", 16, "198.19.0.1"),
-        route("2001:2:0:1::", 64, "2001:2:0:1::1"),
-        route("198.51.100.0", 24, "198.19.0.77"),
-        route("2001:db8:77::", 64, "2001:2:0:1::77"),
-    ];
-    let neighbours = ["198.19.0.1", "2001:2:0:1::1"]
-        .iter()
-        .map(|ip| Neighbour {
-            ip: ip.parse().expect("ip"),
-            mac: [2, 0, 0, 0, 1, 1],
-            port: 1,
-        })
-        .collect::<Vec<_>>();
-    let table = build_table(&routes, &neighbours, &[PORT0_MAC, [2, 0, 0, 0, 1, 2]]).expect("table");
-    let ports = vec![
-        Port {
-            mac: PORT0_MAC,
-            mtu: 1500,
-            v4: Some(v4("198.18.0.2") as u32),
-            v6: Some(v6("2001:2::2")),
-        },
-        Port {
-            mac: [2, 0, 0, 0, 1, 2],
-            mtu: 1280,
-            v4: Some(v4("198.19.0.2") as u32),
-            v6: Some(v6("2001:2:0:1::2")),
-        },
-    ];
-    Forwarder::new(Mode::L3fwd, table, vec![1, 0], ports)
+    testbed_forwarder()
 }
 
 fn recipe() -> impl Strategy<Value = FrameRecipe> {

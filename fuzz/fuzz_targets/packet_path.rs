@@ -5,14 +5,10 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 
-use dataplane::fib::{build_table, Neighbour, Route};
-use dataplane::forward::{Forwarder, Port};
-use dataplane::packet::corpus::FrameRecipe;
+use dataplane::corpus::{testbed_forwarder, FrameRecipe, PORT0_MAC};
+use dataplane::forward::Forwarder;
 use dataplane::packet::icmp::icmpv6_checksum;
 use dataplane::packet::checksum;
-use dataplane::types::Mode;
-
-const PORT0_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -49,36 +45,11 @@ fn addr(v6: bool, pick: u8, any: u128) -> u128 {
     }
 }
 
-fn forwarder() -> Forwarder {
-    let route = |p: &str, len, via: &str| Route {
-        prefix: p.parse().unwrap(),
-        len,
-        via: Some(via.parse().unwrap()),
-        port: 1,
-    };
-    let routes = vec![
-        route("198.19.0.0", 16, "198.19.0.1"),
-        route("2001:2:0:1::", 64, "2001:2:0:1::1"),
-        route("198.51.100.0", 24, "198.19.0.77"),
-        route("2001:db8:77::", 64, "2001:2:0:1::77"),
-    ];
-    let neighbours: Vec<Neighbour> = ["198.19.0.1", "2001:2:0:1::1"]
-        .iter()
-        .map(|ip| Neighbour { ip: ip.parse().unwrap(), mac: [2, 0, 0, 0, 1, 1], port: 1 })
-        .collect();
-    let table = build_table(&routes, &neighbours, &[PORT0_MAC, [2, 0, 0, 0, 1, 2]]).unwrap();
-    let ports = vec![
-        Port { mac: PORT0_MAC, mtu: 1500, v4: Some(0xc612_0002), v6: Some(0x2001_0002_0000_0000_0000_0000_0000_0002) },
-        Port { mac: [2, 0, 0, 0, 1, 2], mtu: 1280, v4: Some(0xc613_0002), v6: Some(0x2001_0002_0000_0001_0000_0000_0000_0002) },
-    ];
-    Forwarder::new(Mode::L3fwd, table, vec![1, 0], ports)
-}
-
 /// Built once: the IPv4 table alone is a 64 MiB mapping.
 static FORWARDER: std::sync::OnceLock<Forwarder> = std::sync::OnceLock::new();
 
 fuzz_target!(|input: Input| {
-    let fwd = FORWARDER.get_or_init(forwarder);
+    let fwd = FORWARDER.get_or_init(testbed_forwarder);
     let frame = match &input.raw {
         Some(raw) => raw.clone(),
         None => {

@@ -30,8 +30,8 @@ pub fn spec(sport: u16) -> FrameSpec {
     }
 }
 
-/// The UDP source ports of our marked frames at the sink, per family: (is_v6, sport).
-pub fn marked(frames: &[Vec<u8>]) -> BTreeSet<(bool, u16)> {
+/// Our marked frames (UDP to [`MARK_PORT`]) among `frames`: (is_v6, UDP source port, frame).
+pub fn marked_frames(frames: &[Vec<u8>]) -> Vec<(bool, u16, &Vec<u8>)> {
     frames
         .iter()
         .filter_map(|f| {
@@ -43,8 +43,16 @@ pub fn marked(frames: &[Vec<u8>]) -> BTreeSet<(bool, u16)> {
             };
             let dport = u16::from_be_bytes([*f.get(l4 + 2)?, *f.get(l4 + 3)?]);
             let sport = u16::from_be_bytes([*f.get(l4)?, *f.get(l4 + 1)?]);
-            (dport == MARK_PORT).then_some((et == 0x86dd, sport))
+            (dport == MARK_PORT).then_some((et == 0x86dd, sport, f))
         })
+        .collect()
+}
+
+/// The UDP source ports of our marked frames at the sink, per family: (is_v6, sport).
+pub fn marked(frames: &[Vec<u8>]) -> BTreeSet<(bool, u16)> {
+    marked_frames(frames)
+        .into_iter()
+        .map(|(v6, sport, _)| (v6, sport))
         .collect()
 }
 

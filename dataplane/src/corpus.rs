@@ -1,12 +1,73 @@
-//! Frames for property tests and the fuzzer: a valid IPv4 or IPv6 UDP frame with the knobs a
+//! Inputs for property tests and the fuzzer: a valid IPv4 or IPv6 UDP frame with the knobs a
 //! router's checks look at (addresses, TTL, DF, fragment offset, options, extension headers),
-//! so generated inputs reach every branch of the per-packet path, not only the first check.
+//! so generated inputs reach every branch of the per-packet path, not only the first check;
+//! and the forwarder of the testbed's DUT they are decided by.
 #![allow(clippy::indexing_slicing, clippy::cast_possible_truncation)] // test input, sized here
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::build::{udp_v4, udp_v6, FrameSpec};
-use super::{checksum, ETH_HLEN, IPV6_HLEN};
+use crate::fib::{build_table, Neighbour, Route};
+use crate::forward::{Forwarder, Port};
+use crate::packet::build::{udp_v4, udp_v6, FrameSpec};
+use crate::packet::{checksum, ETH_HLEN, IPV6_HLEN};
+use crate::types::{MacAddr, Mode};
+
+/// The testbed DUT's gen-facing port (port 0): its MAC.
+pub const PORT0_MAC: MacAddr = [2, 0, 0, 0, 0, 2];
+/// The generator's MAC.
+pub const GEN_MAC: MacAddr = [2, 0, 0, 0, 0, 1];
+
+/// The testbed's DUT as a forwarder: port 0 towards gen (MTU 1500), port 1 towards sink (MTU
+/// 1280); routes to the sink's networks with neighbours, and one more of each family
+/// (198.51.100.0/24, 2001:db8:77::/64) whose next hop has none.
+pub fn testbed_forwarder() -> Forwarder {
+    let v4 = |a, b, c, d| IpAddr::V4(Ipv4Addr::new(a, b, c, d));
+    let v6 = |segments: [u16; 8]| IpAddr::V6(Ipv6Addr::from(segments));
+    let route = |prefix, len, via| Route {
+        prefix,
+        len,
+        via: Some(via),
+        port: 1,
+    };
+    let sink4 = v4(198, 19, 0, 1);
+    let sink6 = v6([0x2001, 2, 0, 1, 0, 0, 0, 1]);
+    let routes = vec![
+        route(v4(198, 19, 0, 0), 16, sink4),
+        route(v6([0x2001, 2, 0, 1, 0, 0, 0, 0]), 64, sink6),
+        route(v4(198, 51, 100, 0), 24, v4(198, 19, 0, 77)),
+        route(
+            v6([0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 0]),
+            64,
+            v6([0x2001, 2, 0, 1, 0, 0, 0, 0x77]),
+        ),
+    ];
+    let neighbours: Vec<Neighbour> = [sink4, sink6]
+        .into_iter()
+        .map(|ip| Neighbour {
+            ip,
+            mac: [2, 0, 0, 0, 1, 1],
+            port: 1,
+        })
+        .collect();
+    let port1_mac = [2, 0, 0, 0, 1, 2];
+    let table = build_table(&routes, &neighbours, &[PORT0_MAC, port1_mac])
+        .unwrap_or_else(|e| unreachable!("the testbed's table is valid: {e}"));
+    let ports = vec![
+        Port {
+            mac: PORT0_MAC,
+            mtu: 1500,
+            v4: Some(0xc612_0002),
+            v6: Some(0x2001_0002_0000_0000_0000_0000_0000_0002),
+        },
+        Port {
+            mac: port1_mac,
+            mtu: 1280,
+            v4: Some(0xc613_0002),
+            v6: Some(0x2001_0002_0000_0001_0000_0000_0000_0002),
+        },
+    ];
+    Forwarder::new(Mode::L3fwd, table, vec![1, 0], ports)
+}
 
 /// One frame's description.
 #[derive(Debug, Clone, Default)]

@@ -249,3 +249,103 @@ fn ablation_knobs_forward_correctly() {
         assert!(!has_xdp(&t.dut_ns(), &t.dut_in()));
     }
 }
+
+fn threaded(ns: &str, dev: &str) -> String {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "cat",
+            &format!("/sys/class/net/{dev}/threaded"),
+        ])
+        .output()
+        .expect("cat threaded");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn irq_restore_undoes_what_a_killed_run_moved() {
+    if !root_or_skip("irq restore after SIGKILL") {
+        return;
+    }
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let all: Vec<usize> = (0..ncpu).collect();
+    let bed = Bed::up("tir", 1);
+    let t = &bed.0;
+    // d0: NAPI threads already there (threaded on); d1: NAPI instances (GRO) but threaded off,
+    // so the run switches it on.
+    enable_napi_threads(&t.dut_ns(), &t.dut_in());
+    enable_napi_threads(&t.dut_ns(), &t.dut_out());
+    let off = Command::new("ip")
+        .args(["netns", "exec", &t.dut_ns(), "sh", "-c"])
+        .arg(format!("echo 0 > /sys/class/net/{}/threaded", t.dut_out()))
+        .status()
+        .expect("threaded off");
+    assert!(off.success());
+    assert_eq!(napi_cpus(&t.dut_in()), vec![all.clone()]);
+    let state = std::env::temp_dir().join(format!("{}-irq-state.json", t.prefix));
+    let _ = std::fs::remove_file(&state);
+    let state_arg = state.display().to_string();
+    let cfg = t.config(Mode::L3fwd, &[(None, vec![0])], 64);
+    let args = [
+        "--layout",
+        "irq-core",
+        "--irq-cpu",
+        "0:0",
+        "--apply-irq",
+        "--irq-state",
+        &state_arg,
+    ];
+    let dut = Dut::start_with(&bed, &cfg, &args);
+    assert_eq!(napi_cpus(&t.dut_in()), vec![vec![0]], "moved while running");
+    assert_eq!(threaded(&t.dut_ns(), &t.dut_out()), "1");
+    dut.kill();
+    assert!(state.exists(), "the killed run left its journal");
+    assert_eq!(
+        napi_cpus(&t.dut_in()),
+        vec![vec![0]],
+        "nothing restored by a killed run"
+    );
+    // A new run refuses to start over it, and says what to do.
+    let (ok, err) = run_once(&bed, "stale", &cfg, &args);
+    assert!(!ok, "a run over a stale journal must not start");
+    assert!(
+        err.contains("dataplane irq restore") && err.contains(&state_arg),
+        "{err}"
+    );
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &t.dut_ns(),
+            &bin(),
+            "irq",
+            "restore",
+            "--state",
+            &state_arg,
+        ])
+        .output()
+        .expect("irq restore");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        napi_cpus(&t.dut_in()),
+        vec![all.clone()],
+        "affinity back: {text}"
+    );
+    assert_eq!(
+        threaded(&t.dut_ns(), &t.dut_out()),
+        "0",
+        "threaded back: {text}"
+    );
+    assert!(!state.exists(), "the journal is removed");
+    // And a run starts again.
+    let (ok, err) = run_once(&bed, "again", &cfg, &args);
+    assert!(ok, "{err}");
+    assert!(!state.exists(), "a clean stop removes the journal");
+}

@@ -1,11 +1,81 @@
 //! Applying a plan's interrupt side: IRQ smp_affinity for real NICs, threaded-NAPI kthread
 //! affinity for veth and any device in threaded-NAPI mode. Every change is recorded and undone
 //! by [`IrqChanges::restore`] (also on drop), so a run leaves the machine as it found it.
+//!
+//! A journaled set of changes ([`IrqChanges::journaled`]) also writes each change to a state
+//! file before making it, so a run that dies without restoring (SIGKILL) leaves a record that
+//! [`restore_from`] (`dataplane irq restore`) undoes; a clean restore removes the file.
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
 use crate::sys;
 use crate::topology::{self, IrqSource};
 
+/// Where a run in the current network namespace journals its interrupt changes:
+/// `/run/dataplane/irq-<netns inode>.json` (IRQs are global, but the `threaded` files and the
+/// interfaces are the namespace's, so one file per namespace).
+pub fn default_state_path() -> PathBuf {
+    let netns = std::fs::read_link("/proc/self/ns/net")
+        .ok()
+        .and_then(|l| {
+            l.to_string_lossy()
+                .trim_start_matches("net:[")
+                .trim_end_matches(']')
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap_or(0);
+    PathBuf::from(format!("/run/dataplane/irq-{netns}.json"))
+}
+
+/// Undoes the changes recorded in the state file `path` by a run that did not restore them,
+/// and removes the file. One line per item, with what was read back.
+pub fn restore_from(path: &Path) -> Result<Vec<String>, IrqStateError> {
+    let text = std::fs::read_to_string(path).map_err(|source| IrqStateError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let changes: Vec<Change> = serde_json::from_str(&text).map_err(|e| IrqStateError::Parse {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    })?;
+    let mut set = IrqChanges {
+        changes,
+        journal: Some(path.to_path_buf()),
+    };
+    Ok(set.restore())
+}
+
+/// The interrupt state file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum IrqStateError {
+    /// A previous run's changes were never restored.
+    #[error("{} exists: a run with --apply-irq ended without restoring the interrupts it moved (or one is running); `dataplane irq restore` puts them back", path.display())]
+    Stale {
+        /// The state file.
+        path: PathBuf,
+    },
+    /// The file could not be read or written.
+    #[error("interrupt state file {}: {source}", path.display())]
+    Read {
+        /// The state file.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a list of changes.
+    #[error("interrupt state file {}: {why}", path.display())]
+    Parse {
+        /// The state file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+}
+
 /// One change and how to undo it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Change {
     /// `/sys/class/net/DEV/threaded` was switched.
     Threaded {
@@ -54,6 +124,8 @@ pub struct IrqError {
 #[derive(Debug, Default)]
 pub struct IrqChanges {
     changes: Vec<Change>,
+    /// The state file every change is written to before it is made.
+    journal: Option<PathBuf>,
 }
 
 fn cpu_list(cpus: &[usize]) -> String {
@@ -71,6 +143,50 @@ fn irq_cpus(irq: u32) -> Vec<usize> {
 }
 
 impl IrqChanges {
+    /// A set of changes journaled to `path`, which must not exist yet: created exclusively
+    /// (never through a symlink), so a stale file from a run that died is refused rather than
+    /// overwritten.
+    pub fn journaled(path: &Path) -> Result<IrqChanges, IrqStateError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| IrqStateError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        }
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(b"[]"));
+        match created {
+            Ok(()) => Ok(IrqChanges {
+                changes: Vec::new(),
+                journal: Some(path.to_path_buf()),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(IrqStateError::Stale {
+                path: path.to_path_buf(),
+            }),
+            Err(source) => Err(IrqStateError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// Records `c`, in the journal first (written to a temporary file and renamed over it, so
+    /// the file is never half written), then in memory.
+    fn record(&mut self, c: Change) -> Result<(), String> {
+        self.changes.push(c);
+        let Some(path) = &self.journal else {
+            return Ok(());
+        };
+        let tmp = path.with_extension("json.tmp");
+        let text = serde_json::to_string(&self.changes).map_err(|e| e.to_string())?;
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| format!("journaling to {}: {e}", path.display()))
+    }
+
     /// Moves the receive work of `ifname` queue `queue` to `cpu`. For a device without IRQs of
     /// its own (veth), threaded NAPI is switched on first.
     pub fn apply(&mut self, ifname: &str, queue: u32, cpu: usize) -> Result<(), IrqError> {
@@ -88,36 +204,45 @@ impl IrqChanges {
                 .trim()
                 .to_string();
             if before != "1" {
-                std::fs::write(&path, "1")
-                    .map_err(|e| err(format!("enabling threaded NAPI ({path}): {e}")))?;
-                self.changes.push(Change::Threaded {
+                self.record(Change::Threaded {
                     ifname: ifname.into(),
                     before,
-                });
+                })
+                .map_err(err)?;
+                std::fs::write(&path, "1")
+                    .map_err(|e| err(format!("enabling threaded NAPI ({path}): {e}")))?;
             }
             src = topology::queue_irq(ifname, queue);
         }
         match src {
             Some(IrqSource::Irq { irq, cpus }) => {
+                self.record(Change::Irq {
+                    irq,
+                    before: cpus,
+                    after: vec![cpu],
+                })
+                .map_err(err)?;
                 std::fs::write(
                     format!("/proc/irq/{irq}/smp_affinity_list"),
                     cpu.to_string(),
                 )
                 .map_err(|e| err(format!("/proc/irq/{irq}/smp_affinity_list: {e}")))?;
-                self.changes.push(Change::Irq {
-                    irq,
-                    before: cpus,
-                    after: irq_cpus(irq),
-                });
+                if let Some(Change::Irq { after, .. }) = self.changes.last_mut() {
+                    *after = irq_cpus(irq);
+                }
             }
             Some(IrqSource::NapiThread { tid, name, cpus }) => {
-                sys::set_thread_affinity(tid, &[cpu]).map_err(|e| err(format!("{name}: {e}")))?;
-                self.changes.push(Change::Napi {
+                self.record(Change::Napi {
                     tid,
-                    name,
+                    name: name.clone(),
                     before: cpus,
-                    after: topology::thread_cpus(tid).unwrap_or_default(),
-                });
+                    after: vec![cpu],
+                })
+                .map_err(err)?;
+                sys::set_thread_affinity(tid, &[cpu]).map_err(|e| err(format!("{name}: {e}")))?;
+                if let Some(Change::Napi { after, .. }) = self.changes.last_mut() {
+                    *after = topology::thread_cpus(tid).unwrap_or_default();
+                }
             }
             None => return Err(err("no IRQ and no NAPI thread found for this queue".into())),
         }
@@ -169,6 +294,13 @@ impl IrqChanges {
                         r.err().map_or(String::new(), |e| format!(" (failed: {e})"))
                     )
                 }
+                Change::Napi { tid, name, .. }
+                    if topology::thread_name(tid).as_deref() != Some(name.as_str()) =>
+                {
+                    // The device (and its NAPI thread) went away; never touch a thread that
+                    // has since taken the id.
+                    format!("irq: {name} (thread {tid}) is gone: nothing to restore")
+                }
                 Change::Napi {
                     tid, name, before, ..
                 } => {
@@ -193,6 +325,9 @@ impl IrqChanges {
                 }
             });
         }
+        if let Some(path) = self.journal.take() {
+            let _ = std::fs::remove_file(path);
+        }
         out
     }
 }
@@ -200,5 +335,43 @@ impl IrqChanges {
 impl Drop for IrqChanges {
     fn drop(&mut self) {
         self.restore();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_journal_is_written_before_and_removed_after() {
+        let dir = std::env::temp_dir().join(format!("dp-irq-{}", std::process::id()));
+        let path = dir.join("irq-state.json");
+        let _ = std::fs::remove_file(&path);
+        let mut set = IrqChanges::journaled(&path).expect("journal");
+        // A thread id no process has: restoring must not touch whatever thread has it.
+        let gone = Change::Napi {
+            tid: u32::MAX - 7,
+            name: "napi/dp-gone-1".into(),
+            before: vec![0],
+            after: vec![1],
+        };
+        set.record(gone.clone()).expect("record");
+        let on_disk: Vec<Change> =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+        assert_eq!(on_disk, vec![gone]);
+        assert!(
+            matches!(
+                IrqChanges::journaled(&path),
+                Err(IrqStateError::Stale { .. })
+            ),
+            "a second journal over a live one is refused"
+        );
+        // What a SIGKILLed run leaves: the file, restored from disk.
+        std::mem::forget(set);
+        let lines = restore_from(&path).expect("restore");
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].contains("is gone"), "{lines:?}");
+        assert!(!path.exists(), "a restore removes the journal");
+        let _ = std::fs::remove_dir(&dir);
     }
 }

@@ -38,6 +38,11 @@ enum Cmd {
     Sink(cli::sink::SinkArgs),
     /// Send UDP frames flat out with BPF_PROG_TEST_RUN live frames (xdp-trafficgen's method).
     Gen(cli::gen::GenArgs),
+    /// Interrupt placement left behind by a run that died (`irq restore`).
+    Irq {
+        #[command(subcommand)]
+        action: cli::irq::IrqCmd,
+    },
 }
 
 fn main() {
@@ -50,6 +55,7 @@ fn main() {
         Cmd::Testbed { action } => cli::testbed::main(action),
         Cmd::Sink(a) => cli::sink::main(a),
         Cmd::Gen(a) => cli::gen::main(a),
+        Cmd::Irq { action } => cli::irq::main(action),
     };
     if let Err(e) = result {
         eprintln!("dataplane: error: {e:#}");

@@ -243,6 +243,13 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
     Some(out)
 }
 
+/// A thread's name (`/proc/TID/comm`).
+pub fn thread_name(tid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{tid}/comm"))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
 /// Allowed CPUs of a thread, from `/proc/TID/status`.
 pub fn thread_cpus(tid: u32) -> Option<Vec<usize>> {
     let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;

@@ -141,6 +141,15 @@ impl Dut {
         self.child.as_ref().expect("running").id()
     }
 
+    /// SIGKILL (nothing is restored by the process itself), and wait.
+    pub fn kill(mut self) {
+        let mut child = self.child.take().expect("running");
+        let _ = Command::new("kill")
+            .args(["-KILL", &child.id().to_string()])
+            .status();
+        let _ = child.wait();
+    }
+
     /// SIGTERM, wait, and return the JSON summary.
     pub fn stop(mut self) -> serde_json::Value {
         let mut child = self.child.take().expect("running");

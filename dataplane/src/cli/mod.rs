@@ -13,6 +13,7 @@ use dataplane::topology::{Machine, Source};
 
 pub mod bench;
 pub mod gen;
+pub mod irq;
 pub mod plan;
 pub mod run;
 pub mod sink;

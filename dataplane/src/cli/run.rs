@@ -31,9 +31,14 @@ pub struct RunArgs {
     /// sender's CPU or the NAPI thread's plays it). Repeatable.
     #[arg(long = "irq-cpu")]
     irq_cpu: Vec<String>,
-    /// Move each queue's IRQ / NAPI thread to its planned interrupt CPU (restored at exit).
+    /// Move each queue's IRQ / NAPI thread to its planned interrupt CPU (restored at exit;
+    /// journaled first to --irq-state, so `dataplane irq restore` can undo a run that died).
     #[arg(long)]
     apply_irq: bool,
+    /// The interrupt state file (default: /run/dataplane/irq-<netns inode>.json). A run with
+    /// --apply-irq refuses to start while it exists.
+    #[arg(long)]
+    irq_state: Option<PathBuf>,
 }
 
 /// Runs the forwarder and prints its summary.
@@ -52,6 +57,10 @@ pub fn main(a: RunArgs) -> Result<()> {
     let opts = RunOptions {
         plan,
         apply_irq: a.apply_irq,
+        irq_state: Some(
+            a.irq_state
+                .unwrap_or_else(dataplane::irq::default_state_path),
+        ),
         duration: a.duration.map(|d| secs(d, "--duration")).transpose()?,
         interval: (a.interval > 0.0)
             .then(|| secs(a.interval, "--interval"))

@@ -73,6 +73,9 @@ pub enum RunError {
     /// Moving interrupts failed.
     #[error(transparent)]
     Irq(#[from] IrqError),
+    /// The interrupt state file is stale or unusable.
+    #[error(transparent)]
+    IrqState(#[from] crate::irq::IrqStateError),
 }
 
 /// How long and how loudly to run.
@@ -90,6 +93,9 @@ pub struct RunOptions {
     /// Move the receive work (IRQ or NAPI thread) of every planned queue to its planned
     /// interrupt CPU after attaching, and restore it at the end.
     pub apply_irq: bool,
+    /// Where `apply_irq` journals its changes before making them (None: not journaled), so a
+    /// run that dies leaves a record for `dataplane irq restore`.
+    pub irq_state: Option<std::path::PathBuf>,
 }
 
 /// Everything a finished run reports.
@@ -129,7 +135,12 @@ pub fn run(
         return Err(RunError::NotRoot);
     }
     let _ = sys::raise_memlock_limit();
-    // Everything that can fail runs before the first attach.
+    // Everything that can fail runs before the first attach, the interrupt journal included:
+    // a stale one (a run that died without restoring) is refused here.
+    let mut irq = match (opts.apply_irq, &opts.irq_state) {
+        (true, Some(path)) => IrqChanges::journaled(path)?,
+        _ => IrqChanges::default(),
+    };
     let fwd = check::forwarder(cfg, &mut log)?;
     let mut steers = attach::load_steering(cfg)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -142,7 +153,6 @@ pub fn run(
     let setup = report::setups(cfg, &pollers.readies, &mut log);
     // Interrupt side of the plan: after attaching, because a veth has NAPI instances (and so
     // NAPI threads) only while an XDP program is attached.
-    let mut irq = IrqChanges::default();
     if opts.apply_irq {
         if let Err(e) = attach::apply_irq(&mut irq, opts.plan.as_ref(), cfg) {
             irq.restore();

@@ -1,0 +1,44 @@
+//! `dataplane irq restore`: undo what a run with --apply-irq moved and did not put back.
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Subcommand;
+
+use super::need_root;
+
+/// Interrupt placement left behind by a run that died.
+#[derive(Subcommand)]
+pub enum IrqCmd {
+    /// Put back every IRQ affinity, NAPI thread affinity and threaded-NAPI setting recorded in
+    /// the state file, then remove it. Run it in the namespace the run was in.
+    Restore {
+        /// The state file (default: /run/dataplane/irq-<netns inode>.json).
+        #[arg(long)]
+        state: Option<PathBuf>,
+    },
+}
+
+/// Runs one irq action.
+pub fn main(cmd: IrqCmd) -> Result<()> {
+    match cmd {
+        IrqCmd::Restore { state } => {
+            need_root("dataplane irq restore needs root to change interrupt affinities")?;
+            let path = state.unwrap_or_else(dataplane::irq::default_state_path);
+            if !path.exists() {
+                println!(
+                    "irq: nothing to restore ({} does not exist)",
+                    path.display()
+                );
+                return Ok(());
+            }
+            for line in dataplane::irq::restore_from(&path)? {
+                println!("{line}");
+            }
+            println!(
+                "irq: restored what {} recorded, and removed it",
+                path.display()
+            );
+            Ok(())
+        }
+    }
+}

@@ -3,9 +3,9 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool iputils-ping \
-	procps util-linux python3 libhwloc-dev libudev-dev traceroute iperf3
+	procps util-linux python3 libhwloc-dev libudev-dev traceroute iperf3 man-db
 
-.PHONY: deps build test demo bench lint fmt clean fuzz
+.PHONY: deps build test demo bench lint fmt clean fuzz install
 
 deps:
 	@scripts/deps.sh $(DEB_PACKAGES)
@@ -35,6 +35,19 @@ lint: deps
 # default (RUNS=..., SECONDS_MAX=... to change).
 fuzz: deps
 	scripts/fuzz.sh
+
+# The binary, its man pages and shell completions under $(DESTDIR)$(PREFIX).
+PREFIX ?= /usr/local
+install: build
+	install -D -m 0755 target/release/dataplane $(DESTDIR)$(PREFIX)/bin/dataplane
+	mkdir -p $(DESTDIR)$(PREFIX)/share/man/man1
+	target/release/dataplane manpages $(DESTDIR)$(PREFIX)/share/man/man1 >/dev/null
+	mkdir -p $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+		$(DESTDIR)$(PREFIX)/share/zsh/site-functions \
+		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	target/release/dataplane completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/dataplane
+	target/release/dataplane completions zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_dataplane
+	target/release/dataplane completions fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/dataplane.fish
 
 fmt:
 	$(CARGO) fmt --all

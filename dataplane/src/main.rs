@@ -43,6 +43,17 @@ enum Cmd {
         #[command(subcommand)]
         action: cli::irq::IrqCmd,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: cli::docs::Shell,
+    },
+    /// Write the man pages (dataplane.1 and one per subcommand) into a directory.
+    Manpages {
+        /// Output directory.
+        dir: std::path::PathBuf,
+    },
 }
 
 fn main() {
@@ -56,6 +67,12 @@ fn main() {
         Cmd::Sink(a) => cli::sink::main(a),
         Cmd::Gen(a) => cli::gen::main(a),
         Cmd::Irq { action } => cli::irq::main(action),
+        Cmd::Completions { shell } => cli::docs::completions::<Cli>(shell),
+        Cmd::Manpages { dir } => cli::docs::manpages::<Cli>(&dir).map(|written| {
+            for p in written {
+                println!("{}", p.display());
+            }
+        }),
     };
     if let Err(e) = result {
         eprintln!("dataplane: error: {e:#}");

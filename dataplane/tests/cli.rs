@@ -67,3 +67,53 @@ fn a_synthetic_machine_is_planned() {
     assert!(out.starts_with("layout same-package"), "{out}");
     assert!(out.contains("dp-d1"), "{out}");
 }
+
+#[test]
+fn bash_completion_loads() {
+    let (rc, script, err) = run(&["completions", "bash"]);
+    assert_eq!(rc, 0, "{err}");
+    let out = Command::new("bash")
+        .args(["-c", "source /dev/stdin && complete -p dataplane"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .expect("stdin")
+                .write_all(script.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("bash");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "bash could not load the script");
+    assert!(text.contains("dataplane"), "{text}");
+}
+
+#[test]
+fn man_pages_render() {
+    let dir = std::env::temp_dir().join(format!("dp-man-{}", std::process::id()));
+    let (rc, out, err) = run(&["manpages", dir.to_str().expect("utf-8 path")]);
+    assert_eq!(rc, 0, "{err}");
+    let pages: Vec<&str> = out.lines().collect();
+    assert!(pages.iter().any(|p| p.ends_with("/dataplane.1")), "{out}");
+    assert!(
+        pages.iter().any(|p| p.ends_with("/dataplane-run.1")),
+        "{out}"
+    );
+    let man = Command::new("man")
+        .args(["-l", "-P", "cat"])
+        .arg(dir.join("dataplane-run.1"))
+        .env("MANWIDTH", "100")
+        .output()
+        .expect("man (Debian man-db)");
+    let text = String::from_utf8_lossy(&man.stdout);
+    assert!(
+        man.status.success(),
+        "{}",
+        String::from_utf8_lossy(&man.stderr)
+    );
+    assert!(text.contains("--apply-irq"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

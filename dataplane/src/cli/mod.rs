@@ -12,6 +12,7 @@ use dataplane::plan::{Layout, Plan, QueueIn};
 use dataplane::topology::{Machine, Source};
 
 pub mod bench;
+pub mod docs;
 pub mod gen;
 pub mod irq;
 pub mod plan;

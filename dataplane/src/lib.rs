@@ -36,6 +36,7 @@ pub mod poller;
 pub mod runtime;
 pub mod stats;
 pub mod sys;
+pub mod telemetry;
 pub mod testbed;
 pub mod topology;
 pub mod types;

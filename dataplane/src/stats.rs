@@ -66,6 +66,23 @@ pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "icmp_rate_limited",
     "icmp_not_sent",
 ];
+/// One line on what each [`Counter`] counts, in order (the metrics' help texts).
+pub const COUNTER_HELP: [&str; COUNTERS] = [
+    "Frames taken from AF_XDP RX rings.",
+    "Bytes taken from AF_XDP RX rings.",
+    "Frames put on AF_XDP TX rings (forwarded, and ICMP errors sent).",
+    "Bytes put on AF_XDP TX rings.",
+    "Non-empty RX bursts (rx_packets / batches is the average burst).",
+    "TX kicks (sendto) made because the ring asked for a wakeup.",
+    "Fill-ring kicks made because the ring asked for a wakeup.",
+    "Times a TX ring had no room for a whole burst.",
+    "Times the free list ran dry while a fill ring had room.",
+    "Frames returned on completion rings.",
+    "Idle sleeps in poll().",
+    "ICMP errors sent (time exceeded, unreachable, too big).",
+    "ICMP errors not sent because the poller's token bucket was empty.",
+    "ICMP errors not sent by rule (about an ICMP error, broadcast/multicast, non-first fragment, martian source).",
+];
 const SLOTS: usize = COUNTERS + DropReason::COUNT;
 
 /// The counter block of one poller (or, in the `shared` ablation, of all of them).

@@ -42,12 +42,46 @@ pub fn bin() -> String {
         .and_then(|deps| deps.parent())
         .expect("target directory");
     let bin = dir.join("dataplane");
-    assert!(
-        bin.is_file(),
-        "{} not found: build it first (cargo build -p dataplane, or make test)",
-        bin.display()
-    );
+    let built = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} not found: build it first (cargo build -p dataplane, or make test)",
+                bin.display()
+            )
+        });
+    // `cargo test -p dataplane-tests` alone does not rebuild the binary: refuse a stale one
+    // rather than test old code.
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    if let Some(newer) =
+        newest_source(&[src.join("dataplane/src"), src.join("bpf")]).filter(|(t, _)| *t > built)
+    {
+        panic!(
+            "{} is older than {}: rebuild it (cargo build -p dataplane, or make test)",
+            bin.display(),
+            newer.1.display()
+        );
+    }
     bin.display().to_string()
+}
+
+/// The most recently modified file under `dirs`, with its time.
+fn newest_source(dirs: &[PathBuf]) -> Option<(std::time::SystemTime, PathBuf)> {
+    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+    let mut todo: Vec<PathBuf> = dirs.to_vec();
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if let Ok(t) = e.metadata().and_then(|m| m.modified()) {
+                if newest.as_ref().is_none_or(|(n, _)| t > *n) {
+                    newest = Some((t, p));
+                }
+            }
+        }
+    }
+    newest
 }
 
 /// A testbed torn down on drop (also on panic).

@@ -39,11 +39,19 @@ pub struct RunArgs {
     /// --apply-irq refuses to start while it exists.
     #[arg(long)]
     irq_state: Option<PathBuf>,
+    /// Serve Prometheus metrics on ADDR:PORT (a bare PORT binds 127.0.0.1). Off by default.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<String>,
 }
 
 /// Runs the forwarder and prints its summary.
 pub fn main(a: RunArgs) -> Result<()> {
     let cfg = Config::load(&a.config)?;
+    let metrics = a
+        .metrics
+        .as_deref()
+        .map(dataplane::telemetry::parse_listen)
+        .transpose()?;
     let plan = a
         .layout
         .map(|l| make_plan(&cfg, &l, &a.irq_cpu, &Source::Host))
@@ -66,7 +74,12 @@ pub fn main(a: RunArgs) -> Result<()> {
             .then(|| secs(a.interval, "--interval"))
             .transpose()?,
         stop: stop_flag()?,
+        metrics: metrics.is_some(),
     };
+    if let Some(addr) = metrics {
+        dataplane::telemetry::install(addr)?;
+        eprintln!("metrics: http://{addr}/metrics");
+    }
     let summary = runtime::run(&cfg, &opts, |line| eprintln!("{line}"))?;
     print!("{}", summary.render());
     write_json(&a.json, &serde_json::to_value(&summary)?)?;

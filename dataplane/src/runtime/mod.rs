@@ -21,6 +21,7 @@ use crate::plan::Plan;
 use crate::poller::{PollerError, PollerReport};
 use crate::stats::Snapshot;
 use crate::sys;
+use crate::telemetry::Publisher;
 use crate::topology::TopologyError;
 
 mod attach;
@@ -96,6 +97,8 @@ pub struct RunOptions {
     /// Where `apply_irq` journals its changes before making them (None: not journaled), so a
     /// run that dies leaves a record for `dataplane irq restore`.
     pub irq_state: Option<std::path::PathBuf>,
+    /// Publish the counters to the installed metrics recorder (`telemetry::install`).
+    pub metrics: bool,
 }
 
 /// Everything a finished run reports.
@@ -144,13 +147,19 @@ pub fn run(
     let fwd = check::forwarder(cfg, &mut log)?;
     let mut steers = attach::load_steering(cfg)?;
     let stop = Arc::new(AtomicBool::new(false));
-    let pollers = spawn::pollers(cfg, opts.plan.as_ref(), fwd, &stop)?;
+    let pollers = spawn::pollers(cfg, opts.plan.as_ref(), fwd.clone(), &stop)?;
     if let Err(e) = attach::wire(&mut steers, &pollers.readies, cfg) {
         steers.iter_mut().for_each(Steer::detach);
         pollers.abort(&stop);
         return Err(e);
     }
     let setup = report::setups(cfg, &pollers.readies, &mut log);
+    let publisher = opts.metrics.then(|| {
+        let p = Publisher::new(&setup.iter().map(|s| s.cpu).collect::<Vec<_>>());
+        let t = fwd.table();
+        p.publish_fib(t.v4.len(), t.v6.len(), t.next_hops.len());
+        p
+    });
     // Interrupt side of the plan: after attaching, because a veth has NAPI instances (and so
     // NAPI threads) only while an XDP program is attached.
     if opts.apply_irq {
@@ -177,7 +186,7 @@ pub fn run(
         cfg.dataplane.batch_size
     ));
     let start = Instant::now();
-    report::watch(opts, &pollers, start, &mut log);
+    report::watch(opts, &pollers, &steers, publisher.as_ref(), start, &mut log);
     let elapsed = start.elapsed();
     // Detach first (no new frames), then stop and drain the pollers.
     let steer: Vec<(String, Vec<u64>)> = steers

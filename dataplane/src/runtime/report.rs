@@ -4,12 +4,13 @@ use std::time::{Duration, Instant};
 
 use super::spawn::Pollers;
 use super::{RunOptions, RunSummary};
-use crate::bpf::STEER_STAT_NAMES;
+use crate::bpf::{Steer, STEER_STAT_NAMES};
 use crate::config::Config;
 use crate::irq::Change;
 use crate::packet::DropReason;
 use crate::poller::{PollerReport, Ready};
 use crate::stats::{Counter, Snapshot};
+use crate::telemetry::Publisher;
 
 /// Setup timing of one poller (kept apart from the measured interval).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -95,15 +96,22 @@ pub(super) fn setups(
 pub(super) fn watch(
     opts: &RunOptions,
     pollers: &Pollers,
+    steers: &[Steer],
+    publisher: Option<&Publisher>,
     start: Instant,
     log: &mut impl FnMut(&str),
 ) {
     let mut last = Snapshot::default();
     let mut last_t = start;
     let mut next_report = opts.interval.map(|i| start + i);
+    let mut next_publish = start;
     loop {
         std::thread::sleep(Duration::from_millis(20));
         let now = Instant::now();
+        if let Some(p) = publisher.filter(|_| now >= next_publish) {
+            publish(p, pollers, steers);
+            next_publish = now + PUBLISH_EVERY;
+        }
         if opts.stop.load(std::sync::atomic::Ordering::Relaxed)
             || opts.duration.is_some_and(|d| now - start >= d)
         {
@@ -132,6 +140,19 @@ pub(super) fn watch(
             }
         }
     }
+}
+
+/// How often the counters are handed to the metrics exporter (a scrape reads the latest).
+const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+
+/// Hands the pollers' and the steering programs' counters to the metrics exporter.
+pub(super) fn publish(p: &Publisher, pollers: &Pollers, steers: &[Steer]) {
+    p.publish(&pollers.snapshots());
+    let per_port: Vec<(String, Vec<u64>)> = steers
+        .iter()
+        .map(|s| (s.ifname().to_string(), s.stats().to_vec()))
+        .collect();
+    p.publish_steering(&per_port, &STEER_STAT_NAMES);
 }
 
 /// What the run collected besides the counters, for the summary.

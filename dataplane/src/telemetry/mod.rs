@@ -1,0 +1,183 @@
+//! Telemetry: Prometheus metrics (`dataplane run --metrics ADDR`), published by the control
+//! thread from the pollers' counters. A poller never writes anything for it: the publisher
+//! only loads the counters the pollers keep anyway, so a scrape costs them nothing.
+//!
+//! The exporter is `metrics-exporter-prometheus` behind the `metrics` facade, with its own
+//! HTTP listener thread. Names follow the Prometheus conventions: `dataplane_` prefix,
+//! `_total` for counters, base units (`_bytes`).
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
+
+use crate::packet::DropReason;
+use crate::stats::{Snapshot, COUNTER_HELP, COUNTER_NAMES};
+
+/// The metrics endpoint could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    /// Not `ADDR:PORT` or `PORT`.
+    #[error("--metrics {0}: expected ADDR:PORT, or PORT (binds 127.0.0.1)")]
+    Listen(String),
+    /// The exporter could not start (address in use, a recorder already installed).
+    #[error("starting the Prometheus exporter on {addr}: {why}")]
+    Exporter {
+        /// The listen address.
+        addr: SocketAddr,
+        /// The exporter's message.
+        why: String,
+    },
+}
+
+/// Parses `--metrics`: `ADDR:PORT`, `[V6ADDR]:PORT`, or a bare port on 127.0.0.1 (off the
+/// network unless asked: the endpoint has no authentication).
+pub fn parse_listen(s: &str) -> Result<SocketAddr, TelemetryError> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    s.parse().map_err(|_| TelemetryError::Listen(s.to_string()))
+}
+
+/// Installs the process-wide Prometheus recorder and starts its HTTP listener on `addr`.
+pub fn install(addr: SocketAddr) -> Result<(), TelemetryError> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|e| TelemetryError::Exporter {
+            addr,
+            why: e.to_string(),
+        })?;
+    describe();
+    gauge!("dataplane_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    Ok(())
+}
+
+/// The help text (and unit) of every metric.
+fn describe() {
+    for (name, help) in COUNTER_NAMES.iter().zip(COUNTER_HELP) {
+        let unit = if name.ends_with("_bytes") {
+            Unit::Bytes
+        } else {
+            Unit::Count
+        };
+        describe_counter!(metric_name(name), unit, help);
+    }
+    describe_counter!(
+        "dataplane_drops_total",
+        Unit::Count,
+        "Frames not forwarded, by reason (docs/ROUTER.md)."
+    );
+    describe_counter!(
+        "dataplane_steer_frames_total",
+        Unit::Count,
+        "Frames the XDP steering program handled per port: redirected to a poller, passed to the kernel (by why), or dropped."
+    );
+    describe_gauge!(
+        "dataplane_fib_prefixes",
+        "Prefixes in the forwarding table, by family."
+    );
+    describe_gauge!(
+        "dataplane_fib_next_hops",
+        "Next hops in the forwarding table."
+    );
+    describe_gauge!("dataplane_build_info", "Always 1; the version as a label.");
+}
+
+/// Publishes each poller's counters (and what the run knows besides) to the recorder.
+#[derive(Debug, Clone)]
+pub struct Publisher {
+    /// Per poller (in snapshot order): its labels `poller` and `cpu`.
+    pollers: Vec<(String, String)>,
+}
+
+impl Publisher {
+    /// A publisher for pollers with these CPUs (None: unpinned, labelled `any`).
+    pub fn new(cpus: &[Option<usize>]) -> Publisher {
+        Publisher {
+            pollers: cpus
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (i.to_string(), c.map_or("any".into(), |c| c.to_string())))
+                .collect(),
+        }
+    }
+
+    /// Sets every counter to the pollers' current values. `snapshots` holds one per poller,
+    /// or a single one for all of them (the shared-counter ablation, labelled `all`).
+    pub fn publish(&self, snapshots: &[Snapshot]) {
+        for (i, s) in snapshots.iter().enumerate() {
+            let (poller, cpu) = match (snapshots.len(), self.pollers.get(i)) {
+                (1, _) if self.pollers.len() > 1 => ("all".to_string(), "any".to_string()),
+                (_, Some((p, c))) => (p.clone(), c.clone()),
+                _ => (i.to_string(), "any".to_string()),
+            };
+            for (name, v) in COUNTER_NAMES.iter().zip(s.counters) {
+                counter!(metric_name(name), "poller" => poller.clone(), "cpu" => cpu.clone())
+                    .absolute(v);
+            }
+            for r in DropReason::ALL {
+                counter!(
+                    "dataplane_drops_total",
+                    "poller" => poller.clone(),
+                    "cpu" => cpu.clone(),
+                    "reason" => r.name()
+                )
+                .absolute(s.drop_count(r));
+            }
+        }
+    }
+
+    /// Sets the steering program's counters of each interface (`result`: redirected,
+    /// pass_local, ...).
+    pub fn publish_steering(&self, per_port: &[(String, Vec<u64>)], names: &[&'static str]) {
+        for (port, values) in per_port {
+            for (name, v) in names.iter().zip(values) {
+                counter!("dataplane_steer_frames_total", "port" => port.clone(), "result" => *name)
+                    .absolute(*v);
+            }
+        }
+    }
+
+    /// Sets the forwarding table's size.
+    pub fn publish_fib(&self, v4: usize, v6: usize, next_hops: usize) {
+        gauge!("dataplane_fib_prefixes", "family" => "ipv4").set(v4 as f64);
+        gauge!("dataplane_fib_prefixes", "family" => "ipv6").set(v6 as f64);
+        gauge!("dataplane_fib_next_hops").set(next_hops as f64);
+    }
+}
+
+/// `rx_bytes` -> `dataplane_rx_bytes_total`; event counts keep their `_events` suffix.
+fn metric_name(counter: &str) -> String {
+    format!("dataplane_{counter}_total")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(
+            parse_listen("9100").expect("port"),
+            "127.0.0.1:9100".parse().expect("addr")
+        );
+        assert_eq!(
+            parse_listen("0.0.0.0:9100").expect("addr"),
+            "0.0.0.0:9100".parse().expect("addr")
+        );
+        assert_eq!(
+            parse_listen("[::1]:9100").expect("addr"),
+            "[::1]:9100".parse().expect("addr")
+        );
+        assert!(parse_listen("localhost").is_err());
+        assert!(parse_listen("70000").is_err());
+    }
+
+    #[test]
+    fn names_follow_the_conventions() {
+        for n in COUNTER_NAMES {
+            let m = metric_name(n);
+            assert!(m.starts_with("dataplane_") && m.ends_with("_total"), "{m}");
+            assert!(!m.contains("__"), "{m}");
+        }
+    }
+}

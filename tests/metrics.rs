@@ -1,0 +1,161 @@
+//! Prometheus metrics of a running dataplane (`--metrics`): scraped while it forwards, checked
+//! by `promtool check metrics`, counters against what the sink counted and what was sent.
+//! They need root.
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::router::{config, spec};
+use common::*;
+use dataplane::packet::build::udp_v4;
+
+/// GET /metrics on 127.0.0.1:`port` inside namespace `ns`: the body.
+fn scrape(ns: &str, port: u16) -> String {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        dataplane::sys::enter_netns(&ns).expect("setns");
+        let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the exporter");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .expect("request");
+        let mut text = String::new();
+        s.read_to_string(&mut text).expect("response");
+        let (head, body) = text.split_once("\r\n\r\n").expect("http response");
+        assert!(
+            head.starts_with("HTTP/1.") && head.contains(" 200"),
+            "{head}"
+        );
+        body.to_string()
+    })
+    .join()
+    .expect("scrape thread")
+}
+
+/// The sum of every sample of `name` whose labels contain `label` (all samples: "").
+fn sum(text: &str, name: &str, label: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+        .map(|l| {
+            l.rsplit(' ')
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .expect("sample value") as u64
+        })
+        .sum()
+}
+
+#[test]
+fn scraped_metrics_are_valid_and_agree_with_the_sink() {
+    if !root_or_skip("prometheus metrics") {
+        return;
+    }
+    let bed = Bed::up("tpm", 1);
+    let t = &bed.0;
+    let sink_json = std::env::temp_dir().join(format!("{}-sink.json", t.prefix));
+    let _ = std::fs::remove_file(&sink_json);
+    // The sink drops everything in XDP, so its kernel sends nothing back through the DUT.
+    let mut sink = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &t.sink_ns(),
+            &bin(),
+            "sink",
+            "--iface",
+            &t.sink_if(),
+        ])
+        .args(["--duration", "4", "--match-port", "7777", "--json"])
+        .arg(&sink_json)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("sink");
+    let mut lines = BufReader::new(sink.stderr.take().expect("stderr")).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("window open"))),
+        "sink did not start"
+    );
+    let port = 9911;
+    let dut = Dut::start_with(&bed, &config(t, ""), &["--metrics", &port.to_string()]);
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    for i in 0..300u16 {
+        gen.send(&udp_v4(&spec(i))).expect("send");
+    }
+    let good = udp_v4(&spec(999));
+    for _ in 0..3 {
+        let mut f = good.clone();
+        f[24] ^= 0x5a; // header checksum
+        gen.send(&f).expect("send");
+    }
+    for _ in 0..2 {
+        let mut f = good.clone();
+        f[14] = 0x55; // version 5
+        gen.send(&f).expect("send");
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    let text = scrape(&t.dut_ns(), port);
+    let _ = sink.wait();
+    let s = dut.stop();
+
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian prometheus)");
+    promtool
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let check = promtool.wait_with_output().expect("promtool");
+    assert!(
+        check.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    let sunk: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&sink_json).expect("sink json"))
+            .expect("json");
+    // Our frames (UDP to 7777); the DUT's own kernel may send the sink a few (ND, MLD).
+    let arrived = sunk["matched"].as_u64().expect("matched");
+    assert_eq!(arrived, 300, "the sink saw every good frame");
+    assert_eq!(
+        sum(&text, "dataplane_tx_packets_total", ""),
+        arrived,
+        "scraped tx = what the sink counted (traffic had ended before the scrape)"
+    );
+    assert_eq!(sum(&text, "dataplane_rx_packets_total", ""), 305);
+    assert_eq!(
+        sum(&text, "dataplane_drops_total", "reason=\"bad_checksum\""),
+        3
+    );
+    assert_eq!(
+        sum(&text, "dataplane_drops_total", "reason=\"bad_version\""),
+        2
+    );
+    assert_eq!(sum(&text, "dataplane_drops_total", ""), 5);
+    assert_eq!(
+        sum(
+            &text,
+            "dataplane_steer_frames_total",
+            "result=\"redirected\""
+        ),
+        305
+    );
+    assert!(text.contains("dataplane_build_info{"), "{text}");
+    assert!(
+        text.contains("dataplane_fib_prefixes{family=\"ipv4\"} 2"),
+        "{text}"
+    );
+    assert!(text.contains("poller=\"0\""), "{text}");
+    assert_frames_accounted(&s);
+}

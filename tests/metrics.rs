@@ -159,3 +159,83 @@ fn scraped_metrics_are_valid_and_agree_with_the_sink() {
     assert!(text.contains("poller=\"0\""), "{text}");
     assert_frames_accounted(&s);
 }
+
+#[test]
+fn top_shows_the_pollers_of_a_running_instance() {
+    if !root_or_skip("dataplane top") {
+        return;
+    }
+    let bed = Bed::up("ttp", 1);
+    let t = &bed.0;
+    let port = "9913";
+    let dut = Dut::start_with(&bed, &config(t, ""), &["--metrics", port]);
+    // 20 kpps for the whole test, paced.
+    let mut gen = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &t.gen_ns(),
+            &bin(),
+            "gen",
+            "--iface",
+            &t.gen_if(),
+        ])
+        .args(["--rate", "20000", "--duration", "4"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gen");
+    std::thread::sleep(Duration::from_millis(500));
+    let top = |extra: &[&str]| {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &t.dut_ns(),
+                &bin(),
+                "top",
+                "--metrics",
+                port,
+            ])
+            .args(["--interval", "1"])
+            .args(extra)
+            .output()
+            .expect("top");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let table = top(&["--once"]);
+    let mut lines = table.lines();
+    assert!(
+        lines
+            .next()
+            .is_some_and(|h| h.starts_with("poller") && h.contains("busy%")),
+        "{table}"
+    );
+    let row: Vec<&str> = lines
+        .next()
+        .expect("poller row")
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[0], "0", "{table}");
+    let rx_mpps: f64 = row[2].parse().expect("rx Mpps");
+    assert!(rx_mpps > 0.01, "about 0.02 Mpps offered: {table}");
+    assert!(
+        table.contains(&t.dut_in()) && table.contains(&t.dut_out()),
+        "port rows: {table}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&top(&["--json"])).expect("json");
+    let p = &v["pollers"][0];
+    assert!(p["rx_pps"].as_f64().expect("rx") > 10_000.0, "{v}");
+    assert!(p["busy_pct"].as_f64().expect("busy") > 0.0, "{v}");
+    assert!(p["avg_burst"].as_f64().expect("burst") >= 1.0, "{v}");
+    assert_eq!(v["ports"].as_array().expect("ports").len(), 2, "{v}");
+    let _ = gen.wait();
+    let s = dut.stop();
+    assert_frames_accounted(&s);
+}

@@ -43,6 +43,8 @@ enum Cmd {
         #[command(subcommand)]
         action: cli::irq::IrqCmd,
     },
+    /// A running instance live, from its metrics endpoint: per poller and port rates.
+    Top(cli::top::TopArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -67,6 +69,7 @@ fn main() {
         Cmd::Sink(a) => cli::sink::main(a),
         Cmd::Gen(a) => cli::gen::main(a),
         Cmd::Irq { action } => cli::irq::main(action),
+        Cmd::Top(a) => cli::top::main(a),
         Cmd::Completions { shell } => cli::docs::completions::<Cli>(shell),
         Cmd::Manpages { dir } => cli::docs::manpages::<Cli>(&dir).map(|written| {
             for p in written {

@@ -45,10 +45,14 @@ pub enum Counter {
     /// ICMP errors not sent by rule: about an ICMP error, a multicast/broadcast or martian
     /// address, a non-first fragment; IPv4 too big without DF; no address on the port.
     IcmpNotSent,
+    /// Passes of the poller's loop (each visits every socket once).
+    LoopPasses,
+    /// Passes that found work (frames, completions, kicks): busy = this / loop passes.
+    BusyPasses,
 }
 
 /// Number of [`Counter`] slots.
-pub const COUNTERS: usize = 14;
+pub const COUNTERS: usize = 16;
 /// Names of the [`Counter`] slots, in order.
 pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "rx_packets",
@@ -65,6 +69,8 @@ pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "icmp_sent",
     "icmp_rate_limited",
     "icmp_not_sent",
+    "loop_passes",
+    "busy_passes",
 ];
 /// One line on what each [`Counter`] counts, in order (the metrics' help texts).
 pub const COUNTER_HELP: [&str; COUNTERS] = [
@@ -82,6 +88,8 @@ pub const COUNTER_HELP: [&str; COUNTERS] = [
     "ICMP errors sent (time exceeded, unreachable, too big).",
     "ICMP errors not sent because the poller's token bucket was empty.",
     "ICMP errors not sent by rule (about an ICMP error, broadcast/multicast, non-first fragment, martian source).",
+    "Passes of the poller's loop over its sockets.",
+    "Loop passes that found work (busy ratio = busy_passes / loop_passes).",
 ];
 const SLOTS: usize = COUNTERS + DropReason::COUNT;
 
@@ -240,7 +248,7 @@ mod tests {
         assert_eq!(t.total_drops(), 4);
         assert_eq!(t.delta(&s), s);
         assert_eq!(s.drops_line(), "no_route=2");
-        assert_eq!(COUNTER_NAMES.len(), Counter::IcmpNotSent as usize + 1);
+        assert_eq!(COUNTER_NAMES.len(), Counter::BusyPasses as usize + 1);
     }
 
     #[test]

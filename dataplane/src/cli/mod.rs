@@ -19,6 +19,7 @@ pub mod plan;
 pub mod run;
 pub mod sink;
 pub mod testbed;
+pub mod top;
 pub mod topology;
 pub mod xdp_fwd;
 

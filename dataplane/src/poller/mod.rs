@@ -276,6 +276,9 @@ impl Poller {
     }
 
     fn run(&mut self, stop: &AtomicBool) {
+        // Loop passes, busy passes: tallied here and added to the counters every 256 passes,
+        // so an idle busy-polling loop does not write its counter line on every pass.
+        let mut passes = [0u64; 2];
         while !stop.load(Relaxed) {
             let mut work = 0usize;
             for i in 0..self.sockets.queues.len() {
@@ -283,6 +286,11 @@ impl Poller {
                 self.flush();
             }
             work += self.maintain();
+            passes[0] += 1;
+            passes[1] += u64::from(work != 0);
+            if passes[0] == 256 {
+                self.add_passes(&mut passes);
+            }
             if work == 0 {
                 match self.idle {
                     Idle::Busy => std::hint::spin_loop(),
@@ -294,6 +302,14 @@ impl Poller {
                 }
             }
         }
+        self.add_passes(&mut passes);
+    }
+
+    /// Adds the tallied [loop, busy] passes to the counters and clears the tally.
+    fn add_passes(&mut self, passes: &mut [u64; 2]) {
+        self.stats.add(Counter::LoopPasses, passes[0]);
+        self.stats.add(Counter::BusyPasses, passes[1]);
+        *passes = [0; 2];
     }
 
     /// Takes one burst from socket `i`'s RX ring and decides every frame.

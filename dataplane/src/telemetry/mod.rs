@@ -12,12 +12,22 @@ use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 use crate::packet::DropReason;
 use crate::stats::{Snapshot, COUNTER_HELP, COUNTER_NAMES};
 
+pub mod scrape;
+
 /// The metrics endpoint could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
     /// Not `ADDR:PORT` or `PORT`.
     #[error("--metrics {0}: expected ADDR:PORT, or PORT (binds 127.0.0.1)")]
     Listen(String),
+    /// A running instance's metrics could not be read.
+    #[error("reading metrics from {addr}: {why}")]
+    Scrape {
+        /// The endpoint.
+        addr: SocketAddr,
+        /// What went wrong.
+        why: String,
+    },
     /// The exporter could not start (address in use, a recorder already installed).
     #[error("starting the Prometheus exporter on {addr}: {why}")]
     Exporter {

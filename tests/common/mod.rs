@@ -51,10 +51,20 @@ pub fn bin() -> String {
             )
         });
     // `cargo test -p dataplane-tests` alone does not rebuild the binary: refuse a stale one
-    // rather than test old code.
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    if let Some(newer) =
-        newest_source(&[src.join("dataplane/src"), src.join("bpf")]).filter(|(t, _)| *t > built)
+    // rather than test old code. Stale: the library it links (which cargo did rebuild for
+    // these tests) or the binary's own sources are newer than it.
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../dataplane/src");
+    let candidates = [
+        newest_in(&[dir.join("deps")], |n| {
+            n.starts_with("libdataplane-") && n.ends_with(".rlib")
+        }),
+        newest_in(&[src.join("cli"), src.join("main.rs")], |_| true),
+    ];
+    if let Some(newer) = candidates
+        .into_iter()
+        .flatten()
+        .filter(|(t, _)| *t > built)
+        .max_by_key(|(t, _)| *t)
     {
         panic!(
             "{} is older than {}: rebuild it (cargo build -p dataplane, or make test)",
@@ -65,19 +75,35 @@ pub fn bin() -> String {
     bin.display().to_string()
 }
 
-/// The most recently modified file under `dirs`, with its time.
-fn newest_source(dirs: &[PathBuf]) -> Option<(std::time::SystemTime, PathBuf)> {
+/// The most recently modified file under `paths` (files, or directories walked) whose name
+/// `matches`, with its time.
+fn newest_in(
+    paths: &[PathBuf],
+    matches: impl Fn(&str) -> bool,
+) -> Option<(std::time::SystemTime, PathBuf)> {
     let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
-    let mut todo: Vec<PathBuf> = dirs.to_vec();
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else if let Ok(t) = e.metadata().and_then(|m| m.modified()) {
-                if newest.as_ref().is_none_or(|(n, _)| t > *n) {
-                    newest = Some((t, p));
-                }
+    let mut todo: Vec<PathBuf> = paths.to_vec();
+    while let Some(p) = todo.pop() {
+        if p.is_dir() {
+            todo.extend(
+                std::fs::read_dir(&p)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path()),
+            );
+            continue;
+        }
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if let Some(t) = matches(&name)
+            .then(|| std::fs::metadata(&p).and_then(|m| m.modified()).ok())
+            .flatten()
+        {
+            if newest.as_ref().is_none_or(|(n, _)| t > *n) {
+                newest = Some((t, p));
             }
         }
     }
@@ -117,13 +143,20 @@ impl Dut {
 
     /// As [`Dut::start`], with extra `dataplane run` arguments.
     pub fn start_with(bed: &Bed, config: &str, extra: &[&str]) -> Dut {
+        Self::start_wrapped(bed, config, &[], extra)
+    }
+
+    /// As [`Dut::start_with`], the binary run through `wrapper` (e.g. `setpriv ...`).
+    pub fn start_wrapped(bed: &Bed, config: &str, wrapper: &[&str], extra: &[&str]) -> Dut {
         let dir = std::env::temp_dir();
         let cfg = dir.join(format!("{}-dut.toml", bed.0.prefix));
         let json = dir.join(format!("{}-summary.json", bed.0.prefix));
         let _ = std::fs::remove_file(&json);
         std::fs::write(&cfg, config).expect("write config");
         let mut child = Command::new("ip")
-            .args(["netns", "exec", &bed.0.dut_ns(), &bin(), "run", "--config"])
+            .args(["netns", "exec", &bed.0.dut_ns()])
+            .args(wrapper)
+            .args([&bin(), "run", "--config"])
             .arg(&cfg)
             .args(["--duration", "60", "--interval", "0", "--json"])
             .arg(&json)

@@ -111,10 +111,22 @@ pub fn stop_flag() -> Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
-/// Writes `value` as pretty JSON to `path`, when one is given.
+/// Writes `value` as pretty JSON to `path`, when one is given. The file is opened without
+/// following a symlink (O_NOFOLLOW): a privileged run must not be steered into overwriting
+/// another file.
 pub fn write_json(path: &Option<PathBuf>, value: &serde_json::Value) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     if let Some(p) = path {
-        std::fs::write(p, serde_json::to_string_pretty(value)?)
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(p)
+            .with_context(|| format!("writing {} (a symlink is refused)", p.display()))?;
+        f.write_all(serde_json::to_string_pretty(value)?.as_bytes())
             .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())

@@ -74,11 +74,10 @@ pub fn main(a: RunArgs) -> Result<()> {
             .then(|| secs(a.interval, "--interval"))
             .transpose()?,
         stop: stop_flag()?,
-        metrics: metrics.is_some(),
+        metrics,
     };
     if let Some(addr) = metrics {
-        dataplane::telemetry::install(addr)?;
-        eprintln!("metrics: http://{addr}/metrics");
+        eprintln!("metrics: http://{addr}/metrics (from attach on)");
     }
     let summary = runtime::run(&cfg, &opts, |line| eprintln!("{line}"))?;
     print!("{}", summary.render());

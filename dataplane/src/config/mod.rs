@@ -156,6 +156,11 @@ pub fn parse_align(s: &str) -> Option<u32> {
     }
 }
 
+/// Largest routes file read (a full BGP table in iproute2 form is about 60 MiB).
+pub const ROUTES_FILE_MAX_BYTES: u64 = 256 << 20;
+/// Most lines a routes file may have (1.2M routes is a full IPv4 + IPv6 BGP table).
+pub const ROUTES_FILE_MAX_LINES: usize = 4_000_000;
+
 fn default_icmp_rate() -> u32 {
     1000
 }
@@ -493,6 +498,20 @@ impl Config {
                 Some(b) if rf.is_relative() => b.join(rf),
                 _ => rf.clone(),
             };
+            let size = std::fs::metadata(&path).map(|m| m.len()).map_err(|e| {
+                invalid(
+                    "dataplane.routes_file",
+                    path.display(),
+                    format!("cannot read: {e}"),
+                )
+            })?;
+            if size > ROUTES_FILE_MAX_BYTES {
+                return Err(invalid(
+                    "dataplane.routes_file",
+                    path.display(),
+                    format!("{size} bytes: more than the {ROUTES_FILE_MAX_BYTES} a routes file may have"),
+                ));
+            }
             let text = std::fs::read_to_string(&path).map_err(|e| {
                 invalid(
                     "dataplane.routes_file",
@@ -500,6 +519,13 @@ impl Config {
                     format!("cannot read: {e}"),
                 )
             })?;
+            if text.lines().count() > ROUTES_FILE_MAX_LINES {
+                return Err(invalid(
+                    "dataplane.routes_file",
+                    path.display(),
+                    format!("more than {ROUTES_FILE_MAX_LINES} lines"),
+                ));
+            }
             for (n, line) in text.lines().enumerate() {
                 let line = line.split('#').next().unwrap_or("").trim();
                 if line.is_empty() {

@@ -194,3 +194,24 @@ fn every_example_in_config_dir_is_valid() {
     }
     assert!(n >= 5, "expected the example configs, found {n}");
 }
+
+#[test]
+fn an_oversized_routes_file_is_refused_before_it_is_read() {
+    let dir = std::env::temp_dir().join(format!("dp-routes-limit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let f = std::fs::File::create(dir.join("big.routes")).expect("create");
+    // Sparse: no disk, no time.
+    f.set_len(ROUTES_FILE_MAX_BYTES + 1).expect("set_len");
+    let text = GOOD.replace(
+        "mode = \"l3fwd\"",
+        "mode = \"l3fwd\"\nroutes_file = \"big.routes\"",
+    );
+    let e = Config::parse_in(&text, "t", Some(&dir))
+        .expect_err("too big")
+        .to_string();
+    assert!(
+        e.contains("dataplane.routes_file") && e.contains("bytes"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -131,6 +131,15 @@ pub enum PollerError {
         #[source]
         source: xsk::XskError,
     },
+    /// Giving up capabilities after setup failed.
+    #[error("poller {id}: dropping capabilities")]
+    Privilege {
+        /// Poller.
+        id: usize,
+        /// Cause.
+        #[source]
+        source: sys::SyscallError,
+    },
 }
 
 struct Stage {
@@ -170,7 +179,17 @@ pub fn spawn(
     std::thread::Builder::new()
         .name(format!("dp-poll{}", spec.id))
         .spawn(move || {
-            let mut p = match setup(&spec, fwd, stats) {
+            // Once its sockets are bound, a poller needs no capability at all (each thread
+            // holds its own capability sets).
+            let set_up = setup(&spec, fwd, stats).and_then(|ok| {
+                sys::privilege::keep_only(&[])
+                    .map(|()| ok)
+                    .map_err(|source| PollerError::Privilege {
+                        id: spec.id,
+                        source,
+                    })
+            });
+            let mut p = match set_up {
                 Ok((mut p, r)) => {
                     // Fill rings are stocked before the programs are attached, so the first
                     // frames steered to a socket find buffers waiting.

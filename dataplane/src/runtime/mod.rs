@@ -21,6 +21,7 @@ use crate::plan::Plan;
 use crate::poller::{PollerError, PollerReport};
 use crate::stats::Snapshot;
 use crate::sys;
+use crate::sys::privilege;
 use crate::telemetry::Publisher;
 use crate::topology::TopologyError;
 
@@ -34,9 +35,15 @@ pub use report::PollerSetup;
 /// Why a run could not start (nothing is left attached when one of these is returned).
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// Not privileged.
-    #[error("dataplane run needs root (CAP_NET_ADMIN, CAP_BPF, CAP_NET_RAW, CAP_IPC_LOCK) to attach XDP programs and open AF_XDP sockets; run it with sudo")]
-    NotRoot,
+    /// Not privileged enough.
+    #[error("dataplane run needs CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF and CAP_IPC_LOCK (plus CAP_SYS_NICE with --apply-irq) to attach XDP programs and open AF_XDP sockets; missing: {0} (run it as root, or give it those capabilities: docs/OPERATIONS.md)")]
+    NotPrivileged(String),
+    /// Giving up capabilities after setup failed.
+    #[error("dropping capabilities after setup")]
+    Privilege(#[source] sys::SyscallError),
+    /// The metrics endpoint could not start.
+    #[error(transparent)]
+    Metrics(#[from] crate::telemetry::TelemetryError),
     /// An interface in the config does not exist.
     #[error("interface `{0}` (from the config's [[interfaces]]) does not exist in this network namespace")]
     NoInterface(String),
@@ -97,8 +104,9 @@ pub struct RunOptions {
     /// Where `apply_irq` journals its changes before making them (None: not journaled), so a
     /// run that dies leaves a record for `dataplane irq restore`.
     pub irq_state: Option<std::path::PathBuf>,
-    /// Publish the counters to the installed metrics recorder (`telemetry::install`).
-    pub metrics: bool,
+    /// Serve Prometheus metrics on this address (started after the capabilities are dropped,
+    /// so its threads never hold any).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// Everything a finished run reports.
@@ -134,8 +142,14 @@ pub fn run(
     opts: &RunOptions,
     mut log: impl FnMut(&str),
 ) -> Result<RunSummary, RunError> {
-    if !sys::is_root() {
-        return Err(RunError::NotRoot);
+    let mut needed = privilege::SETUP.to_vec();
+    if opts.apply_irq {
+        needed.push(privilege::Cap::CAP_SYS_NICE);
+    }
+    let missing = privilege::missing(&needed);
+    if !missing.is_empty() {
+        let names: Vec<String> = missing.iter().map(|c| c.to_string()).collect();
+        return Err(RunError::NotPrivileged(names.join(", ")));
     }
     let _ = sys::raise_memlock_limit();
     // Everything that can fail runs before the first attach, the interrupt journal included:
@@ -154,12 +168,6 @@ pub fn run(
         return Err(e);
     }
     let setup = report::setups(cfg, &pollers.readies, &mut log);
-    let publisher = opts.metrics.then(|| {
-        let p = Publisher::new(&setup.iter().map(|s| s.cpu).collect::<Vec<_>>());
-        let t = fwd.table();
-        p.publish_fib(t.v4.len(), t.v6.len(), t.next_hops.len());
-        p
-    });
     // Interrupt side of the plan: after attaching, because a veth has NAPI instances (and so
     // NAPI threads) only while an XDP program is attached.
     if opts.apply_irq {
@@ -173,6 +181,36 @@ pub fn run(
             log(&l);
         }
     }
+    // Set up: keep only what the rest of the run needs (each poller dropped everything after
+    // its own setup), then start the metrics endpoint, whose threads inherit the small sets.
+    let kept = privilege::after_setup(opts.apply_irq);
+    let dropped = privilege::keep_only(&kept)
+        .map_err(RunError::Privilege)
+        .and_then(|()| Ok(opts.metrics.map(crate::telemetry::install).transpose()?));
+    if let Err(e) = dropped {
+        irq.restore();
+        steers.iter_mut().for_each(Steer::detach);
+        pollers.abort(&stop);
+        return Err(e);
+    }
+    log(&format!(
+        "capabilities kept after setup: {}",
+        if kept.is_empty() {
+            "none".to_string()
+        } else {
+            kept.iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    ));
+    // After the exporter is installed: what is recorded before goes nowhere.
+    let publisher = opts.metrics.is_some().then(|| {
+        let p = Publisher::new(&setup.iter().map(|s| s.cpu).collect::<Vec<_>>());
+        let t = fwd.table();
+        p.publish_fib(t.v4.len(), t.v6.len(), t.next_hops.len());
+        p
+    });
     pollers.go();
     log(&format!(
         "attached xdp_steer ({}) to {}; mode {}, batch {}",

@@ -11,6 +11,7 @@ mod cpu;
 mod memory;
 mod netif;
 mod packet_socket;
+pub mod privilege;
 mod thread;
 mod xdp;
 

@@ -1,0 +1,152 @@
+//! Least privilege: `dataplane run` as an unprivileged user given only the documented
+//! capabilities (docs/OPERATIONS.md) forwards, and once set up every thread holds only what
+//! the rest of the run needs. They need root (to create the testbed and hand out capabilities).
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::router::{config, marked, spec};
+use common::*;
+use dataplane::packet::build::udp_v4;
+
+/// (thread name, CapEff, NoNewPrivs) of every thread of `pid`.
+fn thread_privileges(pid: u32) -> Vec<(String, u64, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .flatten()
+    {
+        let status = std::fs::read_to_string(e.path().join("status")).expect("status");
+        let field = |k: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.trim().to_string())
+                .expect("field")
+        };
+        out.push((
+            field("Name:"),
+            u64::from_str_radix(&field("CapEff:"), 16).expect("hex"),
+            field("NoNewPrivs:"),
+        ));
+    }
+    out.sort();
+    out
+}
+
+const CAP_BPF: u64 = 1 << 39;
+
+#[test]
+fn runs_unprivileged_with_the_documented_capabilities_and_keeps_only_cap_bpf() {
+    if !root_or_skip("least privilege") {
+        return;
+    }
+    let bed = Bed::up("tlp", 1);
+    let t = &bed.0;
+    // The documented set for `dataplane run` (docs/OPERATIONS.md), as a systemd unit's
+    // AmbientCapabilities would give it to user nobody.
+    let caps = "-all,+net_admin,+net_raw,+bpf,+ipc_lock";
+    let wrapper = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        &format!("--inh-caps={caps}"),
+        &format!("--ambient-caps={caps}"),
+    ];
+    let dut = Dut::start_wrapped(&bed, &config(t, ""), &wrapper, &["--metrics", "9914"]);
+    let threads = thread_privileges(dut.pid());
+    assert!(threads.len() >= 2, "{threads:?}");
+    for (name, eff, nnp) in &threads {
+        assert_eq!(nnp, "1", "{name}: no-new-privs");
+        let want = if name.starts_with("dp-poll") {
+            0
+        } else {
+            CAP_BPF
+        };
+        assert_eq!(
+            *eff, want,
+            "{name}: CapEff {eff:#x} (all threads: {threads:?})"
+        );
+    }
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    for i in 0..50u16 {
+        gen.send(&udp_v4(&spec(i))).expect("send");
+    }
+    let got = marked(&capture(
+        &sink,
+        Duration::from_millis(600),
+        Duration::from_secs(5),
+    ));
+    assert_eq!(got, (0..50).map(|i| (false, i)).collect::<BTreeSet<_>>());
+    let s = dut.stop();
+    assert_eq!(
+        s["steer"][0][1][0], 50,
+        "the steering counters are still readable: {s}"
+    );
+    assert_frames_accounted(&s);
+}
+
+#[test]
+fn too_few_capabilities_are_refused_by_name() {
+    if !root_or_skip("missing capabilities") {
+        return;
+    }
+    let bed = Bed::up("tlq", 1);
+    let t = &bed.0;
+    let p = std::env::temp_dir().join("tlq-dut.toml");
+    std::fs::write(&p, config(t, "")).expect("config");
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &t.dut_ns(),
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+        ])
+        .args([
+            "--clear-groups",
+            "--inh-caps=-all,+net_raw",
+            "--ambient-caps=-all,+net_raw",
+        ])
+        .args([&bin(), "run", "--duration", "1", "--config"])
+        .arg(&p)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("missing: CAP_NET_ADMIN, CAP_BPF, CAP_IPC_LOCK"),
+        "{err}"
+    );
+    assert!(!has_xdp(&t.dut_ns(), &t.dut_in()), "nothing attached");
+}
+
+#[test]
+fn the_summary_is_never_written_through_a_symlink() {
+    if !root_or_skip("json symlink") {
+        return;
+    }
+    let bed = Bed::up("tsl", 1);
+    let t = &bed.0;
+    let dir = std::env::temp_dir();
+    let target = dir.join("tsl-target");
+    let link = dir.join("tsl-link.json");
+    std::fs::write(&target, "keep me").expect("target");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    let (ok, err) = run_once(
+        &bed,
+        "symlink",
+        &config(t, ""),
+        &["--json", link.to_str().expect("utf-8")],
+    );
+    assert!(!ok, "writing through a symlink must fail");
+    assert!(err.contains("a symlink is refused"), "{err}");
+    assert_eq!(std::fs::read_to_string(&target).expect("target"), "keep me");
+    let _ = std::fs::remove_file(&link);
+    let _ = std::fs::remove_file(&target);
+}

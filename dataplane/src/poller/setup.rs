@@ -1,0 +1,199 @@
+//! A poller's setup, on its own thread before the start signal: pin, map and touch its UMEM
+//! (first touch after pinning), open and bind its sockets; what it reports back, and how that
+//! can fail.
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use xdpilone::xdp::XdpDesc;
+
+use super::ratelimit::TokenBucket;
+use super::{Poller, Stage, MAX_BATCH};
+use crate::forward::Forwarder;
+use crate::mem::Area;
+use crate::packet::DropReason;
+use crate::stats::PollerStats;
+use crate::sys;
+use crate::types::Idle;
+use crate::xsk::{self, RingSizes, SocketSpec};
+
+/// What one poller is asked to run.
+#[derive(Debug, Clone)]
+pub struct PollerSpec {
+    /// Poller number (for names and reports).
+    pub id: usize,
+    /// CPU to pin to, if any.
+    pub cpu: Option<usize>,
+    /// Sockets, grouped by queue: for queue slot `k`, entries `k*ports .. (k+1)*ports` are the
+    /// interfaces in port order.
+    pub sockets: Vec<SocketSpec>,
+    /// Number of ports (interfaces).
+    pub ports: usize,
+    /// UMEM frames in total.
+    pub frames: u32,
+    /// Frame size.
+    pub frame_size: u32,
+    /// Ring entries.
+    pub ring: u32,
+    /// Burst size.
+    pub batch: u32,
+    /// Idle behaviour.
+    pub idle: Idle,
+    /// Frames per copy-mode TX kick (0: kernel default).
+    pub tx_kick_budget: u32,
+    /// Extra UMEM headroom (alignment ablation).
+    pub headroom: u32,
+    /// Put the UMEM on 2 MiB hugetlb pages if reserved.
+    pub hugepages: bool,
+    /// Memory policy for the UMEM and the nodes it names (None: first touch).
+    pub mem_policy: Option<(sys::MemPolicy, Vec<usize>)>,
+    /// ICMP errors per second this poller may send (0: none).
+    pub icmp_rate: u32,
+    /// ICMP errors it may send at once.
+    pub icmp_burst: u32,
+}
+
+/// Sent by a poller once its setup is done (or failed).
+#[derive(Debug)]
+pub struct Ready {
+    /// Poller number.
+    pub id: usize,
+    /// (port, queue, socket fd) for the XSKMAPs.
+    pub fds: Vec<(u16, u32, i32)>,
+    /// Zero-copy (true) or copy mode.
+    pub zerocopy: bool,
+    /// Time spent pinning.
+    pub pin_time: Duration,
+    /// Time spent allocating and touching the UMEM.
+    pub alloc_time: Duration,
+    /// Time spent creating and binding sockets.
+    pub socket_time: Duration,
+    /// Kernel thread id.
+    pub tid: i32,
+    /// CPUs the thread is allowed on after pinning (read back).
+    pub affinity: Vec<usize>,
+    /// NUMA nodes of the UMEM's pages (node, sampled pages), from move_pages.
+    pub umem_nodes: Vec<(i32, usize)>,
+    /// Whether the UMEM is on 2 MiB hugetlb pages.
+    pub hugepages: bool,
+}
+
+/// Setup failures inside a poller thread.
+#[derive(Debug, thiserror::Error)]
+pub enum PollerError {
+    /// Pinning failed.
+    #[error("poller {id}: pinning to CPU {cpu}")]
+    Pin {
+        /// Poller.
+        id: usize,
+        /// CPU.
+        cpu: usize,
+        /// Cause.
+        #[source]
+        source: sys::SyscallError,
+    },
+    /// UMEM allocation failed.
+    #[error("poller {id}: allocating {bytes} bytes of UMEM")]
+    Memory {
+        /// Poller.
+        id: usize,
+        /// Size.
+        bytes: usize,
+        /// Cause.
+        #[source]
+        source: sys::SyscallError,
+    },
+    /// Socket setup failed.
+    #[error("poller {id}")]
+    Socket {
+        /// Poller.
+        id: usize,
+        /// Cause.
+        #[source]
+        source: xsk::XskError,
+    },
+    /// Giving up capabilities after setup failed.
+    #[error("poller {id}: dropping capabilities")]
+    Privilege {
+        /// Poller.
+        id: usize,
+        /// Cause.
+        #[source]
+        source: sys::SyscallError,
+    },
+}
+
+pub(super) fn setup(
+    spec: &PollerSpec,
+    fwd: Arc<Forwarder>,
+    stats: Arc<PollerStats>,
+) -> Result<(Poller, Ready), PollerError> {
+    let id = spec.id;
+    let t0 = Instant::now();
+    if let Some(cpu) = spec.cpu {
+        sys::pin_current_thread(cpu).map_err(|source| PollerError::Pin { id, cpu, source })?;
+    }
+    let pin_time = t0.elapsed();
+    let t1 = Instant::now();
+    let bytes = spec.frames as usize * spec.frame_size as usize;
+    let policy = spec.mem_policy.as_ref().map(|(p, n)| (*p, n.as_slice()));
+    let area = Area::new(spec.frames, spec.frame_size, policy, spec.hugepages)
+        .map_err(|source| PollerError::Memory { id, bytes, source })?;
+    let umem_nodes = area.page_nodes();
+    let free = area.full_free_list();
+    let alloc_time = t1.elapsed();
+    let t2 = Instant::now();
+    let sockets = xsk::open(
+        &area,
+        &spec.sockets,
+        RingSizes {
+            entries: spec.ring,
+            tx_kick_budget: spec.tx_kick_budget,
+            headroom: spec.headroom,
+        },
+    )
+    .map_err(|source| PollerError::Socket { id, source })?;
+    let socket_time = t2.elapsed();
+    let fds: Vec<(u16, u32, i32)> = sockets
+        .queues
+        .iter()
+        .map(|q| (q.port, q.queue, q.raw_fd()))
+        .collect();
+    let pollfds = fds.iter().map(|(_, _, fd)| sys::pollfd_in(*fd)).collect();
+    let stages = (0..sockets.queues.len())
+        .map(|_| Stage {
+            descs: [XdpDesc::default(); MAX_BATCH],
+            len: 0,
+        })
+        .collect();
+    let ready = Ready {
+        id,
+        fds,
+        zerocopy: sockets.zerocopy,
+        pin_time,
+        alloc_time,
+        socket_time,
+        tid: sys::gettid(),
+        affinity: sys::current_thread_affinity().unwrap_or_default(),
+        umem_nodes,
+        hugepages: area.on_hugepages(),
+    };
+    let poller = Poller {
+        sockets,
+        free,
+        stages,
+        burst: Box::new([XdpDesc::default(); MAX_BATCH]),
+        parsed: Box::new([Err(DropReason::Truncated); MAX_BATCH]),
+        fwd,
+        stats,
+        ports: spec.ports.max(1),
+        #[allow(clippy::cast_possible_truncation)] // MAX_BATCH is a small constant
+        batch: spec.batch.clamp(1, MAX_BATCH as u32),
+        ring: spec.ring,
+        frame_mask: !(u64::from(area.frame_size()) - 1),
+        area,
+        idle: spec.idle,
+        pollfds,
+        icmp_bucket: TokenBucket::new(spec.icmp_rate, spec.icmp_burst),
+    };
+    Ok((poller, ready))
+}

@@ -7,6 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use super::TelemetryError;
+use crate::bpf::STEER_STAT_NAMES;
 
 /// One sample of the text format: `name{labels} value`.
 #[derive(Debug, Clone, PartialEq)]
@@ -206,18 +207,11 @@ pub fn port_rows(before: &[Sample], after: &[Sample], secs: f64) -> Vec<PortRow>
                 (value(after, n, labels) - value(before, n, labels)).max(0.0)
             };
             let redirected = d(&[("port", port.as_str()), ("result", "redirected")]);
-            let passed: f64 = [
-                "pass_not_ip",
-                "pass_local",
-                "pass_control",
-                "pass_no_socket",
-                "pass_other_host",
-                "pass_vlan",
-                "pass_options",
-            ]
-            .iter()
-            .map(|r| d(&[("port", port.as_str()), ("result", r)]))
-            .sum();
+            let passed: f64 = STEER_STAT_NAMES
+                .iter()
+                .filter(|r| r.starts_with("pass_"))
+                .map(|r| d(&[("port", port.as_str()), ("result", r)]))
+                .sum();
             PortRow {
                 redirected_ps: redirected / secs,
                 to_kernel_ps: passed / secs,

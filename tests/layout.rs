@@ -314,25 +314,11 @@ fn irq_restore_undoes_what_a_killed_run_moved() {
         err.contains("dataplane irq restore") && err.contains(&state_arg),
         "{err}"
     );
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &t.dut_ns(),
-            &bin(),
-            "irq",
-            "restore",
-            "--state",
-            &state_arg,
-        ])
-        .output()
-        .expect("irq restore");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::router::ns(
+        &t.dut_ns(),
+        &[&bin(), "irq", "restore", "--state", &state_arg],
     );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(
         napi_cpus(&t.dut_in()),
         vec![all.clone()],

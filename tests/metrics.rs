@@ -187,27 +187,15 @@ fn top_shows_the_pollers_of_a_running_instance() {
         .expect("gen");
     std::thread::sleep(Duration::from_millis(500));
     let top = |extra: &[&str]| {
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &t.dut_ns(),
-                &bin(),
-                "top",
-                "--metrics",
-                port,
-            ])
-            .args(["--interval", "1"])
-            .args(extra)
-            .output()
-            .expect("top");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
+        let mut args = vec![bin(), "top".into(), "--metrics".into(), port.into()];
+        args.extend(
+            ["--interval", "1"]
+                .iter()
+                .chain(extra)
+                .map(|a| a.to_string()),
         );
-        text
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        String::from_utf8_lossy(&common::router::ns(&t.dut_ns(), &args).stdout).into_owned()
     };
     let table = top(&["--once"]);
     let mut lines = table.lines();

@@ -73,48 +73,15 @@ fn l3fwd_forwards_exactly_the_routable_mix_and_ping_still_works() {
     .expect("send");
 
     // Ping the DUT's own address while it forwards: the steering program passes it to the kernel.
-    let ping = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &t.gen_ns(),
-            "ping",
-            "-c",
-            "3",
-            "-i",
-            "0.2",
-            "-W",
-            "2",
-            testbed::DUT_IN_V4,
-        ])
-        .output()
-        .expect("ping");
-    assert!(
-        ping.status.success(),
-        "ping to the DUT failed: {}",
-        String::from_utf8_lossy(&ping.stdout)
+    assert_pings(
+        &t.gen_ns(),
+        &["-c", "3", testbed::DUT_IN_V4],
+        "ping to the DUT",
     );
-    let ping6 = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &t.gen_ns(),
-            "ping",
-            "-6",
-            "-c",
-            "2",
-            "-i",
-            "0.2",
-            "-W",
-            "2",
-            testbed::DUT_IN_V6,
-        ])
-        .output()
-        .expect("ping6");
-    assert!(
-        ping6.status.success(),
-        "ping6 to the DUT failed: {}",
-        String::from_utf8_lossy(&ping6.stdout)
+    assert_pings(
+        &t.gen_ns(),
+        &["-6", "-c", "2", testbed::DUT_IN_V6],
+        "ping6 to the DUT",
     );
 
     let frames = capture(&sink, Duration::from_millis(700), Duration::from_secs(10));

@@ -333,27 +333,7 @@ fn vlan_frames_are_left_to_the_kernel() {
             &["ip", "addr", "add", "10.10.0.2/24", "dev", "vl10"],
         );
         ns(&dut_ns, &["ip", "link", "set", "vl10", "up"]);
-        let ping = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &t.gen_ns(),
-                "ping",
-                "-c",
-                "3",
-                "-i",
-                "0.2",
-                "-W",
-                "2",
-                "10.10.0.2",
-            ])
-            .output()
-            .expect("ping");
-        assert!(
-            ping.status.success(),
-            "ping over VLAN 10 failed: {}",
-            String::from_utf8_lossy(&ping.stdout)
-        );
+        assert_pings(&t.gen_ns(), &["-c", "3", "10.10.0.2"], "ping over VLAN 10");
     } else {
         let _ = writeln!(
             std::io::stderr(),

@@ -91,12 +91,6 @@ impl Forwarder {
         }
     }
 
-    /// The egress port's MTU (0 for an unknown port: nothing fits).
-    #[inline(always)]
-    fn mtu(&self, port: PortId) -> u32 {
-        self.port(port).map_or(0, |p| p.mtu)
-    }
-
     /// First half of the per-frame work: parse and check the headers and start loading the
     /// route entry (prefetch), without writing. Run it over a whole burst before [`finish`]ing
     /// any frame, so the burst's table misses overlap instead of queueing one after another.
@@ -216,9 +210,7 @@ impl Forwarder {
                     _ => return None,
                 };
                 let Lookup::Hop(h) = out else { return None };
-                IcmpError::TooBig {
-                    mtu: self.mtu(h.port),
-                }
+                IcmpError::TooBig { mtu: h.mtu }
             }
         })
     }

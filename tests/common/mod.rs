@@ -302,6 +302,21 @@ pub fn run_once(bed: &Bed, name: &str, cfg: &str, extra: &[&str]) -> (bool, Stri
     )
 }
 
+/// Pings from namespace `ns` (`args`: count, family, target; 0.2 s apart, 2 s timeout) and
+/// asserts every reply came back; `what` names it in the failure.
+pub fn assert_pings(ns: &str, args: &[&str], what: &str) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "ping", "-i", "0.2", "-W", "2"])
+        .args(args)
+        .output()
+        .expect("ping");
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 /// Whether any XDP program is attached to `ifname` in `ns`.
 pub fn has_xdp(ns: &str, ifname: &str) -> bool {
     let out = Command::new("ip")

@@ -113,12 +113,7 @@ pub fn build_v4(
     let orig: &[u8; 20] = frame.get(ETH_HLEN..ETH_HLEN + 20)?.try_into().ok()?;
     let total = usize::from(u16::from_be_bytes([orig[2], orig[3]])).min(ip_len);
     let dst = [orig[12], orig[13], orig[14], orig[15]];
-    let quote = total.min(V4_MAX - V4_ADDED);
-    let out_len = ETH_HLEN + V4_ADDED + quote;
-    if out_len > frame.len() {
-        return None;
-    }
-    frame.copy_within(ETH_HLEN..ETH_HLEN + quote, ETH_HLEN + V4_ADDED);
+    let out_len = make_room(frame, total, V4_ADDED, V4_MAX)?;
     let (ty, code, rest) = match err {
         IcmpError::TimeExceeded => (11, 0, [0; 4]),
         IcmpError::NoRoute => (3, 0, [0; 4]),
@@ -129,7 +124,7 @@ pub fn build_v4(
         }
     };
     ethernet(frame, port_mac, ETH_P_IPV4)?;
-    let ip_total = u16::try_from(V4_ADDED + quote).ok()?;
+    let ip_total = u16::try_from(out_len - ETH_HLEN).ok()?;
     let ip = frame.get_mut(ETH_HLEN..ETH_HLEN + 20)?;
     let [tl_hi, tl_lo] = ip_total.to_be_bytes();
     let s = src.to_be_bytes();
@@ -162,12 +157,7 @@ pub fn build_v6(
     let total = (IPV6_HLEN + usize::from(u16::from_be_bytes([orig[4], orig[5]]))).min(ip_len);
     let mut dst = [0u8; 16];
     dst.copy_from_slice(&orig[8..24]);
-    let quote = total.min(V6_MAX - V6_ADDED);
-    let out_len = ETH_HLEN + V6_ADDED + quote;
-    if out_len > frame.len() {
-        return None;
-    }
-    frame.copy_within(ETH_HLEN..ETH_HLEN + quote, ETH_HLEN + V6_ADDED);
+    let out_len = make_room(frame, total, V6_ADDED, V6_MAX)?;
     let (ty, code, rest) = match err {
         IcmpError::TimeExceeded => (3, 0, [0; 4]),
         IcmpError::NoRoute => (1, 0, [0; 4]),
@@ -175,7 +165,7 @@ pub fn build_v6(
         IcmpError::TooBig { mtu } => (2, 0, mtu.to_be_bytes()),
     };
     ethernet(frame, port_mac, ETH_P_IPV6)?;
-    let payload = u16::try_from(8 + quote).ok()?;
+    let payload = u16::try_from(out_len - ETH_HLEN - IPV6_HLEN).ok()?;
     let ip = frame.get_mut(ETH_HLEN..ETH_HLEN + IPV6_HLEN)?;
     let [pl_hi, pl_lo] = payload.to_be_bytes();
     ip.get_mut(..8)?
@@ -187,6 +177,19 @@ pub fn build_v6(
         .copy_from_slice(&[ty, code, 0, 0, rest[0], rest[1], rest[2], rest[3]]);
     let c = icmpv6_checksum(&src.to_be_bytes(), &dst, icmp).to_be_bytes();
     icmp.get_mut(2..4)?.copy_from_slice(&c);
+    Some(out_len)
+}
+
+/// Moves the first `total` bytes of the offending IP packet back by `added` (the new IP and
+/// ICMP headers), cut so the error is at most `max` bytes of IP: the quote. Returns the new
+/// frame length (None: the buffer has no room for it).
+fn make_room(frame: &mut [u8], total: usize, added: usize, max: usize) -> Option<usize> {
+    let quote = total.min(max - added);
+    let out_len = ETH_HLEN + added + quote;
+    if out_len > frame.len() {
+        return None;
+    }
+    frame.copy_within(ETH_HLEN..ETH_HLEN + quote, ETH_HLEN + added);
     Some(out_len)
 }
 

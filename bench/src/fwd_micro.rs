@@ -12,7 +12,7 @@
 //! Run: `cargo run --release -p dataplane-bench --bin fwd-micro [-- --prefixes N --passes P]`
 use std::time::Instant;
 
-use dataplane::fib::{mask4, Fib4, Fib6, NextHop, Route4, Table};
+use dataplane::fib::{mask4, Capacity, HopKey, HopState, TableWriter};
 use dataplane::forward::{Forwarder, Port};
 use dataplane::packet::build::{udp_v4, FrameSpec};
 use dataplane::types::Mode;
@@ -32,7 +32,7 @@ fn main() {
     let passes = arg("--passes", 15);
     let frames = arg("--frames", 1 << 20);
     let mut rng = rand::rngs::SmallRng::seed_from_u64(42);
-    let routes: Vec<Route4> = (0..prefixes)
+    let routes: Vec<(u32, u8, u32)> = (0..prefixes)
         .map(|i| {
             let len = match rng.gen_range(0..100) {
                 0..=59 => 24,
@@ -40,34 +40,35 @@ fn main() {
                 90..=94 => rng.gen_range(8..=15),
                 _ => rng.gen_range(25..=32),
             };
-            Route4 {
-                prefix: rng.gen::<u32>() & mask4(len),
-                len,
-                nh: (i % 64) as u32,
-            }
+            (rng.gen::<u32>() & mask4(len), len, (i % 64) as u32)
+        })
+        .collect();
+    let mut w = TableWriter::new(2, 1, Capacity::default()).expect("table");
+    w.set_port(0, 1500, true);
+    w.set_port(1, 1500, true);
+    let hops: Vec<u32> = (0..64u8)
+        .map(|i| {
+            let id = w
+                .hop(HopKey {
+                    port: u16::from(i % 2),
+                    addr: Some(std::net::IpAddr::V4([192, 0, 2, i].into())),
+                })
+                .expect("hop");
+            w.set_hop(id, HopState::Reachable, [2, 0, 0, 0, 1, i]);
+            id
         })
         .collect();
     let t0 = Instant::now();
-    let v4 = Fib4::build(&routes).expect("valid routes");
+    for &(prefix, len, nh) in &routes {
+        w.set_route(std::net::IpAddr::V4(prefix.into()), len, hops[nh as usize])
+            .expect("valid route");
+    }
     let build = t0.elapsed();
-    let next_hops = (0..64u8)
-        .map(|i| NextHop {
-            port: u16::from(i % 2),
-            macs: [2, 0, 0, 0, 1, i, 2, 0, 0, 0, 2, i],
-            resolved: true,
-            mtu: 0,
-        })
-        .collect();
-    let table = Table {
-        v4,
-        v6: Fib6::build(&[]).expect("empty"),
-        next_hops,
-    };
+    let table = w.table().clone();
     // Port 0 is where the frames come in (their destination MAC is its own).
     let ports = (0..2u8)
         .map(|p| Port {
             mac: [2, 0, 0, 0, p, 2],
-            mtu: 1500,
             v4: Some(0xc612_0002 + (u32::from(p) << 16)),
             v6: None,
         })
@@ -81,8 +82,8 @@ fn main() {
         // Routable unicast destinations only: martians (0/8, 127/8, 224/4, 240/4) are
         // dropped before the lookup this measures.
         let dst = loop {
-            let r = &routes[rng.gen_range(0..routes.len())];
-            let dst = r.prefix | (rng.gen::<u32>() & !mask4(r.len));
+            let &(prefix, len, _) = &routes[rng.gen_range(0..routes.len())];
+            let dst = prefix | (rng.gen::<u32>() & !mask4(len));
             if !matches!(dst >> 24, 0 | 127 | 224..) {
                 break dst;
             }

@@ -26,7 +26,7 @@ pub fn testbed_forwarder() -> Forwarder {
     let route = |prefix, len, via| Route {
         prefix,
         len,
-        via: Some(via),
+        via: vec![via],
         port: 1,
     };
     let sink4 = v4(198, 19, 0, 1);
@@ -50,23 +50,23 @@ pub fn testbed_forwarder() -> Forwarder {
         })
         .collect();
     let port1_mac = [2, 0, 0, 0, 1, 2];
-    let table = build_table(&routes, &neighbours, &[PORT0_MAC, port1_mac])
+    let mut rib = build_table(&routes, &neighbours, 2, 1)
         .unwrap_or_else(|e| unreachable!("the testbed's table is valid: {e}"));
+    rib.writer().set_port(0, 1500, true);
+    rib.writer().set_port(1, 1280, true);
     let ports = vec![
         Port {
             mac: PORT0_MAC,
-            mtu: 1500,
             v4: Some(0xc612_0002),
             v6: Some(0x2001_0002_0000_0000_0000_0000_0000_0002),
         },
         Port {
             mac: port1_mac,
-            mtu: 1280,
             v4: Some(0xc613_0002),
             v6: Some(0x2001_0002_0000_0001_0000_0000_0000_0002),
         },
     ];
-    Forwarder::new(Mode::L3fwd, table, vec![1, 0], ports)
+    Forwarder::new(Mode::L3fwd, rib.table().clone(), vec![1, 0], ports)
 }
 
 /// One frame's description.

@@ -1,7 +1,9 @@
 //! The per-frame decision: filter, parse, look up, rewrite in place; and, for the drops that
 //! call for one, the ICMP error in place of the frame. Pure: frames in, verdicts out.
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
-use crate::fib::{Lookup, Table};
+use std::sync::Arc;
+
+use crate::fib::{mac_key, Hop, Miss, Table};
 use crate::packet::icmp::{self, IcmpError};
 use crate::packet::{self, DropReason, L3};
 use crate::types::{MacAddr, Mode, PortId};
@@ -11,18 +13,17 @@ use crate::types::{MacAddr, Mode, PortId};
 pub struct Port {
     /// Its MAC: frames to any other destination are not ours to forward.
     pub mac: MacAddr,
-    /// Its MTU: the largest IP packet it sends.
-    pub mtu: u32,
     /// An IPv4 address of the port: the source of the ICMP errors it sends (None: none sent).
     pub v4: Option<u32>,
     /// A global IPv6 address of the port, likewise.
     pub v6: Option<u128>,
 }
 
-/// Everything a poller needs to decide a frame's fate; built once, then only read.
+/// Everything a poller needs to decide a frame's fate. The table changes under it (the
+/// control thread updates it in place); the rest is fixed at start.
 pub struct Forwarder {
     mode: Mode,
-    table: Table,
+    table: Arc<Table>,
     l2_peer: Vec<PortId>,
     ports: Vec<Port>,
     /// Each port's MAC as the low 48 bits of a u64 (little-endian load of the frame's first
@@ -30,20 +31,25 @@ pub struct Forwarder {
     port_macs: Vec<u64>,
 }
 
-/// The low 48 bits of a little-endian load of `mac` and the two bytes after it.
+/// What a routing miss means for the packet.
 #[inline(always)]
-fn mac_key(mac: [u8; 6]) -> u64 {
-    let [a, b, c, d, e, f] = mac;
-    u64::from_le_bytes([a, b, c, d, e, f, 0, 0])
+fn miss_reason(m: Miss) -> DropReason {
+    match m {
+        Miss::NoRoute => DropReason::NoRoute,
+        Miss::Resolving => DropReason::Resolving,
+        Miss::Failed => DropReason::NoNeighbour,
+        Miss::Blackhole => DropReason::Blackhole,
+        Miss::Unreachable => DropReason::Unreachable,
+        Miss::Prohibit => DropReason::Prohibited,
+        Miss::Foreign => DropReason::ForeignRoute,
+        Miss::LinkDown => DropReason::LinkDown,
+    }
 }
 
 impl Forwarder {
     /// A forwarder for `mode`; `l2_peer[p]` is where l2fwd/bounce send frames from port `p`,
     /// `ports[p]` what is known of port `p`.
-    pub fn new(mode: Mode, mut table: Table, l2_peer: Vec<PortId>, ports: Vec<Port>) -> Self {
-        for h in &mut table.next_hops {
-            h.mtu = ports.get(usize::from(h.port)).map_or(0, |p| p.mtu);
-        }
+    pub fn new(mode: Mode, table: Arc<Table>, l2_peer: Vec<PortId>, ports: Vec<Port>) -> Self {
         let port_macs = ports.iter().map(|p| mac_key(p.mac)).collect();
         Forwarder {
             mode,
@@ -60,7 +66,7 @@ impl Forwarder {
     }
 
     /// The routing table.
-    pub fn table(&self) -> &Table {
+    pub fn table(&self) -> &Arc<Table> {
         &self.table
     }
 
@@ -143,13 +149,13 @@ impl Forwarder {
                 Ok(self.peer(in_port))
             }
             Parsed::L3(L3::V4 { dst, len }) => self.rewrite(
-                self.table.route_v4(dst),
+                self.table.route_v4(dst, || packet::flow_hash(frame)),
                 u32::from(len),
                 frame,
                 packet::decrement_ttl_v4,
             ),
             Parsed::L3(L3::V6 { dst, len }) => self.rewrite(
-                self.table.route_v6(dst),
+                self.table.route_v6(dst, || packet::flow_hash(frame)),
                 len,
                 frame,
                 packet::decrement_hop_limit_v6,
@@ -170,23 +176,30 @@ impl Forwarder {
     #[inline(always)]
     fn rewrite(
         &self,
-        lookup: Lookup<'_>,
+        hop: Result<Hop, Miss>,
         ip_len: u32,
         frame: &mut [u8],
         decrement: fn(&mut [u8]),
     ) -> Result<PortId, DropReason> {
-        match lookup {
-            Lookup::Hop(h) => {
-                if ip_len > h.mtu {
-                    return Err(DropReason::TooBig);
-                }
-                decrement(frame);
-                packet::set_macs(frame, &h.macs);
-                Ok(h.port)
-            }
-            Lookup::NoNeighbour => Err(DropReason::NoNeighbour),
-            Lookup::NoRoute => Err(DropReason::NoRoute),
+        let h = hop.map_err(miss_reason)?;
+        if ip_len > h.mtu {
+            return Err(DropReason::TooBig);
         }
+        decrement(frame);
+        let d = h.mac.to_le_bytes();
+        let s = self
+            .port_macs
+            .get(usize::from(h.port))
+            .copied()
+            .unwrap_or(0)
+            .to_le_bytes();
+        packet::set_macs(
+            frame,
+            &[
+                d[0], d[1], d[2], d[3], d[4], d[5], s[0], s[1], s[2], s[3], s[4], s[5],
+            ],
+        );
+        Ok(h.port)
     }
 
     /// The ICMP error a drop calls for, or None when none may be sent: the reason calls for
@@ -200,17 +213,19 @@ impl Forwarder {
             DropReason::TtlExceeded => IcmpError::TimeExceeded,
             DropReason::NoRoute => IcmpError::NoRoute,
             DropReason::NoNeighbour => IcmpError::NoNeighbour,
+            DropReason::Unreachable => IcmpError::Unreachable,
+            DropReason::Prohibited => IcmpError::Prohibited,
             _ => {
                 // Too big (rare): look the route up again for the egress port's MTU.
+                let flow = || packet::flow_hash(frame);
                 let out = match packet::parse_l3(frame) {
                     Ok(L3::V4 { dst, .. }) if packet::dont_fragment_v4(frame) => {
-                        self.table.route_v4(dst)
+                        self.table.route_v4(dst, flow)
                     }
-                    Ok(L3::V6 { dst, .. }) => self.table.route_v6(dst),
+                    Ok(L3::V6 { dst, .. }) => self.table.route_v6(dst, flow),
                     _ => return None,
                 };
-                let Lookup::Hop(h) = out else { return None };
-                IcmpError::TooBig { mtu: h.mtu }
+                IcmpError::TooBig { mtu: out.ok()?.mtu }
             }
         })
     }
@@ -262,13 +277,13 @@ mod tests {
             Route {
                 prefix: "198.19.0.0".parse().unwrap(),
                 len: 16,
-                via: Some("198.19.0.1".parse().unwrap()),
+                via: vec!["198.19.0.1".parse().unwrap()],
                 port: 1,
             },
             Route {
                 prefix: "2001:2:0:1::".parse().unwrap(),
                 len: 64,
-                via: Some("2001:2:0:1::1".parse().unwrap()),
+                via: vec!["2001:2:0:1::1".parse().unwrap()],
                 port: 1,
             },
         ];
@@ -284,13 +299,10 @@ mod tests {
                 port: 1,
             },
         ];
-        let t = build_table(
-            &routes,
-            &neighbours,
-            &[[2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 1, 2]],
-        )
-        .unwrap();
-        Forwarder::new(mode, t, vec![1, 0], test_ports())
+        let mut rib = build_table(&routes, &neighbours, 2, 1).unwrap();
+        rib.writer().set_port(0, 1500, true);
+        rib.writer().set_port(1, 1500, true);
+        Forwarder::new(mode, rib.table().clone(), vec![1, 0], test_ports())
     }
 
     /// The testbed's DUT ports: in (gen side) and out (sink side).
@@ -298,7 +310,6 @@ mod tests {
         vec![
             Port {
                 mac: [2, 0, 0, 0, 0, 2],
-                mtu: 1500,
                 v4: Some(u32::from(std::net::Ipv4Addr::new(198, 18, 0, 2))),
                 v6: Some(u128::from(
                     "2001:2::2".parse::<std::net::Ipv6Addr>().unwrap(),
@@ -306,7 +317,6 @@ mod tests {
             },
             Port {
                 mac: [2, 0, 0, 0, 1, 2],
-                mtu: 1500,
                 v4: Some(u32::from(std::net::Ipv4Addr::new(198, 19, 0, 2))),
                 v6: Some(u128::from(
                     "2001:2:0:1::2".parse::<std::net::Ipv6Addr>().unwrap(),

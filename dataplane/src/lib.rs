@@ -23,6 +23,7 @@
 
 pub mod bpf;
 pub mod config;
+pub mod control;
 pub mod corpus;
 pub mod fib;
 pub mod forward;

@@ -68,8 +68,24 @@ pub enum DropReason {
     TtlExceeded,
     /// No route to the destination (ICMP destination unreachable: network / no route).
     NoRoute,
-    /// A route, but no neighbour (MAC) for its next hop (ICMP host / address unreachable).
+    /// A route, but its neighbour (MAC) could not be resolved, or, with static neighbours,
+    /// is not configured (ICMP host / address unreachable).
     NoNeighbour,
+    /// A route, and the kernel was asked to resolve its neighbour (ARP / ND) but has not yet
+    /// answered: dropped without an ICMP error, as the kernel drops (or queues) while
+    /// resolving; forwarding starts when the entry appears.
+    Resolving,
+    /// A blackhole route: dropped silently.
+    Blackhole,
+    /// An unreachable route (ICMP destination unreachable: host / no route).
+    Unreachable,
+    /// A prohibit route (ICMP destination unreachable: administratively prohibited).
+    Prohibited,
+    /// The route's egress is an interface the dataplane does not own: the kernel would
+    /// forward it, the fast path cannot.
+    ForeignRoute,
+    /// The egress port's link is down: no transmit attempted.
+    LinkDown,
     /// Larger than the egress port's MTU: IPv4 with DF and IPv6 get ICMP fragmentation
     /// needed / packet too big; IPv4 without DF is dropped (the dataplane does not fragment).
     TooBig,
@@ -83,7 +99,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Number of reasons (size of a counter array).
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 28;
     /// All reasons in discriminant order.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
@@ -104,6 +120,12 @@ impl DropReason {
         DropReason::TtlExceeded,
         DropReason::NoRoute,
         DropReason::NoNeighbour,
+        DropReason::Resolving,
+        DropReason::Blackhole,
+        DropReason::Unreachable,
+        DropReason::Prohibited,
+        DropReason::ForeignRoute,
+        DropReason::LinkDown,
         DropReason::TooBig,
         DropReason::TxRingFull,
         DropReason::InvalidDescriptor,
@@ -119,6 +141,8 @@ impl DropReason {
             DropReason::TtlExceeded
                 | DropReason::NoRoute
                 | DropReason::NoNeighbour
+                | DropReason::Unreachable
+                | DropReason::Prohibited
                 | DropReason::TooBig
         )
     }
@@ -144,6 +168,12 @@ impl DropReason {
             DropReason::TtlExceeded => "ttl_exceeded",
             DropReason::NoRoute => "no_route",
             DropReason::NoNeighbour => "no_neighbour",
+            DropReason::Resolving => "resolving",
+            DropReason::Blackhole => "blackhole",
+            DropReason::Unreachable => "unreachable",
+            DropReason::Prohibited => "prohibited",
+            DropReason::ForeignRoute => "foreign_route",
+            DropReason::LinkDown => "link_down",
             DropReason::TooBig => "too_big",
             DropReason::TxRingFull => "tx_ring_full",
             DropReason::InvalidDescriptor => "invalid_descriptor",
@@ -450,6 +480,48 @@ pub fn set_macs(frame: &mut [u8], dst_src: &[u8; 12]) {
     if let Some(h) = frame.get_mut(..12) {
         h.copy_from_slice(dst_src);
     }
+}
+
+/// A hash of a routed frame's flow, to pick one path of a multipath route: IPv4 addresses,
+/// protocol and (unfragmented TCP/UDP) ports; IPv6 addresses, flow label and next header,
+/// and ports when TCP/UDP follows the fixed header (RFC 6438). One flow always hashes the
+/// same, so it keeps its path and its order. Only read for multipath routes.
+#[inline]
+pub fn flow_hash(frame: &[u8]) -> u32 {
+    let word = |at: usize| -> u64 {
+        frame
+            .get(at..at + 4)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, |b: [u8; 4]| u64::from(u32::from_be_bytes(b)))
+    };
+    let byte = |at: usize| frame.get(at).copied().map_or(0, u64::from);
+    let mut h: u64 = match frame.get(12..14) {
+        Some([0x08, 0x00]) => {
+            let proto = byte(23);
+            let unfragmented = word(20) & 0x3fff == 0;
+            let ihl = usize::from(frame.get(14).map_or(5, |b| b & 0x0f)) * 4;
+            let ports = if unfragmented && (proto == 6 || proto == 17) {
+                word(ETH_HLEN + ihl)
+            } else {
+                0
+            };
+            (word(26) << 32 | word(30)) ^ (proto << 56) ^ ports.rotate_left(17)
+        }
+        _ => {
+            let nh = byte(20);
+            let ports = if nh == 6 || nh == 17 { word(54) } else { 0 };
+            let mut x = word(14) & 0x000f_ffff;
+            for at in (22..54).step_by(8) {
+                x = x.rotate_left(23) ^ (word(at) << 32 | word(at + 4));
+            }
+            x ^ (nh << 56) ^ ports.rotate_left(17)
+        }
+    };
+    h = (h ^ (h >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h = (h ^ (h >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    #[allow(clippy::cast_possible_truncation)] // the high half, on purpose
+    let folded = (h >> 32) as u32;
+    folded
 }
 
 /// Swaps destination and source MAC (the l2fwd rewrite).

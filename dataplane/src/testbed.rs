@@ -287,6 +287,39 @@ impl Testbed {
                 )?;
             }
         }
+        self.wait_links_up(std::time::Duration::from_secs(5))
+    }
+
+    /// Waits until every veth is operationally up: the kernel reports a new veth's carrier
+    /// (and so its operstate) up to a second after both ends are set up, and a forwarder
+    /// that follows link state (as the dataplane does) drops towards a link not yet up.
+    fn wait_links_up(&self, timeout: std::time::Duration) -> Result<(), TestbedError> {
+        let links = [
+            (self.gen_ns(), self.gen_if()),
+            (self.dut_ns(), self.dut_in()),
+            (self.dut_ns(), self.dut_out()),
+            (self.sink_ns(), self.sink_if()),
+        ];
+        let deadline = std::time::Instant::now() + timeout;
+        for (ns, dev) in &links {
+            loop {
+                let out = Command::new("ip")
+                    .args(["-n", ns, "-o", "link", "show", "dev", dev])
+                    .output();
+                let up =
+                    out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(" state UP "));
+                if up {
+                    break;
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err(TestbedError::Command {
+                        cmd: format!("ip -n {ns} link show dev {dev}"),
+                        stderr: format!("link not up after {timeout:?}"),
+                    });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
         Ok(())
     }
 

@@ -208,6 +208,28 @@ impl Dut {
         self.child.as_ref().expect("running").id()
     }
 
+    /// Everything the dataplane has logged so far (stderr lines).
+    pub fn log_lines(&mut self) -> &[String] {
+        while let Ok(l) = self.lines.try_recv() {
+            self.log.push(l);
+        }
+        &self.log
+    }
+
+    /// Waits until a logged line contains `needle` (true), or `timeout` passes (false).
+    pub fn wait_log(&mut self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.log_lines().iter().any(|l| l.contains(needle)) {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGKILL (nothing is restored by the process itself), and wait.
     pub fn kill(mut self) {
         let mut child = self.child.take().expect("running");

@@ -142,6 +142,15 @@ impl Steer {
         .map_err(lb(format!("adding local address {addr}")))
     }
 
+    /// Forgets an address the box no longer has: frames to it are forwarded again.
+    pub fn remove_local(&mut self, addr: IpAddr) -> Result<(), BpfError> {
+        match addr {
+            IpAddr::V4(a) => self.skel.maps.local_v4.delete(&a.octets()),
+            IpAddr::V6(a) => self.skel.maps.local_v6.delete(&a.octets()),
+        }
+        .map_err(lb(format!("removing local address {addr}")))
+    }
+
     /// Steers rx queue `queue` to the AF_XDP socket `fd`.
     pub fn register_socket(&mut self, queue: u32, fd: i32) -> Result<(), BpfError> {
         self.skel

@@ -111,6 +111,14 @@ pub fn stop_flag() -> Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
+/// A flag SIGHUP sets: the run re-reads its config's routes and neighbours.
+pub fn reload_flag() -> Result<Arc<AtomicBool>> {
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
+        .context("installing the SIGHUP handler")?;
+    Ok(reload)
+}
+
 /// Writes `value` as pretty JSON to `path`, when one is given. The file is opened without
 /// following a symlink (O_NOFOLLOW): a privileged run must not be steered into overwriting
 /// another file.

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 
-use super::{make_plan, secs, stop_flag, write_json};
+use super::{make_plan, reload_flag, secs, stop_flag, write_json};
 use dataplane::config::Config;
 use dataplane::runtime::{self, RunOptions};
 use dataplane::topology::Source;
@@ -75,6 +75,8 @@ pub fn main(a: RunArgs) -> Result<()> {
             .transpose()?,
         stop: stop_flag()?,
         metrics,
+        config_path: Some(a.config.clone()),
+        reload: reload_flag()?,
     };
     if let Some(addr) = metrics {
         eprintln!("metrics: http://{addr}/metrics (from attach on)");

@@ -6,8 +6,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::fib::{self, Neighbour, Route, Table};
-use crate::types::{parse_mac, Idle, MacAddr, Mode};
+use crate::fib::rib::Rib;
+use crate::fib::{self, Neighbour, Route};
+use crate::types::{parse_mac, Idle, Mode};
 
 /// A configuration that could not be read or is not valid.
 #[derive(Debug, thiserror::Error)]
@@ -111,7 +112,11 @@ pub struct DataplaneSection {
     /// ICMP errors a poller may send at once (the bucket's depth, as `icmp_msgs_burst`).
     #[serde(default = "default_icmp_burst")]
     pub icmp_burst: u32,
-    /// More routes, one per line in iproute2 form (`PREFIX [via ADDR] dev IFACE`), for tables
+    /// Where routes and neighbours come from: `static` (this file) or `kernel` (the kernel's
+    /// main table and neighbours, followed live).
+    #[serde(default)]
+    pub routes: RouteSource,
+    /// More routes, one per line in iproute2 form (`PREFIX [via ADDR]... dev IFACE`), for tables
     /// too large for TOML. Relative to the config file's directory.
     pub routes_file: Option<std::path::PathBuf>,
 }
@@ -211,10 +216,41 @@ pub struct PollerSection {
 pub struct RouteSection {
     /// CIDR prefix, e.g. `198.19.0.0/16` or `2001:2:0:1::/64`; `default` / `0.0.0.0/0` allowed.
     pub prefix: String,
-    /// Next-hop address; omitted for a connected route.
-    pub via: Option<String>,
+    /// Next-hop address, or a list of them (multipath: flows spread by a hash of their
+    /// addresses and ports); omitted for a connected route.
+    pub via: Option<OneOrMany>,
     /// Egress interface.
     pub dev: String,
+}
+
+/// A string, or a list of strings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    /// One.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn items(&self) -> Vec<&str> {
+        match self {
+            OneOrMany::One(s) => vec![s.as_str()],
+            OneOrMany::Many(v) => v.iter().map(String::as_str).collect(),
+        }
+    }
+}
+
+/// Where routes and neighbours come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RouteSource {
+    /// The config's `[[routes]]`, `[[neighbours]]` and `routes_file` (reloaded on SIGHUP).
+    #[default]
+    Static,
+    /// The kernel's main table and neighbour table, followed live over rtnetlink.
+    Kernel,
 }
 
 /// `[[neighbours]]` entry: a static ARP/ND entry.
@@ -265,12 +301,12 @@ pub struct Config {
 }
 
 /// Parses one `PREFIX [via ADDR] dev IFACE` line of a routes file.
-fn parse_route_line(line: &str) -> Result<(IpAddr, u8, Option<IpAddr>, &str), String> {
+fn parse_route_line(line: &str) -> Result<(IpAddr, u8, Vec<IpAddr>, &str), String> {
     let mut words = line.split_whitespace();
     let prefix = words.next().ok_or("empty line")?;
     let (addr, len) =
         parse_prefix(prefix).ok_or_else(|| format!("`{prefix}` is not an address/length"))?;
-    let (mut via, mut dev) = (None, None);
+    let (mut via, mut dev) = (Vec::new(), None);
     while let Some(w) = words.next() {
         let v = words.next().ok_or_else(|| format!("`{w}` needs a value"))?;
         match w {
@@ -281,7 +317,7 @@ fn parse_route_line(line: &str) -> Result<(IpAddr, u8, Option<IpAddr>, &str), St
                 if a.is_ipv4() != addr.is_ipv4() {
                     return Err(format!("via `{v}` is not the prefix's address family"));
                 }
-                via = Some(a);
+                via.push(a);
             }
             "dev" => dev = Some(v),
             other => return Err(format!("unknown word `{other}` (expected via or dev)")),
@@ -470,22 +506,27 @@ impl Config {
                     invalid(format!("{key}.prefix"), &r.prefix, "not an address/length")
                 })?
             };
-            let via = match &r.via {
-                None => None,
-                Some(v) => {
-                    let a: IpAddr = v
-                        .parse()
-                        .map_err(|_| invalid(format!("{key}.via"), v, "not an IP address"))?;
-                    if a.is_ipv4() != prefix.is_ipv4() {
-                        return Err(invalid(
-                            format!("{key}.via"),
-                            v,
-                            "address family differs from the prefix",
-                        ));
-                    }
-                    Some(a)
+            let mut via = Vec::new();
+            for v in r.via.as_ref().map(OneOrMany::items).unwrap_or_default() {
+                let a: IpAddr = v
+                    .parse()
+                    .map_err(|_| invalid(format!("{key}.via"), v, "not an IP address"))?;
+                if a.is_ipv4() != prefix.is_ipv4() {
+                    return Err(invalid(
+                        format!("{key}.via"),
+                        v,
+                        "address family differs from the prefix",
+                    ));
                 }
-            };
+                via.push(a);
+            }
+            if via.len() > fib::MAX_PATHS {
+                return Err(invalid(
+                    format!("{key}.via"),
+                    via.len(),
+                    format!("at most {} next hops", fib::MAX_PATHS),
+                ));
+            }
             routes.push(Route {
                 prefix,
                 len,
@@ -564,7 +605,19 @@ impl Config {
                 port: port(format!("{key}.dev"), &n.dev)?,
             });
         }
-        if file.dataplane.mode == Mode::L3fwd && routes.is_empty() {
+        if file.dataplane.routes == RouteSource::Kernel
+            && !(routes.is_empty() && neighbours.is_empty())
+        {
+            return Err(invalid(
+                "dataplane.routes",
+                "\"kernel\"",
+                "routes come from the kernel: remove [[routes]], [[neighbours]] and routes_file",
+            ));
+        }
+        if file.dataplane.mode == Mode::L3fwd
+            && routes.is_empty()
+            && file.dataplane.routes == RouteSource::Static
+        {
             return Err(invalid(
                 "routes",
                 "[]",
@@ -581,9 +634,18 @@ impl Config {
         })
     }
 
-    /// Builds the forwarding table; `port_macs[p]` is interface `p`'s own MAC (the source MAC).
-    pub fn build_table(&self, port_macs: &[MacAddr]) -> Result<Table, fib::FibError> {
-        fib::build_table(&self.routes, &self.neighbours, port_macs)
+    /// Builds the routing base and its forwarding table for the config's pollers, with the
+    /// static routes and neighbours loaded (none when they come from the kernel).
+    pub fn build_rib(&self) -> Result<Rib, fib::FibError> {
+        let kernel = self.dataplane.routes == RouteSource::Kernel;
+        let mut rib = Rib::new(
+            self.interfaces.len(),
+            self.pollers.len(),
+            fib::Capacity::default(),
+            kernel,
+        )?;
+        fib::resolve::load(&mut rib, &self.routes, &self.neighbours)?;
+        Ok(rib)
     }
 }
 

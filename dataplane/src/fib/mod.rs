@@ -1,23 +1,43 @@
-//! Routes and neighbours: longest-prefix match for IPv4 and IPv6, resolved to next hops.
+//! The forwarding table: longest-prefix match for IPv4 and IPv6, next hops, multipath groups
+//! and port state, read by the pollers and updated in place by one writer (the control
+//! thread) while they run.
 //!
-//! IPv4 uses DIR-24-8 (Gupta et al., as in DPDK's rte_lpm): one 2^24-entry table indexed by the
-//! top 24 bits, plus 256-entry extension groups for prefixes longer than /24, so a lookup is one
-//! or two dependent loads whatever the table size. IPv6 tables are small on a forwarding box of
-//! this kind, so they use one hash table per prefix length present, probed from the longest.
-//! Tables are built once, before the pollers start, and only read afterwards.
+//! - IPv4: DIR-24-8 with per-entry prefix lengths ([`lpm4`]), one or two loads per lookup.
+//! - IPv6: one hash table per prefix length present ([`lpm6`]), probed from the longest.
+//! - A prefix maps to a *target*: a next hop, or a multipath group of up to [`MAX_PATHS`]
+//!   next hops (one chosen per flow by a hash, so a flow keeps its path).
+//! - A next hop is one `AtomicU64`: the neighbour's MAC, the egress port and a state
+//!   (reachable, being resolved, failed, or a route type: blackhole, unreachable, prohibit,
+//!   or an egress that is not a dataplane port). A neighbour update is one store: every
+//!   route through that neighbour follows at once, with no repaint.
+//! - A port is one `AtomicU64`: its MTU and whether its link is up.
 //!
-//! Connected routes (no `via`) are expanded at build time: each neighbour inside the prefix gets
-//! a host route to itself (the adjacency model of VPP and of the kernel's FIB), and the rest of
-//! the prefix resolves to an unresolved next hop whose packets are dropped as `no_neighbour`.
+//! Readers never lock or wait; memory the writer unpublishes (IPv4 extension groups, IPv6
+//! length tables, next-hop and group ids) is reused only after every poller has passed a
+//! quiescent state ([`qsbr`]).
+//!
+//! Connected routes (no next hop) are expanded by the [`rib`]: each neighbour inside the
+//! prefix gets a host route to itself (the adjacency model of VPP and of the kernel's FIB);
+//! the rest of the prefix resolves to the port's "connected" next hop, whose packets wait
+//! for the neighbour to be resolved.
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::Release};
+use std::sync::Arc;
 
-mod resolve;
+pub mod lpm4;
+pub mod lpm6;
+pub mod qsbr;
+pub mod resolve;
+pub mod rib;
 
+pub use lpm4::{Lpm4, Lpm4Writer};
+pub use lpm6::{Lpm6, Lpm6Writer};
+pub use qsbr::Qsbr;
 pub use resolve::{build_table, Neighbour, Route};
 
-/// Errors building a table.
+/// Errors changing a table.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FibError {
     /// Prefix length over 32 (IPv4) or 128 (IPv6).
@@ -28,34 +48,9 @@ pub enum FibError {
         /// Family maximum.
         max: u8,
     },
-    /// More next hops or extension groups than the encoding holds.
+    /// More next hops, groups or extension groups than the table was sized for.
     #[error("table full: {0}")]
     Full(&'static str),
-}
-
-const EXT: u32 = 1 << 31;
-const TBL24_LEN: usize = 1 << 24;
-
-/// One IPv4 route: prefix (host order, host bits ignored), length, next-hop index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Route4 {
-    /// Prefix, host byte order.
-    pub prefix: u32,
-    /// Prefix length 0..=32.
-    pub len: u8,
-    /// Index into the next-hop table.
-    pub nh: u32,
-}
-
-/// One IPv6 route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Route6 {
-    /// Prefix, host byte order.
-    pub prefix: u128,
-    /// Prefix length 0..=128.
-    pub len: u8,
-    /// Index into the next-hop table.
-    pub nh: u32,
 }
 
 /// Mask of the top `len` bits of a u32.
@@ -63,7 +58,7 @@ pub fn mask4(len: u8) -> u32 {
     if len == 0 {
         0
     } else {
-        u32::MAX << (32 - u32::from(len))
+        u32::MAX << (32 - u32::from(len).min(32))
     }
 }
 
@@ -72,372 +67,532 @@ pub fn mask6(len: u8) -> u128 {
     if len == 0 {
         0
     } else {
-        u128::MAX << (128 - u32::from(len))
+        u128::MAX << (128 - u32::from(len).min(128))
     }
 }
 
-/// IPv4 DIR-24-8 table. Entry encoding: 0 = no route, `EXT | g` = extension group `g`,
-/// otherwise next hop + 1.
-pub struct Fib4 {
-    /// 2^24 entries (64 MiB) on transparent huge pages: lookups hit it at random.
-    tbl24: crate::sys::Mmap,
-    tbl8: Vec<u32>,
-    routes: usize,
-}
+/// A target with this bit set is multipath group `target & !GROUP`; otherwise a next hop.
+pub const GROUP: u32 = 1 << 22;
+/// Most next hops in one multipath group.
+pub const MAX_PATHS: usize = 16;
 
-impl Fib4 {
-    /// Builds the table. Later duplicates of the same prefix/length win.
-    // Runs once, before the pollers start (never per packet). Indices are in range by
-    // construction: `prefix >> 8` < 2^24, a group's 256 entries follow `g * 256`, and the
-    // group count is checked against the encoding before it is cast.
-    #[allow(clippy::indexing_slicing, clippy::cast_possible_truncation)]
-    pub fn build(routes: &[Route4]) -> Result<Self, FibError> {
-        let mut sorted: Vec<Route4> = Vec::with_capacity(routes.len());
-        for r in routes {
-            if r.len > 32 {
-                return Err(FibError::PrefixTooLong {
-                    len: r.len,
-                    max: 32,
-                });
-            }
-            if r.nh >= EXT - 1 {
-                return Err(FibError::Full("next-hop index"));
-            }
-            sorted.push(Route4 {
-                prefix: r.prefix & mask4(r.len),
-                ..*r
-            });
-        }
-        // Shorter prefixes first, so longer ones overwrite them; stable, so the later of two
-        // identical prefixes is painted last and wins.
-        sorted.sort_by_key(|r| r.len);
-        let mut map = crate::sys::Mmap::anonymous_huge(TBL24_LEN * 4)
-            .map_err(|_| FibError::Full("memory for the 2^24 table"))?;
-        let tbl24 = &mut map.as_u32s_mut()[..TBL24_LEN];
-        let mut tbl8: Vec<u32> = Vec::new();
-        for r in &sorted {
-            let value = r.nh + 1;
-            if r.len <= 24 {
-                // Every /25+ comes later, so no extension group exists yet under this range.
-                let start = (r.prefix >> 8) as usize;
-                let count = 1usize << (24 - r.len);
-                tbl24[start..start + count].fill(value);
-            } else {
-                let i = (r.prefix >> 8) as usize;
-                let group = if tbl24[i] & EXT != 0 {
-                    (tbl24[i] & !EXT) as usize
-                } else {
-                    let g = tbl8.len() / 256;
-                    if g as u32 >= EXT {
-                        return Err(FibError::Full("extension groups"));
-                    }
-                    tbl8.extend(std::iter::repeat_n(tbl24[i], 256));
-                    tbl24[i] = EXT | g as u32;
-                    g
-                };
-                let start = group * 256 + (r.prefix & 0xff) as usize;
-                let count = 1usize << (32 - r.len);
-                tbl8[start..start + count].fill(value);
-            }
-        }
-        Ok(Fib4 {
-            tbl24: map,
-            tbl8,
-            routes: sorted.len(),
-        })
-    }
+/// Reserved next hops for the route types that drop: blackhole (silently), unreachable,
+/// prohibit (with the matching ICMP), and routes out of a port the dataplane does not own.
+pub const HOP_BLACKHOLE: u32 = 0;
+/// See [`HOP_BLACKHOLE`].
+pub const HOP_UNREACHABLE: u32 = 1;
+/// See [`HOP_BLACKHOLE`].
+pub const HOP_PROHIBIT: u32 = 2;
+/// See [`HOP_BLACKHOLE`].
+pub const HOP_FOREIGN: u32 = 3;
+const FIRST_HOP: u32 = 4;
 
-    /// Longest-prefix match: the next-hop index, or None.
-    #[inline(always)]
-    pub fn lookup(&self, dst: u32) -> Option<u32> {
-        let mut e = *self.tbl24.as_u32s().get((dst >> 8) as usize)?;
-        if e & EXT != 0 {
-            let i = (((e & !EXT) as usize) << 8) | (dst & 0xff) as usize;
-            e = *self.tbl8.get(i)?;
-        }
-        e.checked_sub(1)
-    }
-
-    /// Starts loading the first-level entry for `dst` into the cache.
-    #[inline(always)]
-    pub fn prefetch(&self, dst: u32) {
-        if let Some(e) = self.tbl24.as_u32s().get((dst >> 8) as usize) {
-            crate::sys::prefetch(e);
-        }
-    }
-
-    /// Number of routes the table was built from.
-    pub fn len(&self) -> usize {
-        self.routes
-    }
-
-    /// True when built from no routes.
-    pub fn is_empty(&self) -> bool {
-        self.routes == 0
-    }
-}
-
-/// A multiply-shift hasher for u128 keys that are already well mixed prefixes.
-#[derive(Default)]
-pub struct PrefixHasher(u64);
-
-impl Hasher for PrefixHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 =
-                (self.0.rotate_left(5) ^ u64::from(*b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-    }
-    #[allow(clippy::cast_possible_truncation)] // folds the halves on purpose
-    fn write_u128(&mut self, v: u128) {
-        let x = (v as u64) ^ ((v >> 64) as u64).rotate_left(32);
-        self.0 = (self.0 ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        self.0 ^= self.0 >> 29;
-    }
-}
-
-type PrefixMap = HashMap<u128, u32, BuildHasherDefault<PrefixHasher>>;
-
-/// IPv6 table: one hash map per prefix length, probed longest first.
-pub struct Fib6 {
-    by_len: Vec<(u128, PrefixMap)>,
-    routes: usize,
-}
-
-impl Fib6 {
-    /// Builds the table. Later duplicates of the same prefix/length win.
-    // Runs once, before the pollers start; `slot` is an index `lens` just returned or grew to.
-    #[allow(clippy::indexing_slicing)]
-    pub fn build(routes: &[Route6]) -> Result<Self, FibError> {
-        let mut lens: Vec<(u8, PrefixMap)> = Vec::new();
-        for r in routes {
-            if r.len > 128 {
-                return Err(FibError::PrefixTooLong {
-                    len: r.len,
-                    max: 128,
-                });
-            }
-            let slot = match lens.iter().position(|(l, _)| *l == r.len) {
-                Some(i) => i,
-                None => {
-                    lens.push((r.len, PrefixMap::default()));
-                    lens.len() - 1
-                }
-            };
-            lens[slot].1.insert(r.prefix & mask6(r.len), r.nh);
-        }
-        lens.sort_by_key(|l| std::cmp::Reverse(l.0));
-        Ok(Fib6 {
-            by_len: lens.into_iter().map(|(l, m)| (mask6(l), m)).collect(),
-            routes: routes.len(),
-        })
-    }
-
-    /// Longest-prefix match: the next-hop index, or None.
-    #[inline]
-    pub fn lookup(&self, dst: u128) -> Option<u32> {
-        self.by_len
-            .iter()
-            .find_map(|(mask, map)| map.get(&(dst & mask)).copied())
-    }
-
-    /// Number of routes given to `build`.
-    pub fn len(&self) -> usize {
-        self.routes
-    }
-
-    /// True when built from no routes.
-    pub fn is_empty(&self) -> bool {
-        self.routes == 0
-    }
-}
-
-/// Where a resolved next hop sends a frame and what it writes into its Ethernet header.
+/// What a next hop does with a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NextHop {
-    /// Egress port index (the poller's interface slot).
+#[repr(u8)]
+pub enum HopState {
+    /// No MAC yet: the neighbour is being resolved.
+    Incomplete = 0,
+    /// Forward with the MAC.
+    Reachable = 1,
+    /// Resolution failed: ICMP host / address unreachable.
+    Failed = 2,
+    /// Route type blackhole.
+    Blackhole = 3,
+    /// Route type unreachable.
+    Unreachable = 4,
+    /// Route type prohibit.
+    Prohibit = 5,
+    /// The route's egress is not a dataplane port.
+    Foreign = 6,
+}
+
+impl HopState {
+    fn from_bits(b: u64) -> HopState {
+        match b {
+            1 => HopState::Reachable,
+            2 => HopState::Failed,
+            3 => HopState::Blackhole,
+            4 => HopState::Unreachable,
+            5 => HopState::Prohibit,
+            6 => HopState::Foreign,
+            _ => HopState::Incomplete,
+        }
+    }
+}
+
+/// A MAC as the low 48 bits of a little-endian u64 (the layout of a frame's first 8 bytes).
+#[inline(always)]
+pub fn mac_key(mac: [u8; 6]) -> u64 {
+    let [a, b, c, d, e, f] = mac;
+    u64::from_le_bytes([a, b, c, d, e, f, 0, 0])
+}
+
+#[inline(always)]
+fn hop_word(state: HopState, port: u16, mac: [u8; 6]) -> u64 {
+    mac_key(mac) | (u64::from(port & 0xff) << 48) | ((state as u64) << 56)
+}
+
+/// A usable next hop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hop {
+    /// Egress port.
     pub port: u16,
-    /// Destination MAC then source MAC, written over the first 12 bytes.
-    pub macs: [u8; 12],
-    /// False when no neighbour entry exists: packets are dropped as `no_neighbour`.
-    pub resolved: bool,
-    /// The egress port's MTU, kept here so the per-packet check reads the line the lookup
-    /// already loaded (the forwarder fills it in from its ports; 0: nothing fits).
+    /// The neighbour's MAC, low 48 bits (see [`mac_key`]).
+    pub mac: u64,
+    /// The egress port's MTU.
     pub mtu: u32,
 }
 
-/// Outcome of routing one destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lookup<'a> {
-    /// Forward with this next hop.
-    Hop(&'a NextHop),
-    /// A route matched but its next hop has no MAC.
-    NoNeighbour,
-    /// No route.
-    NoRoute,
+impl Hop {
+    /// The neighbour's MAC as bytes.
+    pub fn mac_bytes(&self) -> [u8; 6] {
+        let b = self.mac.to_le_bytes();
+        [b[0], b[1], b[2], b[3], b[4], b[5]]
+    }
 }
 
-/// The complete forwarding table a poller reads: both FIBs and the next hops they point at.
+/// Why a destination has no usable next hop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Miss {
+    /// No route.
+    NoRoute,
+    /// The neighbour is being resolved.
+    Resolving,
+    /// Resolution failed.
+    Failed,
+    /// A blackhole route.
+    Blackhole,
+    /// An unreachable route.
+    Unreachable,
+    /// A prohibit route.
+    Prohibit,
+    /// A route out of a port the dataplane does not own.
+    Foreign,
+    /// The egress port's link is down.
+    LinkDown,
+}
+
+const PORT_UP: u64 = 1 << 32;
+
+/// Sizes of a table's fixed arrays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// Next hops (neighbours and gateways).
+    pub hops: u32,
+    /// Multipath groups.
+    pub groups: u32,
+    /// IPv4 extension groups (prefixes longer than /24 under distinct /24s).
+    pub v4_groups: u32,
+}
+
+impl Default for Capacity {
+    fn default() -> Self {
+        Capacity {
+            hops: 1 << 16,
+            groups: 1 << 12,
+            v4_groups: 1 << 16,
+        }
+    }
+}
+
+/// The table the pollers read.
 pub struct Table {
     /// IPv4 LPM.
-    pub v4: Fib4,
+    pub v4: Lpm4,
     /// IPv6 LPM.
-    pub v6: Fib6,
-    /// Next hops indexed by the FIB values.
-    pub next_hops: Vec<NextHop>,
+    pub v6: Lpm6,
+    hops: Box<[AtomicU64]>,
+    group_len: Box<[AtomicU32]>,
+    group_members: Box<[AtomicU32]>,
+    ports: Box<[AtomicU64]>,
+    /// Reclamation: each poller marks its quiescent states here.
+    pub qsbr: Qsbr,
 }
 
 impl Table {
+    /// Resolves a lookup's target to a next hop; `flow` is the packet's flow hash, asked
+    /// for only when the target is a multipath group.
     #[inline(always)]
-    fn resolve(&self, nh: Option<u32>) -> Lookup<'_> {
-        match nh.and_then(|i| self.next_hops.get(i as usize)) {
-            Some(h) if h.resolved => Lookup::Hop(h),
-            Some(_) => Lookup::NoNeighbour,
-            None => Lookup::NoRoute,
+    pub fn resolve(&self, target: Option<u32>, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
+        let mut t = target.ok_or(Miss::NoRoute)?;
+        if t & GROUP != 0 {
+            let g = (t & !GROUP) as usize;
+            let n = self.group_len.get(g).map_or(0, |n| n.load(Relaxed));
+            if n == 0 {
+                return Err(Miss::NoRoute);
+            }
+            let k = flow() % n;
+            t = self
+                .group_members
+                .get(g * MAX_PATHS + k as usize)
+                .map_or(HOP_BLACKHOLE, |m| m.load(Relaxed));
         }
+        let w = self
+            .hops
+            .get(t as usize)
+            .ok_or(Miss::NoRoute)?
+            .load(Relaxed);
+        match HopState::from_bits(w >> 56) {
+            HopState::Reachable => {}
+            HopState::Incomplete => return Err(Miss::Resolving),
+            HopState::Failed => return Err(Miss::Failed),
+            HopState::Blackhole => return Err(Miss::Blackhole),
+            HopState::Unreachable => return Err(Miss::Unreachable),
+            HopState::Prohibit => return Err(Miss::Prohibit),
+            HopState::Foreign => return Err(Miss::Foreign),
+        }
+        #[allow(clippy::cast_possible_truncation)] // eight bits
+        let port = ((w >> 48) & 0xff) as u16;
+        let p = self
+            .ports
+            .get(usize::from(port))
+            .map_or(0, |p| p.load(Relaxed));
+        if p & PORT_UP == 0 {
+            return Err(Miss::LinkDown);
+        }
+        Ok(Hop {
+            port,
+            mac: w & 0xffff_ffff_ffff,
+            #[allow(clippy::cast_possible_truncation)] // the low half holds the MTU
+            mtu: p as u32,
+        })
     }
 
     /// Routes an IPv4 destination (host order).
     #[inline(always)]
-    pub fn route_v4(&self, dst: u32) -> Lookup<'_> {
-        self.resolve(self.v4.lookup(dst))
+    pub fn route_v4(&self, dst: u32, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
+        self.resolve(self.v4.lookup(dst), flow)
     }
 
     /// Routes an IPv6 destination (host order).
     #[inline(always)]
-    pub fn route_v6(&self, dst: u128) -> Lookup<'_> {
-        self.resolve(self.v6.lookup(dst))
+    pub fn route_v6(&self, dst: u128, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
+        self.resolve(self.v6.lookup(dst), flow)
+    }
+
+    /// Port `p`'s MTU and link state.
+    pub fn port(&self, p: u16) -> Option<(u32, bool)> {
+        let w = self.ports.get(usize::from(p))?.load(Relaxed);
+        #[allow(clippy::cast_possible_truncation)]
+        Some((w as u32, w & PORT_UP != 0))
+    }
+}
+
+/// A next hop's identity: the egress port and the neighbour's address (None: the port's
+/// connected next hop, for addresses with no neighbour entry yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HopKey {
+    /// Egress port.
+    pub port: u16,
+    /// Neighbour address.
+    pub addr: Option<IpAddr>,
+}
+
+/// The single writer of a [`Table`]: prefix changes, next-hop and group ids (reference
+/// counted), port state, and reclamation.
+pub struct TableWriter {
+    table: Arc<Table>,
+    v4: Lpm4Writer,
+    v6: Lpm6Writer,
+    hop_ids: HashMap<HopKey, (u32, usize)>,
+    hop_keys: HashMap<u32, HopKey>,
+    free_hops: Vec<u32>,
+    next_hop: u32,
+    retired_hops: qsbr::Retired<u32>,
+    group_ids: HashMap<Vec<u32>, (u32, usize)>,
+    group_paths: HashMap<u32, Vec<u32>>,
+    free_groups: Vec<u32>,
+    next_group: u32,
+    retired_groups: qsbr::Retired<u32>,
+}
+
+impl std::fmt::Debug for TableWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableWriter")
+            .field("v4", &self.v4.len())
+            .field("v6", &self.v6.len())
+            .field("hops", &self.hop_ids.len())
+            .finish()
+    }
+}
+
+/// Counts of what a table holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TableSize {
+    /// IPv4 prefixes.
+    pub v4: usize,
+    /// IPv6 prefixes.
+    pub v6: usize,
+    /// Next hops in use.
+    pub hops: usize,
+    /// Multipath groups in use.
+    pub groups: usize,
+}
+
+impl Drop for TableWriter {
+    fn drop(&mut self) {
+        self.reclaim();
+        self.v6.forget_pending();
+    }
+}
+
+impl TableWriter {
+    /// An empty table for `ports` ports (all down, MTU 0) and `readers` pollers.
+    pub fn new(ports: usize, readers: usize, cap: Capacity) -> Result<TableWriter, FibError> {
+        let hops: Box<[AtomicU64]> = (0..cap.hops.max(FIRST_HOP))
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        for (id, state) in [
+            (HOP_BLACKHOLE, HopState::Blackhole),
+            (HOP_UNREACHABLE, HopState::Unreachable),
+            (HOP_PROHIBIT, HopState::Prohibit),
+            (HOP_FOREIGN, HopState::Foreign),
+        ] {
+            if let Some(h) = hops.get(id as usize) {
+                h.store(hop_word(state, 0, [0; 6]), Relaxed);
+            }
+        }
+        let table = Table {
+            v4: Lpm4::new(cap.v4_groups)?,
+            v6: Lpm6::default(),
+            hops,
+            group_len: (0..cap.groups).map(|_| AtomicU32::new(0)).collect(),
+            group_members: (0..cap.groups as usize * MAX_PATHS)
+                .map(|_| AtomicU32::new(0))
+                .collect(),
+            ports: (0..ports).map(|_| AtomicU64::new(0)).collect(),
+            qsbr: Qsbr::new(readers),
+        };
+        Ok(TableWriter {
+            table: Arc::new(table),
+            v4: Lpm4Writer::new(),
+            v6: Lpm6Writer::default(),
+            hop_ids: HashMap::new(),
+            hop_keys: HashMap::new(),
+            free_hops: Vec::new(),
+            next_hop: FIRST_HOP,
+            retired_hops: qsbr::Retired::default(),
+            group_ids: HashMap::new(),
+            group_paths: HashMap::new(),
+            free_groups: Vec::new(),
+            next_group: 0,
+            retired_groups: qsbr::Retired::default(),
+        })
+    }
+
+    /// The table, for the pollers.
+    pub fn table(&self) -> &Arc<Table> {
+        &self.table
+    }
+
+    /// What the table holds.
+    pub fn size(&self) -> TableSize {
+        TableSize {
+            v4: self.v4.len(),
+            v6: self.v6.len(),
+            hops: self.hop_ids.len(),
+            groups: self.group_ids.len(),
+        }
+    }
+
+    /// Sets port `p`'s MTU and link state.
+    pub fn set_port(&mut self, p: u16, mtu: u32, up: bool) {
+        if let Some(w) = self.table.ports.get(usize::from(p)) {
+            w.store(u64::from(mtu) | if up { PORT_UP } else { 0 }, Release);
+        }
+    }
+
+    /// Points `prefix/len` at `target` (added, or replaced).
+    pub fn set_route(&mut self, prefix: IpAddr, len: u8, target: u32) -> Result<(), FibError> {
+        let t = &*self.table;
+        match prefix {
+            IpAddr::V4(a) => self.v4.insert(&t.v4, u32::from(a), len, target),
+            IpAddr::V6(a) => self.v6.insert(&t.v6, &t.qsbr, u128::from(a), len, target),
+        }
+    }
+
+    /// Removes `prefix/len`; returns the target it had.
+    pub fn remove_route(&mut self, prefix: IpAddr, len: u8) -> Option<u32> {
+        let t = &*self.table;
+        match prefix {
+            IpAddr::V4(a) => self.v4.remove(&t.v4, &t.qsbr, u32::from(a), len),
+            IpAddr::V6(a) => self.v6.remove(&t.v6, &t.qsbr, u128::from(a), len),
+        }
+    }
+
+    /// The target `prefix/len` has, if present.
+    pub fn route(&self, prefix: IpAddr, len: u8) -> Option<u32> {
+        match prefix {
+            IpAddr::V4(a) => self.v4.get(u32::from(a), len),
+            IpAddr::V6(a) => self.v6.get(&self.table.v6, u128::from(a), len),
+        }
+    }
+
+    /// The id of next hop `key`, allocated (state incomplete) on first use; each call takes
+    /// a reference that [`TableWriter::release_hop`] gives back.
+    pub fn hop(&mut self, key: HopKey) -> Result<u32, FibError> {
+        if let Some((id, refs)) = self.hop_ids.get_mut(&key) {
+            *refs += 1;
+            return Ok(*id);
+        }
+        let id = match self.free_hops.pop() {
+            Some(id) => id,
+            None if (self.next_hop as usize) < self.table.hops.len() => {
+                self.next_hop += 1;
+                self.next_hop - 1
+            }
+            None => return Err(FibError::Full("next hops")),
+        };
+        if let Some(h) = self.table.hops.get(id as usize) {
+            h.store(hop_word(HopState::Incomplete, key.port, [0; 6]), Release);
+        }
+        self.hop_ids.insert(key, (id, 1));
+        self.hop_keys.insert(id, key);
+        Ok(id)
+    }
+
+    /// The id of `key` if allocated, without taking a reference.
+    pub fn hop_id(&self, key: &HopKey) -> Option<u32> {
+        self.hop_ids.get(key).map(|(id, _)| *id)
+    }
+
+    /// The key of next hop `id`.
+    pub fn hop_key(&self, id: u32) -> Option<HopKey> {
+        self.hop_keys.get(&id).copied()
+    }
+
+    /// Gives back one reference to next hop `id` (reserved ids are not counted).
+    pub fn release_hop(&mut self, id: u32) {
+        let Some(key) = self.hop_keys.get(&id).copied() else {
+            return;
+        };
+        if let Some((_, refs)) = self.hop_ids.get_mut(&key) {
+            *refs -= 1;
+            if *refs == 0 {
+                self.hop_ids.remove(&key);
+                self.hop_keys.remove(&id);
+                let tag = self.table.qsbr.retire_point();
+                self.retired_hops.push(tag, id);
+            }
+        }
+    }
+
+    /// Sets next hop `id`'s state and MAC (a neighbour update: one store).
+    pub fn set_hop(&mut self, id: u32, state: HopState, mac: [u8; 6]) {
+        let port = self.hop_keys.get(&id).map_or(0, |k| k.port);
+        if let Some(h) = self.table.hops.get(id as usize) {
+            h.store(hop_word(state, port, mac), Release);
+        }
+    }
+
+    /// Next hop `id`'s state and MAC.
+    pub fn hop_state(&self, id: u32) -> Option<(HopState, [u8; 6])> {
+        let w = self.table.hops.get(id as usize)?.load(Relaxed);
+        let b = w.to_le_bytes();
+        Some((
+            HopState::from_bits(w >> 56),
+            [b[0], b[1], b[2], b[3], b[4], b[5]],
+        ))
+    }
+
+    /// A target spreading flows over `hops` (ids with a reference each, which the group now
+    /// holds): the one hop itself, or a multipath group shared by routes with the same set.
+    pub fn multipath(&mut self, mut hops: Vec<u32>) -> Result<u32, FibError> {
+        hops.sort_unstable();
+        hops.dedup();
+        if hops.len() > MAX_PATHS {
+            return Err(FibError::Full("paths in one route (16)"));
+        }
+        match hops.as_slice() {
+            [] => return Err(FibError::Full("a route with no next hop")),
+            [one] => return Ok(*one),
+            _ => {}
+        }
+        if let Some((g, refs)) = self.group_ids.get_mut(&hops) {
+            *refs += 1;
+            let g = *g;
+            // The group holds one reference per hop already.
+            for h in hops {
+                self.release_hop(h);
+            }
+            return Ok(GROUP | g);
+        }
+        let g = match self.free_groups.pop() {
+            Some(g) => g,
+            None if (self.next_group as usize) < self.table.group_len.len() => {
+                self.next_group += 1;
+                self.next_group - 1
+            }
+            None => return Err(FibError::Full("multipath groups")),
+        };
+        let base = g as usize * MAX_PATHS;
+        for (k, h) in hops.iter().enumerate() {
+            if let Some(m) = self.table.group_members.get(base + k) {
+                m.store(*h, Relaxed);
+            }
+        }
+        if let Some(n) = self.table.group_len.get(g as usize) {
+            #[allow(clippy::cast_possible_truncation)] // at most MAX_PATHS
+            n.store(hops.len() as u32, Release);
+        }
+        self.group_paths.insert(g, hops.clone());
+        self.group_ids.insert(hops, (g, 1));
+        Ok(GROUP | g)
+    }
+
+    /// Gives back a route's reference to its target (a hop, or a group and its hops).
+    pub fn release_target(&mut self, target: u32) {
+        if target & GROUP == 0 {
+            self.release_hop(target);
+            return;
+        }
+        let g = target & !GROUP;
+        let Some(paths) = self.group_paths.get(&g).cloned() else {
+            return;
+        };
+        if let Some((_, refs)) = self.group_ids.get_mut(&paths) {
+            *refs -= 1;
+            if *refs == 0 {
+                self.group_ids.remove(&paths);
+                self.group_paths.remove(&g);
+                for h in paths {
+                    self.release_hop(h);
+                }
+                let tag = self.table.qsbr.retire_point();
+                self.retired_groups.push(tag, g);
+            }
+        }
+    }
+
+    /// The hops of target `t` (one, or a group's).
+    pub fn paths(&self, t: u32) -> Vec<u32> {
+        if t & GROUP == 0 {
+            vec![t]
+        } else {
+            self.group_paths
+                .get(&(t & !GROUP))
+                .cloned()
+                .unwrap_or_default()
+        }
+    }
+
+    /// Frees what no poller can still see. Call after each batch of changes.
+    pub fn reclaim(&mut self) {
+        let q = &self.table.qsbr;
+        self.v4.reclaim(q);
+        self.v6.reclaim(q);
+        let hops = self.retired_hops.collect(q);
+        self.free_hops.extend(hops);
+        let groups = self.retired_groups.collect(q);
+        self.free_groups.extend(groups);
+    }
+
+    /// Memory retired but not yet reclaimable (waiting for a poller).
+    pub fn pending(&self) -> usize {
+        self.retired_hops.len() + self.retired_groups.len()
     }
 }
 
 #[cfg(test)]
-#[allow(clippy::indexing_slicing, clippy::cast_possible_truncation)] // tests may panic
-mod tests {
-    use super::*;
-    use rand::{Rng, SeedableRng};
-
-    fn brute4(routes: &[Route4], dst: u32) -> Option<u32> {
-        // Longest match; among equal prefixes the last given wins (as in `build`).
-        let mut best: Option<(u8, u32)> = None;
-        for r in routes {
-            if dst & mask4(r.len) == r.prefix & mask4(r.len) && best.is_none_or(|(l, _)| r.len >= l)
-            {
-                best = Some((r.len, r.nh));
-            }
-        }
-        best.map(|(_, nh)| nh)
-    }
-
-    fn brute6(routes: &[Route6], dst: u128) -> Option<u32> {
-        let mut best: Option<(u8, u32)> = None;
-        for r in routes {
-            if dst & mask6(r.len) == r.prefix & mask6(r.len) && best.is_none_or(|(l, _)| r.len >= l)
-            {
-                best = Some((r.len, r.nh));
-            }
-        }
-        best.map(|(_, nh)| nh)
-    }
-
-    #[test]
-    fn ipv4_lpm_matches_brute_force_on_random_tables() {
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(248);
-        for round in 0..4 {
-            // Few top-level /8s so prefixes nest and overlap often.
-            let tops: Vec<u32> = (0..4).map(|_| rng.gen::<u32>() & 0xff00_0000).collect();
-            let routes: Vec<Route4> = (0..600)
-                .map(|i| {
-                    let len = if round == 0 {
-                        rng.gen_range(0..=32)
-                    } else {
-                        rng.gen_range(8..=32)
-                    };
-                    let base =
-                        tops[rng.gen_range(0..tops.len())] | (rng.gen::<u32>() & 0x00ff_ffff);
-                    Route4 {
-                        prefix: base,
-                        len,
-                        nh: i,
-                    }
-                })
-                .collect();
-            let fib = Fib4::build(&routes).expect("valid routes");
-            for _ in 0..20_000 {
-                let pick = &routes[rng.gen_range(0..routes.len())];
-                // Addresses inside some prefix (mostly) and fully random ones.
-                let dst = if rng.gen_bool(0.8) {
-                    (pick.prefix & mask4(pick.len)) | (rng.gen::<u32>() & !mask4(pick.len))
-                } else {
-                    rng.gen()
-                };
-                assert_eq!(fib.lookup(dst), brute4(&routes, dst), "dst {dst:#010x}");
-            }
-        }
-    }
-
-    #[test]
-    fn ipv4_edges() {
-        let routes = [
-            Route4 {
-                prefix: 0,
-                len: 0,
-                nh: 0,
-            },
-            Route4 {
-                prefix: 0xc612_0000,
-                len: 15,
-                nh: 1,
-            },
-            Route4 {
-                prefix: 0xc613_0001,
-                len: 32,
-                nh: 2,
-            },
-            Route4 {
-                prefix: 0xc613_0001,
-                len: 32,
-                nh: 3,
-            },
-        ];
-        let fib = Fib4::build(&routes).expect("valid");
-        assert_eq!(fib.lookup(0x0101_0101), Some(0));
-        assert_eq!(fib.lookup(0xc613_0002), Some(1));
-        assert_eq!(fib.lookup(0xc613_0001), Some(3), "later duplicate wins");
-        assert_eq!(Fib4::build(&[]).expect("empty").lookup(1), None);
-        assert_eq!(
-            Fib4::build(&[Route4 {
-                prefix: 0,
-                len: 33,
-                nh: 0
-            }])
-            .err(),
-            Some(FibError::PrefixTooLong { len: 33, max: 32 })
-        );
-    }
-
-    #[test]
-    fn ipv6_lpm_matches_brute_force_on_random_tables() {
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(6);
-        let top: u128 = 0x2001_0db8 << 96;
-        let routes: Vec<Route6> = (0..400)
-            .map(|i| Route6 {
-                prefix: top | (rng.gen::<u128>() >> 32),
-                len: [0, 16, 32, 40, 48, 56, 64, 96, 127, 128][rng.gen_range(0..10)],
-                nh: i,
-            })
-            .collect();
-        let fib = Fib6::build(&routes).expect("valid");
-        for _ in 0..20_000 {
-            let pick = &routes[rng.gen_range(0..routes.len())];
-            let dst = if rng.gen_bool(0.8) {
-                (pick.prefix & mask6(pick.len)) | (rng.gen::<u128>() & !mask6(pick.len))
-            } else {
-                rng.gen()
-            };
-            assert_eq!(fib.lookup(dst), brute6(&routes, dst));
-        }
-    }
-}
+mod tests;

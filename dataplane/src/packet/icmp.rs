@@ -21,6 +21,11 @@ pub enum IcmpError {
     /// No neighbour for the next hop (v4 type 3 code 1 host unreachable, v6 type 1 code 3
     /// address unreachable).
     NoNeighbour,
+    /// An unreachable route (v4 type 3 code 1 host unreachable, v6 type 1 code 0 no route,
+    /// as Linux answers for `ip route add unreachable`).
+    Unreachable,
+    /// A prohibit route (v4 type 3 code 13 administratively prohibited, v6 type 1 code 1).
+    Prohibited,
     /// Bigger than the egress MTU (v4 type 3 code 4 fragmentation needed, v6 type 2 packet
     /// too big), with that MTU.
     TooBig {
@@ -117,7 +122,8 @@ pub fn build_v4(
     let (ty, code, rest) = match err {
         IcmpError::TimeExceeded => (11, 0, [0; 4]),
         IcmpError::NoRoute => (3, 0, [0; 4]),
-        IcmpError::NoNeighbour => (3, 1, [0; 4]),
+        IcmpError::NoNeighbour | IcmpError::Unreachable => (3, 1, [0; 4]),
+        IcmpError::Prohibited => (3, 13, [0; 4]),
         IcmpError::TooBig { mtu } => {
             let [_, _, hi, lo] = mtu.min(u32::from(u16::MAX)).to_be_bytes();
             (3, 4, [0, 0, hi, lo])
@@ -162,6 +168,8 @@ pub fn build_v6(
         IcmpError::TimeExceeded => (3, 0, [0; 4]),
         IcmpError::NoRoute => (1, 0, [0; 4]),
         IcmpError::NoNeighbour => (1, 3, [0; 4]),
+        IcmpError::Unreachable => (1, 0, [0; 4]),
+        IcmpError::Prohibited => (1, 1, [0; 4]),
         IcmpError::TooBig { mtu } => (2, 0, mtu.to_be_bytes()),
     };
     ethernet(frame, port_mac, ETH_P_IPV6)?;

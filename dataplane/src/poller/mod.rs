@@ -6,16 +6,18 @@
 //! Inside the loop there is no allocation, lock, formatting or syscall other than the wakeups
 //! the rings ask for, and no indexing that can panic.
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use crossbeam_queue::ArrayQueue;
 use xdpilone::xdp::XdpDesc;
 
 use crate::forward::{Forwarder, Parsed};
 use crate::mem::{Area, FreeList};
-use crate::packet::DropReason;
+use crate::packet::{DropReason, L3};
 use crate::stats::{Counter, PollerStats};
 use crate::sys;
 use crate::types::Idle;
@@ -61,6 +63,11 @@ struct Poller {
     idle: Idle,
     pollfds: Vec<libc::pollfd>,
     icmp_bucket: TokenBucket,
+    /// Index in the table's quiescent-state slots.
+    id: usize,
+    resolve: Option<Arc<ArrayQueue<IpAddr>>>,
+    /// The last destination sent for resolution (a burst to one host asks once).
+    last_resolve: Option<IpAddr>,
 }
 
 /// Starts a poller thread. It reports on `ready`, then waits for `go` (true: run, false: quit).
@@ -106,6 +113,29 @@ pub fn spawn(
         })
 }
 
+/// Hands a destination whose neighbour is unresolved to the control thread (slow path: only
+/// for frames dropped as `resolving`; repeats of the last one are skipped).
+#[cold]
+fn ask_resolve(
+    last: &mut Option<IpAddr>,
+    queue: Option<&ArrayQueue<IpAddr>>,
+    parsed: &Result<Parsed, DropReason>,
+) {
+    let dst = match parsed {
+        Ok(Parsed::L3(L3::V4 { dst, .. })) => IpAddr::V4((*dst).into()),
+        Ok(Parsed::L3(L3::V6 { dst, .. })) => IpAddr::V6((*dst).into()),
+        _ => return,
+    };
+    if *last == Some(dst) {
+        return;
+    }
+    if let Some(q) = queue {
+        if q.push(dst).is_ok() {
+            *last = Some(dst);
+        }
+    }
+}
+
 impl Poller {
     /// Gives every fill ring its share of frames before traffic starts.
     fn prefill(&mut self) {
@@ -118,7 +148,11 @@ impl Poller {
         // Loop passes, busy passes: tallied here and added to the counters every 256 passes,
         // so an idle busy-polling loop does not write its counter line on every pass.
         let mut passes = [0u64; 2];
+        let table = self.fwd.table().clone();
         while !stop.load(Relaxed) {
+            // A batch boundary: nothing of the table is held here, so memory the control
+            // thread unpublished before now may be reused.
+            table.qsbr.quiescent(self.id);
             let mut work = 0usize;
             for i in 0..self.sockets.queues.len() {
                 work += self.receive(i);
@@ -142,6 +176,7 @@ impl Poller {
             }
         }
         self.add_passes(&mut passes);
+        table.qsbr.offline(self.id);
     }
 
     /// Adds the tallied [loop, busy] passes to the counters and clears the tally.
@@ -225,6 +260,9 @@ impl Poller {
                 (Err(r), _) => Err(r),
                 (Ok(_), None) => Err(DropReason::InvalidDescriptor),
             };
+            if verdict == Err(DropReason::Resolving) {
+                ask_resolve(&mut self.last_resolve, self.resolve.as_deref(), p);
+            }
             let mut is_reply = false;
             let verdict = match verdict {
                 Err(r) if r.calls_for_icmp() => {

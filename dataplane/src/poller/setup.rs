@@ -1,7 +1,10 @@
 //! A poller's setup, on its own thread before the start signal: pin, map and touch its UMEM
 //! (first touch after pinning), open and bind its sockets; what it reports back, and how that
 //! can fail.
+use std::net::IpAddr;
 use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
 use std::time::{Duration, Instant};
 
 use xdpilone::xdp::XdpDesc;
@@ -50,6 +53,8 @@ pub struct PollerSpec {
     pub icmp_rate: u32,
     /// ICMP errors it may send at once.
     pub icmp_burst: u32,
+    /// Where to ask for neighbours to be resolved (destinations dropped as `resolving`).
+    pub resolve: Option<Arc<ArrayQueue<IpAddr>>>,
 }
 
 /// Sent by a poller once its setup is done (or failed).
@@ -194,6 +199,9 @@ pub(super) fn setup(
         idle: spec.idle,
         pollfds,
         icmp_bucket: TokenBucket::new(spec.icmp_rate, spec.icmp_burst),
+        id: spec.id,
+        resolve: spec.resolve.clone(),
+        last_resolve: None,
     };
     Ok((poller, ready))
 }

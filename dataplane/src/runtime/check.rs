@@ -4,26 +4,29 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::RunError;
-use crate::config::{Config, MemoryPlacement};
+use crate::config::{Config, MemoryPlacement, RouteSource};
+use crate::fib::rib::Rib;
 use crate::forward::{Forwarder, Port};
 use crate::packet;
 use crate::sys;
 use crate::topology::Machine;
 use crate::types::{MacAddr, Mode};
 
-/// Checks every interface and queue of the config, builds the table, and returns the
-/// forwarder the pollers share.
+/// Checks every interface and queue of the config, builds the table (static routes loaded,
+/// ports up with their MTU), and returns the forwarder the pollers share, the routing base
+/// the control thread will own, and each port's interface index.
 pub(super) fn forwarder(
     cfg: &Config,
     log: &mut impl FnMut(&str),
-) -> Result<Arc<Forwarder>, RunError> {
-    let mut macs = Vec::new();
+) -> Result<(Arc<Forwarder>, Rib, Vec<u32>), RunError> {
+    let mut mtus = Vec::new();
+    let mut ifindexes = Vec::new();
     let mut ports = Vec::new();
     let addrs = sys::local_addresses()?;
     for name in &cfg.interfaces {
-        sys::if_index(name).map_err(|_| RunError::NoInterface(name.clone()))?;
+        ifindexes.push(sys::if_index(name).map_err(|_| RunError::NoInterface(name.clone()))?);
+        mtus.push(sys::interface_mtu(name).ok_or_else(|| RunError::NoInterface(name.clone()))?);
         let mac = sys::interface_mac(name).ok_or_else(|| RunError::NoInterface(name.clone()))?;
-        macs.push(mac);
         ports.push(port(name, mac, &addrs)?);
         let count = sys::rx_queue_count(name).unwrap_or(1);
         for p in &cfg.pollers {
@@ -36,32 +39,34 @@ pub(super) fn forwarder(
             }
         }
     }
-    let table = cfg.build_table(&macs)?;
-    if cfg.dataplane.mode == Mode::L3fwd {
+    let mut rib = cfg.build_rib()?;
+    for (p, mtu) in mtus.iter().enumerate() {
+        rib.writer()
+            .set_port(u16::try_from(p).unwrap_or(u16::MAX), *mtu, true);
+    }
+    if cfg.dataplane.mode == Mode::L3fwd && cfg.dataplane.routes == RouteSource::Static {
+        let size = rib.size();
         log(&format!(
             "routes: {} IPv4, {} IPv6 prefixes; {} next hops",
-            table.v4.len(),
-            table.v6.len(),
-            table.next_hops.len()
+            size.v4, size.v6, size.hops
         ));
     }
-    Ok(Arc::new(Forwarder::new(
+    let fwd = Arc::new(Forwarder::new(
         cfg.dataplane.mode,
-        table,
+        rib.table().clone(),
         cfg.l2_peer.clone(),
         ports,
-    )))
+    ));
+    Ok((fwd, rib, ifindexes))
 }
 
 /// What the forwarder needs of an interface: MAC, MTU, and the addresses its ICMP errors
 /// come from (the first IPv4 address; the first global IPv6 address, not link-local, so a
 /// traceroute shows a routable hop).
 fn port(name: &str, mac: MacAddr, addrs: &[(String, IpAddr)]) -> Result<Port, RunError> {
-    let mtu = sys::interface_mtu(name).ok_or_else(|| RunError::NoInterface(name.to_string()))?;
     let mine = || addrs.iter().filter(|(n, _)| n == name).map(|(_, a)| *a);
     Ok(Port {
         mac,
-        mtu,
         v4: mine().find_map(|a| match a {
             IpAddr::V4(a) => Some(u32::from(a)),
             IpAddr::V6(_) => None,

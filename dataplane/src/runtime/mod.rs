@@ -81,6 +81,9 @@ pub enum RunError {
     /// Moving interrupts failed.
     #[error(transparent)]
     Irq(#[from] IrqError),
+    /// The control plane could not start.
+    #[error(transparent)]
+    Control(#[from] crate::control::ControlError),
     /// The interrupt state file is stale or unusable.
     #[error(transparent)]
     IrqState(#[from] crate::irq::IrqStateError),
@@ -107,6 +110,10 @@ pub struct RunOptions {
     /// Serve Prometheus metrics on this address (started after the capabilities are dropped,
     /// so its threads never hold any).
     pub metrics: Option<std::net::SocketAddr>,
+    /// Where the config came from: SIGHUP re-reads it (None: no reload).
+    pub config_path: Option<std::path::PathBuf>,
+    /// Set by SIGHUP: re-read the config's routes and neighbours.
+    pub reload: Arc<AtomicBool>,
 }
 
 /// Everything a finished run reports.
@@ -158,13 +165,62 @@ pub fn run(
         (true, Some(path)) => IrqChanges::journaled(path)?,
         _ => IrqChanges::default(),
     };
-    let fwd = check::forwarder(cfg, &mut log)?;
+    let (fwd, rib, ifindexes) = check::forwarder(cfg, &mut log)?;
     let mut steers = attach::load_steering(cfg)?;
+    // The control thread first: in kernel mode it reads the kernel's tables before any
+    // poller starts, so the first packet finds them.
+    let control_stop = Arc::new(AtomicBool::new(false));
+    let resolve = crate::control::resolve_queue();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (log_tx, log_rx) = std::sync::mpsc::channel();
+    let control_status = Arc::new(crate::control::ControlStatus::default());
+    let control = crate::control::start(crate::control::ControlSpec {
+        rib,
+        config: cfg.clone(),
+        config_path: opts.config_path.clone(),
+        ports: cfg
+            .interfaces
+            .iter()
+            .zip(&ifindexes)
+            .map(|(name, ifindex)| crate::control::PortInfo {
+                name: name.clone(),
+                ifindex: *ifindex,
+            })
+            .collect(),
+        reload: opts.reload.clone(),
+        stop: control_stop.clone(),
+        resolve: resolve.clone(),
+        addresses: addr_tx,
+        status: control_status.clone(),
+        log: log_tx,
+    })?;
+    let stop_control = || {
+        control_stop.store(true, Ordering::Relaxed);
+    };
+    if cfg.dataplane.routes == crate::config::RouteSource::Kernel {
+        log(&format!(
+            "routes from the kernel: {} IPv4, {} IPv6 prefixes; {} next hops; {} routes out of other interfaces not forwarded here",
+            control_status.v4.load(Ordering::Relaxed),
+            control_status.v6.load(Ordering::Relaxed),
+            control_status.hops.load(Ordering::Relaxed),
+            control_status.foreign_routes.load(Ordering::Relaxed),
+        ));
+    }
     let stop = Arc::new(AtomicBool::new(false));
-    let pollers = spawn::pollers(cfg, opts.plan.as_ref(), fwd.clone(), &stop)?;
+    let pollers = match spawn::pollers(cfg, opts.plan.as_ref(), fwd.clone(), Some(&resolve), &stop)
+    {
+        Ok(p) => p,
+        Err(e) => {
+            stop_control();
+            let _ = control.join();
+            return Err(e);
+        }
+    };
     if let Err(e) = attach::wire(&mut steers, &pollers.readies, cfg) {
         steers.iter_mut().for_each(Steer::detach);
         pollers.abort(&stop);
+        stop_control();
+        let _ = control.join();
         return Err(e);
     }
     let setup = report::setups(cfg, &pollers.readies, &mut log);
@@ -175,6 +231,8 @@ pub fn run(
             irq.restore();
             steers.iter_mut().for_each(Steer::detach);
             pollers.abort(&stop);
+            stop_control();
+            let _ = control.join();
             return Err(e);
         }
         for l in irq.describe() {
@@ -191,6 +249,8 @@ pub fn run(
         irq.restore();
         steers.iter_mut().for_each(Steer::detach);
         pollers.abort(&stop);
+        stop_control();
+        let _ = control.join();
         return Err(e);
     }
     log(&format!(
@@ -205,12 +265,10 @@ pub fn run(
         }
     ));
     // After the exporter is installed: what is recorded before goes nowhere.
-    let publisher = opts.metrics.is_some().then(|| {
-        let p = Publisher::new(&setup.iter().map(|s| s.cpu).collect::<Vec<_>>());
-        let t = fwd.table();
-        p.publish_fib(t.v4.len(), t.v6.len(), t.next_hops.len());
-        p
-    });
+    let publisher = opts
+        .metrics
+        .is_some()
+        .then(|| Publisher::new(&setup.iter().map(|s| s.cpu).collect::<Vec<_>>()));
     pollers.go();
     log(&format!(
         "attached xdp_steer ({}) to {}; mode {}, batch {}",
@@ -224,7 +282,19 @@ pub fn run(
         cfg.dataplane.batch_size
     ));
     let start = Instant::now();
-    report::watch(opts, &pollers, &steers, publisher.as_ref(), start, &mut log);
+    report::watch(
+        opts,
+        &pollers,
+        &mut steers,
+        report::ControlSide {
+            status: &control_status,
+            addresses: &addr_rx,
+            log: &log_rx,
+        },
+        publisher.as_ref(),
+        start,
+        &mut log,
+    );
     let elapsed = start.elapsed();
     // Detach first (no new frames), then stop and drain the pollers.
     let steer: Vec<(String, Vec<u64>)> = steers
@@ -238,7 +308,16 @@ pub fn run(
     steers.iter_mut().for_each(Steer::detach);
     std::thread::sleep(Duration::from_millis(20));
     stop.store(true, Ordering::Relaxed);
-    let (reports, pollers) = pollers.join()?;
+    let joined = pollers.join();
+    // The control thread last: no poller reads the table any more, so what it frees is free.
+    stop_control();
+    if let Ok(rib) = control.join() {
+        drop(rib);
+    }
+    while let Ok(l) = log_rx.try_recv() {
+        log(&l);
+    }
+    let (reports, pollers) = joined?;
     Ok(report::summary(
         cfg,
         opts,

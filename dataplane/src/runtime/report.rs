@@ -93,10 +93,21 @@ pub(super) fn setups(
 
 /// Waits while the pollers forward, until the stop flag, the duration, or a poller ending
 /// early; logs a rate line every `opts.interval`.
+/// What the control thread hands the watching (main) thread.
+pub(super) struct ControlSide<'a> {
+    /// Its progress (table size, changes).
+    pub status: &'a crate::control::ControlStatus,
+    /// Address changes for the steering programs.
+    pub addresses: &'a std::sync::mpsc::Receiver<crate::control::AddressChange>,
+    /// Its log lines.
+    pub log: &'a std::sync::mpsc::Receiver<String>,
+}
+
 pub(super) fn watch(
     opts: &RunOptions,
     pollers: &Pollers,
-    steers: &[Steer],
+    steers: &mut [Steer],
+    control: ControlSide<'_>,
     publisher: Option<&Publisher>,
     start: Instant,
     log: &mut impl FnMut(&str),
@@ -108,8 +119,34 @@ pub(super) fn watch(
     loop {
         std::thread::sleep(Duration::from_millis(20));
         let now = Instant::now();
+        while let Ok(l) = control.log.try_recv() {
+            log(&l);
+        }
+        while let Ok(c) = control.addresses.try_recv() {
+            for s in steers.iter_mut() {
+                let r = if c.add {
+                    s.add_local(c.ip)
+                } else {
+                    s.remove_local(c.ip)
+                };
+                if let Err(e) = r {
+                    log(&format!("{}: {e}", s.ifname()));
+                }
+            }
+            log(&format!(
+                "address {} {}: {}",
+                c.ip,
+                if c.add { "added" } else { "removed" },
+                if c.add {
+                    "passed to the kernel"
+                } else {
+                    "forwarded again"
+                }
+            ));
+        }
         if let Some(p) = publisher.filter(|_| now >= next_publish) {
             publish(p, pollers, steers);
+            p.publish_control(control.status);
             next_publish = now + PUBLISH_EVERY;
         }
         if opts.stop.load(std::sync::atomic::Ordering::Relaxed)

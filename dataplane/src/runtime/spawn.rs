@@ -36,6 +36,7 @@ pub(super) fn pollers(
     cfg: &Config,
     plan: Option<&Plan>,
     fwd: Arc<Forwarder>,
+    resolve: Option<&Arc<crossbeam_queue::ArrayQueue<std::net::IpAddr>>>,
     stop: &Arc<AtomicBool>,
 ) -> Result<Pollers, RunError> {
     let machine = Machine::load(&Source::Host)?;
@@ -49,7 +50,7 @@ pub(super) fn pollers(
     };
     let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<Ready, PollerError>>(cfg.pollers.len());
     for id in 0..cfg.pollers.len() {
-        let spec = match poller_spec(cfg, plan, &machine, id) {
+        let spec = match poller_spec(cfg, plan, &machine, id, resolve) {
             Ok(s) => s,
             Err(e) => {
                 running.abort(stop);
@@ -100,6 +101,7 @@ fn poller_spec(
     plan: Option<&Plan>,
     machine: &Machine,
     id: usize,
+    resolve: Option<&Arc<crossbeam_queue::ArrayQueue<std::net::IpAddr>>>,
 ) -> Result<PollerSpec, RunError> {
     let p = cfg
         .pollers
@@ -140,6 +142,7 @@ fn poller_spec(
         tx_kick_budget: cfg.dataplane.tx_kick_budget,
         icmp_rate: cfg.dataplane.icmp_rate,
         icmp_burst: cfg.dataplane.icmp_burst,
+        resolve: resolve.cloned(),
     })
 }
 

@@ -89,6 +89,19 @@ impl Mmap {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<u32>(), self.len / 4) }
     }
 
+    /// The mapping as zero-initialised `AtomicU32`s: tables one thread updates in place while
+    /// others read them.
+    pub fn as_atomic_u32s(&self) -> &[std::sync::atomic::AtomicU32] {
+        // SAFETY: as in `as_u32s`; AtomicU32 has the size and alignment of u32, and every
+        // access through the result is atomic, so shared references may write.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.ptr.as_ptr().cast::<std::sync::atomic::AtomicU32>(),
+                self.len / 4,
+            )
+        }
+    }
+
     /// Mutable view of [`Mmap::as_u32s`].
     pub fn as_u32s_mut(&mut self) -> &mut [u32] {
         // SAFETY: as in `as_u32s`; `&mut self` guarantees exclusive access.

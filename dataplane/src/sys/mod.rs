@@ -25,7 +25,9 @@ pub use thread::{
     current_thread_affinity, gettid, pin_current_thread, set_fifo, set_sched_idle,
     set_thread_affinity, set_timer_slack, thread_cpu_ns,
 };
-pub use xdp::{poll_readable, pollfd_in, xdp_link_create, xsk_is_zerocopy, xsk_set_tx_budget};
+pub use xdp::{
+    force_rcvbuf, poll_readable, pollfd_in, xdp_link_create, xsk_is_zerocopy, xsk_set_tx_budget,
+};
 
 /// A failed system call, with the name of the call.
 #[derive(Debug, thiserror::Error)]

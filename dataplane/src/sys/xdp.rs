@@ -96,3 +96,20 @@ pub fn xdp_link_create(
     // SAFETY: a non-negative return is a fresh link descriptor we now own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
+
+/// Sets a socket's receive buffer to `bytes` past `net.core.rmem_max` (SO_RCVBUFFORCE, which
+/// needs CAP_NET_ADMIN). False when refused.
+pub fn force_rcvbuf(fd: i32, bytes: usize) -> bool {
+    let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: setsockopt with a c_int option value and its exact size; a bad fd only fails.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&raw const size).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    r == 0
+}

@@ -90,6 +90,34 @@ fn describe() {
         "Next hops in the forwarding table."
     );
     describe_gauge!("dataplane_build_info", "Always 1; the version as a label.");
+    describe_gauge!(
+        "dataplane_fib_generation",
+        "Reclamation generation of the forwarding table (advances as memory is unpublished)."
+    );
+    describe_gauge!(
+        "dataplane_fib_foreign_routes",
+        "Kernel routes out of interfaces that are not dataplane ports (not forwarded here)."
+    );
+    describe_counter!(
+        "dataplane_route_updates_total",
+        Unit::Count,
+        "Route and neighbour changes applied to the forwarding table."
+    );
+    describe_counter!(
+        "dataplane_neighbour_resolve_requests_total",
+        Unit::Count,
+        "Neighbour resolutions asked of the kernel (RTM_NEWNEIGH, NTF_USE)."
+    );
+    describe_counter!(
+        "dataplane_reloads_total",
+        Unit::Count,
+        "SIGHUP reloads, by result (applied, refused)."
+    );
+    describe_counter!(
+        "dataplane_netlink_resyncs_total",
+        Unit::Count,
+        "Full re-reads of the kernel's tables after a netlink overrun."
+    );
 }
 
 /// Publishes each poller's counters (and what the run knows besides) to the recorder.
@@ -147,11 +175,20 @@ impl Publisher {
         }
     }
 
-    /// Sets the forwarding table's size.
-    pub fn publish_fib(&self, v4: usize, v6: usize, next_hops: usize) {
-        gauge!("dataplane_fib_prefixes", "family" => "ipv4").set(v4 as f64);
-        gauge!("dataplane_fib_prefixes", "family" => "ipv6").set(v6 as f64);
-        gauge!("dataplane_fib_next_hops").set(next_hops as f64);
+    /// Sets the forwarding table's size and the control plane's progress.
+    pub fn publish_control(&self, s: &crate::control::ControlStatus) {
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        gauge!("dataplane_fib_prefixes", "family" => "ipv4").set(get(&s.v4) as f64);
+        gauge!("dataplane_fib_prefixes", "family" => "ipv6").set(get(&s.v6) as f64);
+        gauge!("dataplane_fib_next_hops").set(get(&s.hops) as f64);
+        gauge!("dataplane_fib_generation").set(get(&s.generation) as f64);
+        gauge!("dataplane_fib_foreign_routes").set(get(&s.foreign_routes) as f64);
+        counter!("dataplane_route_updates_total").absolute(get(&s.changes));
+        counter!("dataplane_neighbour_resolve_requests_total").absolute(get(&s.resolve_requests));
+        counter!("dataplane_reloads_total", "result" => "applied").absolute(get(&s.reloads));
+        counter!("dataplane_reloads_total", "result" => "refused")
+            .absolute(get(&s.reloads_refused));
+        counter!("dataplane_netlink_resyncs_total").absolute(get(&s.resyncs));
     }
 }
 

@@ -1,0 +1,619 @@
+//! The control plane: one thread (`dp-control`, never a poller) that owns the routing base
+//! and changes the forwarding table in place while the pollers forward.
+//!
+//! - `routes = "kernel"`: a dump of the kernel's main table, neighbours, links and
+//!   addresses at start, then the rtnetlink multicast groups, each change applied as it
+//!   comes ([`netlink`]). A receive-buffer overrun (changes lost) triggers a full re-read,
+//!   applied as a difference. Neighbours the pollers miss are resolved by the kernel on
+//!   request (RTM_NEWNEIGH with NTF_USE).
+//! - `routes = "static"`: the config's routes and neighbours; SIGHUP re-reads the file and
+//!   applies the difference, or refuses a bad file (the running table stays).
+//! - Both: link state and MTU of the ports followed (`link_down` drops while down), address
+//!   changes handed to the steering programs (a new address is answered by the kernel).
+//!
+//! Each pass applies what is pending, then reclaims what no poller can still see.
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+
+use crate::config::{Config, RouteSource};
+use crate::fib::rib::{Rib, RouteKind};
+use crate::fib::{HopState, TableSize};
+
+pub mod netlink;
+
+use netlink::{Event, KernelRoute, NeighState, Netlink, NetlinkError};
+
+/// Destinations the pollers could not forward for want of a neighbour, for the control
+/// thread to have resolved. Bounded: when full, requests are dropped (a later packet asks
+/// again).
+pub type ResolveQueue = ArrayQueue<IpAddr>;
+
+/// A new resolve queue.
+pub fn resolve_queue() -> Arc<ResolveQueue> {
+    Arc::new(ArrayQueue::new(256))
+}
+
+/// Why the control plane could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// A netlink step failed.
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+    /// The thread could not be started.
+    #[error("starting the control thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// A change of the box's own addresses, for the steering programs' local-address maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressChange {
+    /// Added, or removed.
+    pub add: bool,
+    /// The address.
+    pub ip: IpAddr,
+}
+
+/// What the control thread has done, read by the reporting side.
+#[derive(Debug, Default)]
+pub struct ControlStatus {
+    /// Route and neighbour changes applied.
+    pub changes: AtomicU64,
+    /// IPv4 prefixes in the table.
+    pub v4: AtomicU64,
+    /// IPv6 prefixes.
+    pub v6: AtomicU64,
+    /// Next hops.
+    pub hops: AtomicU64,
+    /// Reclamation generation (advances with each unpublished piece of memory).
+    pub generation: AtomicU64,
+    /// Kernel routes not mirrored: out of interfaces that are not dataplane ports.
+    pub foreign_routes: AtomicU64,
+    /// Neighbour resolutions asked of the kernel.
+    pub resolve_requests: AtomicU64,
+    /// SIGHUP reloads applied.
+    pub reloads: AtomicU64,
+    /// SIGHUP reloads refused (bad file, or a knob that needs a restart).
+    pub reloads_refused: AtomicU64,
+    /// Full re-reads after a netlink overrun.
+    pub resyncs: AtomicU64,
+}
+
+impl ControlStatus {
+    fn publish(&self, size: TableSize, changes: u64, generation: u64) {
+        self.changes.store(changes, Relaxed);
+        self.v4.store(size.v4 as u64, Relaxed);
+        self.v6.store(size.v6 as u64, Relaxed);
+        self.hops.store(size.hops as u64, Relaxed);
+        self.generation.store(generation, Relaxed);
+    }
+}
+
+/// A port as the control plane knows it.
+#[derive(Debug, Clone)]
+pub struct PortInfo {
+    /// Interface name.
+    pub name: String,
+    /// Interface index at start.
+    pub ifindex: u32,
+}
+
+/// Everything the control thread needs.
+pub struct ControlSpec {
+    /// The routing base (static routes already loaded).
+    pub rib: Rib,
+    /// The config the run started from (reloads compare against it).
+    pub config: Config,
+    /// Where the config was read from (None: no reload).
+    pub config_path: Option<PathBuf>,
+    /// The ports, index = port.
+    pub ports: Vec<PortInfo>,
+    /// Set by SIGHUP.
+    pub reload: Arc<AtomicBool>,
+    /// Set to stop.
+    pub stop: Arc<AtomicBool>,
+    /// Destinations to resolve (from the pollers).
+    pub resolve: Arc<ResolveQueue>,
+    /// Address changes, for the steering programs.
+    pub addresses: Sender<AddressChange>,
+    /// Progress.
+    pub status: Arc<ControlStatus>,
+    /// Log lines.
+    pub log: Sender<String>,
+}
+
+impl std::fmt::Debug for ControlSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlSpec")
+            .field("ports", &self.ports)
+            .finish()
+    }
+}
+
+/// How long one pass waits for netlink when nothing happens.
+const PASS: Duration = Duration::from_millis(5);
+/// How often one destination may be sent to the kernel for resolution.
+const RESOLVE_AGAIN: Duration = Duration::from_millis(500);
+
+struct Control {
+    spec: ControlSpec,
+    requests: Option<Netlink>,
+    events: Option<Netlink>,
+    by_ifindex: HashMap<u32, u16>,
+    link_up: Vec<Option<bool>>,
+    kernel_routes: HashMap<(IpAddr, u8), BTreeMap<u32, KernelRoute>>,
+    asked: HashMap<IpAddr, Instant>,
+    foreign: usize,
+}
+
+/// Starts the control thread; it sets up netlink (kernel mode: subscribe, then dump and
+/// apply everything) before returning, so the table is complete when the pollers start.
+pub fn start(spec: ControlSpec) -> Result<JoinHandle<Rib>, ControlError> {
+    let kernel = spec.config.dataplane.routes == RouteSource::Kernel;
+    let events = Netlink::subscribe(32 << 20)?;
+    let requests = Netlink::open()?;
+    let mut c = Control {
+        by_ifindex: spec
+            .ports
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((p.ifindex, u16::try_from(i).ok()?)))
+            .collect(),
+        link_up: vec![None; spec.ports.len()],
+        spec,
+        requests: Some(requests),
+        events: Some(events),
+        kernel_routes: HashMap::new(),
+        asked: HashMap::new(),
+        foreign: 0,
+    };
+    c.resync(kernel)?;
+    std::thread::Builder::new()
+        .name("dp-control".into())
+        .spawn(move || c.run(kernel))
+        .map_err(ControlError::Thread)
+}
+
+impl Control {
+    fn log(&self, line: String) {
+        let _ = self.spec.log.send(line);
+    }
+
+    fn run(mut self, kernel: bool) -> Rib {
+        // This thread's own capabilities: with routes from the kernel, CAP_NET_ADMIN to ask
+        // it to resolve neighbours; otherwise none (reading rtnetlink needs none).
+        let keep: &[crate::sys::privilege::Cap] = if kernel {
+            &[crate::sys::privilege::Cap::CAP_NET_ADMIN]
+        } else {
+            &[]
+        };
+        if let Err(e) = crate::sys::privilege::keep_only(keep) {
+            self.log(format!("control: dropping capabilities: {e}"));
+        }
+        let mut batch = Vec::new();
+        while !self.spec.stop.load(Relaxed) {
+            if let Some(ev) = &self.events {
+                let mut fds = [libc::pollfd {
+                    fd: ev.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }];
+                crate::sys::poll_readable(&mut fds, PASS.as_millis() as i32);
+            } else {
+                std::thread::sleep(PASS);
+            }
+            batch.clear();
+            let read = self.events.as_mut().map(|ev| ev.events(&mut batch));
+            if let Some(Err(e)) = read {
+                self.log(format!("control: reading netlink: {e}"));
+            }
+            let overrun = batch.contains(&Event::Overrun);
+            if overrun {
+                self.log(
+                    "control: netlink overrun (changes lost): re-reading the kernel's tables"
+                        .into(),
+                );
+                self.spec.status.resyncs.fetch_add(1, Relaxed);
+                if let Err(e) = self.resync(kernel) {
+                    self.log(format!("control: re-reading: {e}"));
+                }
+            } else {
+                for e in std::mem::take(&mut batch) {
+                    self.apply(e, kernel);
+                }
+            }
+            if self.spec.reload.swap(false, Relaxed) {
+                self.reload(kernel);
+            }
+            self.resolve_requests(kernel);
+            self.spec.rib.reclaim();
+            self.publish();
+        }
+        self.spec.rib
+    }
+
+    fn publish(&self) {
+        let rib = &self.spec.rib;
+        self.spec
+            .status
+            .publish(rib.size(), rib.changes(), rib.table().qsbr.generation());
+        self.spec
+            .status
+            .foreign_routes
+            .store(self.foreign as u64, Relaxed);
+    }
+
+    /// Reads links, addresses and (kernel mode) routes and neighbours, and applies them; in
+    /// kernel mode what the RIB holds and the kernel no longer does is removed.
+    fn resync(&mut self, kernel: bool) -> Result<(), NetlinkError> {
+        let Some(nl) = self.requests.as_mut() else {
+            return Ok(());
+        };
+        let events = nl.dump_all()?;
+        if kernel {
+            let mut routes = std::collections::HashSet::new();
+            let mut neighbours = std::collections::HashSet::new();
+            for e in &events {
+                match e {
+                    Event::Route { prefix, len, .. } => {
+                        routes.insert((crate::fib::rib::canonical(*prefix, *len), *len));
+                    }
+                    Event::Neighbour { ifindex, ip, .. } => {
+                        if let Some(p) = self.by_ifindex.get(ifindex) {
+                            neighbours.insert((*p, *ip));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let stale: Vec<(IpAddr, u8)> = self
+                .spec
+                .rib
+                .routes()
+                .map(|(k, _)| *k)
+                .filter(|k| !routes.contains(k))
+                .collect();
+            for (p, l) in stale {
+                self.kernel_routes.remove(&(p, l));
+                self.spec.rib.remove_route(p, l);
+            }
+            let gone: Vec<(u16, IpAddr)> = self
+                .spec
+                .rib
+                .neighbours()
+                .map(|(p, ip, _, _)| (p, ip))
+                .filter(|k| !neighbours.contains(k))
+                .collect();
+            for (p, ip) in gone {
+                self.spec.rib.remove_neighbour(p, ip);
+            }
+            self.kernel_routes.clear();
+        }
+        for e in events {
+            self.apply(e, kernel);
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, e: Event, kernel: bool) {
+        match e {
+            Event::Route {
+                add,
+                prefix,
+                len,
+                metric,
+                route,
+            } if kernel => self.kernel_route(add, prefix, len, metric, route),
+            Event::Neighbour {
+                add,
+                ifindex,
+                ip,
+                mac,
+                state,
+            } if kernel => {
+                let Some(&port) = self.by_ifindex.get(&ifindex) else {
+                    return;
+                };
+                let r = match (add, state, mac) {
+                    (false, _, _) => {
+                        self.spec.rib.remove_neighbour(port, ip);
+                        Ok(())
+                    }
+                    (true, NeighState::Valid, Some(mac)) => {
+                        self.spec
+                            .rib
+                            .set_neighbour(port, ip, HopState::Reachable, mac)
+                    }
+                    (true, NeighState::Failed, _) => {
+                        self.spec
+                            .rib
+                            .set_neighbour(port, ip, HopState::Failed, [0; 6])
+                    }
+                    (true, _, _) => {
+                        self.spec
+                            .rib
+                            .set_neighbour(port, ip, HopState::Incomplete, [0; 6])
+                    }
+                };
+                if let Err(e) = r {
+                    self.log(format!("control: neighbour {ip}: {e}"));
+                }
+            }
+            Event::Link {
+                add,
+                ifindex,
+                name,
+                up,
+                mtu,
+            } => self.link(add, ifindex, &name, up, mtu),
+            Event::Address { add, ifindex, ip } => {
+                // Every address of the box is local to every port's steering program.
+                let _ = ifindex;
+                let _ = self.spec.addresses.send(AddressChange { add, ip });
+            }
+            _ => {}
+        }
+    }
+
+    fn link(&mut self, add: bool, ifindex: u32, name: &str, up: bool, mtu: Option<u32>) {
+        let Some(&port) = self.by_ifindex.get(&ifindex) else {
+            if add {
+                if let Some(i) = self.spec.ports.iter().position(|p| p.name == name) {
+                    if self.link_up.get(i) == Some(&None) || self.spec.ports[i].ifindex != ifindex {
+                        self.log(format!(
+                            "port {name} exists again (ifindex {ifindex}, was {}): restart the dataplane to forward on it",
+                            self.spec.ports[i].ifindex
+                        ));
+                    }
+                }
+            }
+            return;
+        };
+        let i = usize::from(port);
+        let was = self.link_up.get(i).copied().flatten();
+        if !add {
+            self.log(format!(
+                "port {name} (ifindex {ifindex}) was deleted: its frames are dropped as link_down; restart the dataplane to use it again"
+            ));
+            self.spec.rib.writer().set_port(port, 0, false);
+            self.by_ifindex.remove(&ifindex);
+            if let Some(s) = self.link_up.get_mut(i) {
+                *s = None;
+            }
+            return;
+        }
+        let mtu = mtu
+            .or_else(|| self.spec.rib.table().port(port).map(|(m, _)| m))
+            .unwrap_or(0);
+        self.spec.rib.writer().set_port(port, mtu, up);
+        if was.is_some() && was != Some(up) {
+            self.log(format!(
+                "port {name}: link {}",
+                if up {
+                    "up: forwarding resumes"
+                } else {
+                    "down: its frames are dropped as link_down"
+                }
+            ));
+        }
+        if let Some(s) = self.link_up.get_mut(i) {
+            *s = Some(up);
+        }
+    }
+
+    fn kernel_route(
+        &mut self,
+        add: bool,
+        prefix: IpAddr,
+        len: u8,
+        metric: u32,
+        route: KernelRoute,
+    ) {
+        let key = (crate::fib::rib::canonical(prefix, len), len);
+        let by_metric = self.kernel_routes.entry(key).or_default();
+        if add {
+            by_metric.insert(metric, route);
+        } else {
+            by_metric.remove(&metric);
+        }
+        let best = by_metric.values().next().cloned();
+        if by_metric.is_empty() {
+            self.kernel_routes.remove(&key);
+        }
+        let was_foreign = matches!(self.spec.rib.route(key.0, len), Some(RouteKind::Foreign));
+        let r = match best {
+            None => {
+                self.spec.rib.remove_route(key.0, len);
+                Ok(())
+            }
+            Some(best) => {
+                let kind = self.kind(&best);
+                self.spec.rib.set_route(key.0, len, kind)
+            }
+        };
+        let is_foreign = matches!(self.spec.rib.route(key.0, len), Some(RouteKind::Foreign));
+        match (was_foreign, is_foreign) {
+            (false, true) => self.foreign += 1,
+            (true, false) => self.foreign = self.foreign.saturating_sub(1),
+            _ => {}
+        }
+        if let Err(e) = r {
+            self.log(format!("control: route {prefix}/{len}: {e}"));
+        }
+    }
+
+    /// What a kernel route does here: paths out of dataplane ports, or `Foreign`.
+    fn kind(&self, r: &KernelRoute) -> RouteKind {
+        match r {
+            KernelRoute::Blackhole => RouteKind::Blackhole,
+            KernelRoute::Unreachable => RouteKind::Unreachable,
+            KernelRoute::Prohibit => RouteKind::Prohibit,
+            KernelRoute::Unicast(paths) => {
+                let ours: Vec<(u16, Option<IpAddr>)> = paths
+                    .iter()
+                    .filter_map(|(ifx, gw)| Some((*self.by_ifindex.get(ifx)?, *gw)))
+                    .collect();
+                match ours.as_slice() {
+                    [] => RouteKind::Foreign,
+                    [(port, None)] => RouteKind::Connected { port: *port },
+                    _ => {
+                        let via: Vec<(u16, IpAddr)> =
+                            ours.iter().filter_map(|(p, g)| Some((*p, (*g)?))).collect();
+                        if via.is_empty() {
+                            RouteKind::Connected { port: ours[0].0 }
+                        } else {
+                            RouteKind::Via(via)
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Asks the kernel to resolve the neighbours behind the destinations the pollers could
+    /// not forward (kernel mode; in static mode nothing resolves them).
+    fn resolve_requests(&mut self, kernel: bool) {
+        let now = Instant::now();
+        let mut budget = 64;
+        while let Some(dst) = self.spec.resolve.pop() {
+            if !kernel || budget == 0 {
+                continue;
+            }
+            for (port, ip) in self.spec.rib.to_resolve(dst) {
+                if self
+                    .asked
+                    .get(&ip)
+                    .is_some_and(|t| now - *t < RESOLVE_AGAIN)
+                {
+                    continue;
+                }
+                self.asked.insert(ip, now);
+                budget -= 1;
+                let Some(ifindex) = self.spec.ports.get(usize::from(port)).map(|p| p.ifindex)
+                else {
+                    continue;
+                };
+                self.spec.status.resolve_requests.fetch_add(1, Relaxed);
+                if let Some(nl) = self.requests.as_mut() {
+                    if let Err(e) = nl.resolve(ifindex, ip) {
+                        self.log(format!("control: resolving {ip}: {e}"));
+                    }
+                }
+            }
+        }
+        if self.asked.len() > 4096 {
+            self.asked.retain(|_, t| now - *t < RESOLVE_AGAIN);
+        }
+    }
+
+    /// SIGHUP: re-read the config; apply its routes and neighbours as a difference, or
+    /// refuse it (the running table stays).
+    fn reload(&mut self, kernel: bool) {
+        let Some(path) = self.spec.config_path.clone() else {
+            return;
+        };
+        let fresh = match Config::load(&path) {
+            Ok(c) => c,
+            Err(e) => {
+                self.spec.status.reloads_refused.fetch_add(1, Relaxed);
+                self.log(format!("reload refused, the running table stays: {e}"));
+                return;
+            }
+        };
+        let restart = restart_needed(&self.spec.config, &fresh);
+        if !restart.is_empty() {
+            self.spec.status.reloads_refused.fetch_add(1, Relaxed);
+            self.log(format!(
+                "reload refused, the running table stays: {} changed, which needs a restart",
+                restart.join(", ")
+            ));
+            return;
+        }
+        if !kernel {
+            let wanted: std::collections::HashSet<(IpAddr, u8)> = fresh
+                .routes
+                .iter()
+                .map(|r| (crate::fib::rib::canonical(r.prefix, r.len), r.len))
+                .collect();
+            let old: Vec<(IpAddr, u8)> = self.spec.rib.routes().map(|(k, _)| *k).collect();
+            for k in old.into_iter().filter(|k| !wanted.contains(k)) {
+                self.spec.rib.remove_route(k.0, k.1);
+            }
+            let wanted_n: std::collections::HashSet<(u16, IpAddr)> =
+                fresh.neighbours.iter().map(|n| (n.port, n.ip)).collect();
+            let old_n: Vec<(u16, IpAddr)> = self
+                .spec
+                .rib
+                .neighbours()
+                .map(|(p, ip, _, _)| (p, ip))
+                .collect();
+            for k in old_n.into_iter().filter(|k| !wanted_n.contains(k)) {
+                self.spec.rib.remove_neighbour(k.0, k.1);
+            }
+            if let Err(e) =
+                crate::fib::resolve::load(&mut self.spec.rib, &fresh.routes, &fresh.neighbours)
+            {
+                self.log(format!("reload: applying the routes: {e}"));
+            }
+        }
+        self.spec.status.reloads.fetch_add(1, Relaxed);
+        self.log(format!(
+            "reloaded {}: {} routes, {} neighbours",
+            path.display(),
+            fresh.routes.len(),
+            fresh.neighbours.len()
+        ));
+        self.spec.config = fresh;
+    }
+}
+
+/// The settings that differ between two configs and cannot change while running (all but
+/// the routes and neighbours).
+pub fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
+    let (a, b) = (&old.dataplane, &new.dataplane);
+    let mut out = Vec::new();
+    let mut check = |name: &'static str, same: bool| {
+        if !same {
+            out.push(name);
+        }
+    };
+    check("dataplane.mode", a.mode == b.mode);
+    check("dataplane.routes", a.routes == b.routes);
+    check("dataplane.batch_size", a.batch_size == b.batch_size);
+    check("dataplane.xdp_mode", a.xdp_mode == b.xdp_mode);
+    check("dataplane.idle", a.idle == b.idle);
+    check("dataplane.ring_size", a.ring_size == b.ring_size);
+    check(
+        "dataplane.frames_per_queue",
+        a.frames_per_queue == b.frames_per_queue,
+    );
+    check("dataplane.frame_size", a.frame_size == b.frame_size);
+    check("dataplane.memory", a.memory == b.memory);
+    check("dataplane.hugepages", a.hugepages == b.hugepages);
+    check("dataplane.align", a.align == b.align);
+    check("dataplane.stats", a.stats == b.stats);
+    check(
+        "dataplane.tx_kick_budget",
+        a.tx_kick_budget == b.tx_kick_budget,
+    );
+    check("dataplane.icmp_rate", a.icmp_rate == b.icmp_rate);
+    check("dataplane.icmp_burst", a.icmp_burst == b.icmp_burst);
+    check("interfaces", old.interfaces == new.interfaces);
+    check(
+        "pollers",
+        old.pollers.len() == new.pollers.len()
+            && old
+                .pollers
+                .iter()
+                .zip(&new.pollers)
+                .all(|(x, y)| x.cpu == y.cpu && x.queues == y.queues),
+    );
+    out
+}

@@ -1,0 +1,302 @@
+//! The table against a brute-force model under random adds, replaces and removes; the
+//! next-hop and group bookkeeping; and lookups racing a writer.
+#![allow(clippy::indexing_slicing, clippy::cast_possible_truncation)] // tests may panic
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use rand::{Rng, SeedableRng};
+
+use super::rib::{Rib, RouteKind};
+use super::*;
+
+/// Longest match over a rule map.
+fn brute4(rules: &HashMap<(u32, u8), u32>, dst: u32) -> Option<u32> {
+    (0..=32u8)
+        .rev()
+        .find_map(|l| rules.get(&(dst & mask4(l), l)).copied())
+}
+
+fn brute6(rules: &HashMap<(u128, u8), u32>, dst: u128) -> Option<u32> {
+    (0..=128u8)
+        .rev()
+        .find_map(|l| rules.get(&(dst & mask6(l), l)).copied())
+}
+
+fn writer() -> TableWriter {
+    TableWriter::new(2, 1, Capacity::default()).expect("table")
+}
+
+#[test]
+fn ipv4_matches_brute_force_through_adds_and_removes() {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(248);
+    let mut w = writer();
+    let mut rules: HashMap<(u32, u8), u32> = HashMap::new();
+    // Few top-level /8s so prefixes nest and overlap often, many longer than /24.
+    let tops: Vec<u32> = (0..3).map(|_| rng.gen::<u32>() & 0xff00_0000).collect();
+    for step in 0..6000 {
+        let len = match rng.gen_range(0..10) {
+            0 => rng.gen_range(0..=8),
+            1..=4 => rng.gen_range(9..=24),
+            _ => rng.gen_range(25..=32),
+        };
+        let base = tops[rng.gen_range(0..tops.len())] | (rng.gen::<u32>() & 0x00ff_ff00);
+        let prefix = (base | rng.gen_range(0..4)) & mask4(len);
+        if rng.gen_bool(0.35) && !rules.is_empty() {
+            // Remove one that exists (most of the time) or one that does not.
+            let key = *rules
+                .keys()
+                .nth(rng.gen_range(0..rules.len()))
+                .expect("some");
+            assert_eq!(
+                w.remove_route(IpAddr::V4(key.0.into()), key.1),
+                rules.remove(&key)
+            );
+        } else {
+            let t = rng.gen_range(0..1000);
+            w.set_route(IpAddr::V4(prefix.into()), len, t).expect("set");
+            rules.insert((prefix, len), t);
+        }
+        if step % 500 == 0 {
+            w.reclaim();
+        }
+        for _ in 0..20 {
+            let dst = tops[rng.gen_range(0..tops.len())] | (rng.gen::<u32>() & 0x00ff_ffff);
+            assert_eq!(
+                w.table().v4.lookup(dst),
+                brute4(&rules, dst),
+                "step {step}, dst {dst:#010x}"
+            );
+        }
+    }
+    // Remove everything: every extension group goes back once no reader holds it.
+    for (p, l) in rules.keys().copied().collect::<Vec<_>>() {
+        w.remove_route(IpAddr::V4(p.into()), l);
+    }
+    w.reclaim();
+    assert_eq!(w.v4.groups_in_use(), 0);
+    assert_eq!(w.table().v4.lookup(tops[0] | 5), None);
+}
+
+#[test]
+fn ipv6_matches_brute_force_through_adds_and_removes() {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(6);
+    let mut w = writer();
+    let mut rules: HashMap<(u128, u8), u32> = HashMap::new();
+    let top: u128 = 0x2001_0db8 << 96;
+    let lens = [0u8, 16, 32, 40, 48, 56, 64, 96, 127, 128];
+    for step in 0..6000 {
+        let len = lens[rng.gen_range(0..lens.len())];
+        let prefix =
+            (top | (u128::from(rng.gen::<u16>()) << 64) | u128::from(rng.gen::<u8>())) & mask6(len);
+        if rng.gen_bool(0.4) && !rules.is_empty() {
+            let key = *rules
+                .keys()
+                .nth(rng.gen_range(0..rules.len()))
+                .expect("some");
+            assert_eq!(
+                w.remove_route(IpAddr::V6(key.0.into()), key.1),
+                rules.remove(&key)
+            );
+        } else {
+            let t = rng.gen_range(0..1000);
+            w.set_route(IpAddr::V6(prefix.into()), len, t).expect("set");
+            rules.insert((prefix, len), t);
+        }
+        if step % 300 == 0 {
+            w.reclaim();
+        }
+        for _ in 0..10 {
+            let dst = top | (u128::from(rng.gen::<u16>()) << 64) | u128::from(rng.gen::<u8>());
+            assert_eq!(w.table().v6.lookup(dst), brute6(&rules, dst), "step {step}");
+        }
+    }
+    assert_eq!(w.size().v6, rules.len());
+}
+
+#[test]
+fn prefixes_longer_than_the_family_are_refused() {
+    let mut w = writer();
+    assert_eq!(
+        w.set_route("10.0.0.0".parse().expect("ip"), 33, 5),
+        Err(FibError::PrefixTooLong { len: 33, max: 32 })
+    );
+    assert_eq!(
+        w.set_route("::".parse().expect("ip"), 129, 5),
+        Err(FibError::PrefixTooLong { len: 129, max: 128 })
+    );
+}
+
+fn rib() -> Rib {
+    let mut r = Rib::new(2, 1, Capacity::default(), true).expect("rib");
+    r.writer().set_port(0, 1500, true);
+    r.writer().set_port(1, 1500, true);
+    r
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("ip")
+}
+
+#[test]
+fn a_neighbour_update_is_one_store_that_every_route_through_it_sees() {
+    let mut r = rib();
+    let gw = ip("198.19.0.1");
+    r.set_route(ip("198.19.0.0"), 16, RouteKind::Connected { port: 1 })
+        .expect("connected");
+    for i in 0..100u32 {
+        r.set_route(
+            IpAddr::V4((0x0a00_0000 | i << 8).into()),
+            24,
+            RouteKind::Via(vec![(1, gw)]),
+        )
+        .expect("via");
+    }
+    let t = r.table().clone();
+    assert_eq!(t.route_v4(0x0a00_0505, || 0), Err(Miss::Resolving));
+    assert_eq!(r.to_resolve(ip("10.0.5.5")), vec![(1, gw)]);
+    assert_eq!(r.to_resolve(ip("198.19.7.7")), vec![(1, ip("198.19.7.7"))]);
+    r.set_neighbour(1, gw, HopState::Reachable, [2, 0, 0, 0, 1, 1])
+        .expect("neighbour");
+    for i in 0..100u32 {
+        let h = t.route_v4(0x0a00_0001 | i << 8, || 0).expect("resolved");
+        assert_eq!((h.port, h.mac_bytes()), (1, [2, 0, 0, 0, 1, 1]));
+    }
+    // The neighbour is on a connected route: it has a host route of its own.
+    assert!(t.route_v4(0xc613_0001, || 0).is_ok());
+    assert_eq!(t.route_v4(0xc613_0002, || 0), Err(Miss::Resolving));
+    r.set_neighbour(1, gw, HopState::Failed, [0; 6])
+        .expect("failed");
+    assert_eq!(t.route_v4(0x0a00_0505, || 0), Err(Miss::Failed));
+    r.remove_neighbour(1, gw);
+    assert_eq!(t.route_v4(0x0a00_0505, || 0), Err(Miss::Resolving));
+    assert_eq!(t.route_v4(0xc613_0001, || 0), Err(Miss::Resolving));
+    // Removing every route gives every next hop back.
+    for i in 0..100u32 {
+        assert!(r.remove_route(IpAddr::V4((0x0a00_0000 | i << 8).into()), 24));
+    }
+    r.remove_route(ip("198.19.0.0"), 16);
+    r.reclaim();
+    assert_eq!(r.size(), TableSize::default());
+}
+
+#[test]
+fn route_types_and_link_state() {
+    let mut r = rib();
+    let t = r.table().clone();
+    for (p, kind, miss) in [
+        ("10.1.0.0", RouteKind::Blackhole, Miss::Blackhole),
+        ("10.2.0.0", RouteKind::Unreachable, Miss::Unreachable),
+        ("10.3.0.0", RouteKind::Prohibit, Miss::Prohibit),
+        ("10.4.0.0", RouteKind::Foreign, Miss::Foreign),
+    ] {
+        r.set_route(ip(p), 16, kind).expect("route");
+        assert_eq!(
+            t.route_v4(
+                u32::from(p.parse::<std::net::Ipv4Addr>().expect("v4")) | 9,
+                || 0
+            ),
+            Err(miss)
+        );
+    }
+    let gw = ip("192.0.2.1");
+    r.set_neighbour(1, gw, HopState::Reachable, [2, 0, 0, 0, 9, 9])
+        .expect("n");
+    r.set_route(ip("10.5.0.0"), 16, RouteKind::Via(vec![(1, gw)]))
+        .expect("via");
+    assert_eq!(t.route_v4(0x0a05_0001, || 0).map(|h| h.mtu), Ok(1500));
+    r.writer().set_port(1, 9000, false);
+    assert_eq!(t.route_v4(0x0a05_0001, || 0), Err(Miss::LinkDown));
+    r.writer().set_port(1, 9000, true);
+    assert_eq!(t.route_v4(0x0a05_0001, || 0).map(|h| h.mtu), Ok(9000));
+}
+
+#[test]
+fn multipath_keeps_a_flow_on_one_path_and_uses_every_path() {
+    let mut r = rib();
+    let gws = [ip("192.0.2.1"), ip("192.0.2.2"), ip("192.0.2.3")];
+    for (i, g) in gws.iter().enumerate() {
+        r.set_neighbour(1, *g, HopState::Reachable, [2, 0, 0, 0, 7, i as u8])
+            .expect("n");
+    }
+    r.set_route(
+        ip("0.0.0.0"),
+        0,
+        RouteKind::Via(gws.iter().map(|g| (1, *g)).collect()),
+    )
+    .expect("ecmp");
+    let t = r.table().clone();
+    let mut used = [0u32; 3];
+    for flow in 0..300u32 {
+        let h = t
+            .route_v4(0x0808_0808, || flow.wrapping_mul(0x9e37_79b9))
+            .expect("hop");
+        let again = t
+            .route_v4(0x0808_0808, || flow.wrapping_mul(0x9e37_79b9))
+            .expect("hop");
+        assert_eq!(h, again);
+        used[usize::from(h.mac_bytes()[5])] += 1;
+    }
+    assert!(used.iter().all(|n| *n > 50), "{used:?}");
+    // The same set in another route shares the group; dropping both frees it.
+    r.set_route(
+        ip("10.0.0.0"),
+        8,
+        RouteKind::Via(gws.iter().rev().map(|g| (1, *g)).collect()),
+    )
+    .expect("same set");
+    assert_eq!(r.size().groups, 1);
+    r.remove_route(ip("0.0.0.0"), 0);
+    r.remove_route(ip("10.0.0.0"), 8);
+    assert_eq!(r.size().groups, 0);
+}
+
+#[test]
+fn lookups_racing_the_writer_only_ever_see_installed_targets() {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::Arc;
+    let mut w = TableWriter::new(1, 1, Capacity::default()).expect("table");
+    let t = w.table().clone();
+    let done = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (t, done) = (t.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(9);
+            let mut seen = 0u64;
+            while !done.load(Relaxed) {
+                t.qsbr.quiescent(0);
+                for _ in 0..64 {
+                    let d4 = 0x0a00_0000 | (rng.gen::<u32>() & 0xffff);
+                    if let Some(v) = t.v4.lookup(d4) {
+                        assert!((100..200).contains(&v), "v4 target {v}");
+                        seen += 1;
+                    }
+                    let d6 = (0x2001_0db8u128 << 96) | u128::from(rng.gen::<u16>()) << 64;
+                    if let Some(v) = t.v6.lookup(d6) {
+                        assert!((100..200).contains(&v), "v6 target {v}");
+                    }
+                }
+            }
+            t.qsbr.offline(0);
+            seen
+        })
+    };
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(10);
+    for _ in 0..40_000 {
+        let len = rng.gen_range(16..=32);
+        let p4 = (0x0a00_0000 | (rng.gen::<u32>() & 0xffff)) & mask4(len);
+        let len6 = [48u8, 56, 64][rng.gen_range(0..3)];
+        let p6 = ((0x2001_0db8u128 << 96) | u128::from(rng.gen::<u16>()) << 64) & mask6(len6);
+        if rng.gen_bool(0.5) {
+            w.set_route(IpAddr::V4(p4.into()), len, rng.gen_range(100..200))
+                .expect("v4");
+            w.set_route(IpAddr::V6(p6.into()), len6, rng.gen_range(100..200))
+                .expect("v6");
+        } else {
+            w.remove_route(IpAddr::V4(p4.into()), len);
+            w.remove_route(IpAddr::V6(p6.into()), len6);
+        }
+        w.reclaim();
+    }
+    done.store(true, Relaxed);
+    assert!(reader.join().expect("reader") > 0);
+}

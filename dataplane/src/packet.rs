@@ -498,7 +498,7 @@ pub fn flow_hash(frame: &[u8]) -> u32 {
     let mut h: u64 = match frame.get(12..14) {
         Some([0x08, 0x00]) => {
             let proto = byte(23);
-            let unfragmented = word(20) & 0x3fff == 0;
+            let unfragmented = (word(20) >> 16) & 0x3fff == 0;
             let ihl = usize::from(frame.get(14).map_or(5, |b| b & 0x0f)) * 4;
             let ports = if unfragmented && (proto == 6 || proto == 17) {
                 word(ETH_HLEN + ihl)

@@ -350,3 +350,32 @@ fn mac_rewrites() {
     set_macs(&mut f, &macs);
     assert_eq!(&f[..12], &macs);
 }
+
+#[test]
+fn the_flow_hash_sees_ports_and_addresses_but_not_the_ttl() {
+    use crate::packet::build::{udp_v4, udp_v6, FrameSpec};
+    use crate::packet::flow_hash;
+    let base = FrameSpec::default();
+    for build in [udp_v4, udp_v6] {
+        let a = flow_hash(&build(&base));
+        let other_port = flow_hash(&build(&FrameSpec {
+            sport: 4242,
+            ..base.clone()
+        }));
+        let other_ttl = flow_hash(&build(&FrameSpec {
+            ttl: 9,
+            ..base.clone()
+        }));
+        assert_ne!(a, other_port, "the source port is part of the flow");
+        assert_eq!(a, other_ttl, "the TTL / hop limit is not");
+    }
+    let hashes: std::collections::BTreeSet<u32> = (0..64u16)
+        .map(|p| {
+            flow_hash(&udp_v4(&FrameSpec {
+                sport: 1000 + p,
+                ..base.clone()
+            })) % 2
+        })
+        .collect();
+    assert_eq!(hashes.len(), 2, "64 flows hash to both of two paths");
+}

@@ -1,0 +1,367 @@
+//! The control plane on a testbed (issue 10): routes and neighbours mirrored from the DUT
+//! namespace's kernel and followed live, neighbours resolved on demand, link state, address
+//! changes, multipath, SIGHUP reloads. They need root.
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::router::*;
+use common::*;
+use dataplane::packet::build::{udp_v4, udp_v6, FrameSpec};
+use dataplane::packet::DropReason;
+use dataplane::sys::PacketSocket;
+use dataplane::testbed::{self, Testbed};
+
+/// A DUT config with nothing but ports and pollers: routes and neighbours from the kernel.
+fn kernel_config(t: &Testbed) -> String {
+    let full = config(t, "");
+    let ports_and_pollers = full
+        .split("\n[[routes]]")
+        .next()
+        .expect("config")
+        .to_string();
+    with_knobs(ports_and_pollers, "routes = \"kernel\"")
+}
+
+fn dut_ip(t: &Testbed, args: &[&str]) {
+    ns(&t.dut_ns(), &[&["ip"], args].concat());
+}
+
+fn v4_to(dst: &str, sport: u16) -> Vec<u8> {
+    udp_v4(&FrameSpec {
+        dst4: dst.parse().expect("ip"),
+        ..spec(sport)
+    })
+}
+
+fn v6_to(dst: &str, sport: u16) -> Vec<u8> {
+    udp_v6(&FrameSpec {
+        dst6: dst.parse().expect("ip"),
+        ..spec(sport)
+    })
+}
+
+/// Sends `frame` every 5 ms until the sink sees it (returns how long that took) or `max`.
+fn until_forwarded(
+    gen: &PacketSocket,
+    sink: &PacketSocket,
+    frame: &[u8],
+    max: Duration,
+) -> Option<Duration> {
+    let start = Instant::now();
+    let sport = u16::from_be_bytes(if frame[12] == 0x86 {
+        [frame[54], frame[55]]
+    } else {
+        [frame[34], frame[35]]
+    });
+    while start.elapsed() < max {
+        gen.send(frame).expect("send");
+        let got = capture(sink, Duration::from_millis(5), Duration::from_millis(20));
+        if marked(&got).iter().any(|(_, s)| *s == sport) {
+            return Some(start.elapsed());
+        }
+    }
+    None
+}
+
+/// Sends `frames` and returns the marked source ports that reached the sink.
+fn deliver(gen: &PacketSocket, sink: &PacketSocket, frames: &[Vec<u8>]) -> BTreeSet<(bool, u16)> {
+    for f in frames {
+        gen.send(f).expect("send");
+    }
+    marked(&capture(
+        sink,
+        Duration::from_millis(300),
+        Duration::from_secs(3),
+    ))
+}
+
+#[test]
+fn kernel_routes_are_mirrored_and_followed_live() {
+    if !root_or_skip("kernel routes") {
+        return;
+    }
+    let bed = Bed::up("tkr", 1);
+    let t = &bed.0;
+    let mut dut = Dut::start(&bed, &kernel_config(t));
+    assert!(
+        dut.log_lines()
+            .iter()
+            .any(|l| l.starts_with("routes from the kernel")),
+        "{:?}",
+        dut.log_lines()
+    );
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    // The connected routes and the testbed's neighbours alone forward both families, as the
+    // equivalent static config does.
+    let frames: Vec<Vec<u8>> = (0..20u16)
+        .map(|i| {
+            if i % 2 == 0 {
+                v4_to(testbed::SINK_V4, i)
+            } else {
+                v6_to(testbed::SINK_V6, i)
+            }
+        })
+        .collect();
+    assert_eq!(deliver(&gen, &sink, &frames).len(), 20);
+
+    // ip route add / replace / del, both families, during the run.
+    let far4 = "203.0.113.7";
+    let far6 = "2001:db8:99::7";
+    assert!(until_forwarded(&gen, &sink, &v4_to(far4, 100), Duration::from_millis(100)).is_none());
+    dut_ip(
+        t,
+        &["route", "add", "203.0.113.0/24", "via", testbed::SINK_V4],
+    );
+    dut_ip(
+        t,
+        &[
+            "-6",
+            "route",
+            "add",
+            "2001:db8:99::/48",
+            "via",
+            testbed::SINK_V6,
+        ],
+    );
+    let took = until_forwarded(&gen, &sink, &v4_to(far4, 101), Duration::from_secs(2));
+    assert!(took.is_some(), "ip route add (v4) not followed");
+    assert!(until_forwarded(&gen, &sink, &v6_to(far6, 102), Duration::from_secs(2)).is_some());
+    dut_ip(t, &["route", "replace", "blackhole", "203.0.113.0/24"]);
+    dut_ip(t, &["-6", "route", "del", "2001:db8:99::/48"]);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(deliver(&gen, &sink, &[v4_to(far4, 103), v6_to(far6, 104)]).is_empty());
+
+    // A neighbour removed: the next packets make the kernel resolve it (ARP / ND with the
+    // sink, no static entry), and forwarding follows.
+    dut_ip(t, &["neigh", "del", testbed::SINK_V4, "dev", &t.dut_out()]);
+    dut_ip(
+        t,
+        &["-6", "neigh", "del", testbed::SINK_V6, "dev", &t.dut_out()],
+    );
+    let v4 = until_forwarded(
+        &gen,
+        &sink,
+        &v4_to(testbed::SINK_V4, 105),
+        Duration::from_secs(3),
+    );
+    let v6 = until_forwarded(
+        &gen,
+        &sink,
+        &v6_to(testbed::SINK_V6, 106),
+        Duration::from_secs(3),
+    );
+    assert!(
+        v4.is_some() && v6.is_some(),
+        "resolution: v4 {v4:?} v6 {v6:?}"
+    );
+    let learnt = ns(&t.dut_ns(), &["ip", "neigh", "show", "dev", &t.dut_out()]);
+    let learnt = String::from_utf8_lossy(&learnt.stdout).into_owned();
+    assert!(
+        learnt.contains(testbed::SINK_V4) && !learnt.contains("PERMANENT"),
+        "learnt dynamically: {learnt}"
+    );
+
+    // An address added during the run is the box's own: answered by its kernel.
+    dut_ip(t, &["addr", "add", "198.19.0.50/24", "dev", &t.dut_out()]);
+    assert!(dut.wait_log("address 198.19.0.50 added", Duration::from_secs(2)));
+    assert_pings(&t.gen_ns(), &["-c", "2", "198.19.0.50"], "the new address");
+
+    let s = dut.stop();
+    assert!(drop_count(&s, DropReason::NoRoute) >= 1, "{s}");
+    assert!(drop_count(&s, DropReason::Blackhole) >= 1, "{s}");
+    assert!(drop_count(&s, DropReason::Resolving) >= 1, "{s}");
+    assert_frames_accounted(&s);
+}
+
+#[test]
+fn link_down_drops_by_reason_and_up_resumes() {
+    if !root_or_skip("link state") {
+        return;
+    }
+    let bed = Bed::up("tld", 1);
+    let t = &bed.0;
+    let mut dut = Dut::start(&bed, &kernel_config(t));
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    assert!(until_forwarded(
+        &gen,
+        &sink,
+        &v4_to(testbed::SINK_V4, 1),
+        Duration::from_secs(2)
+    )
+    .is_some());
+    // Carrier lost (the far end goes down): routes stay, frames are dropped as link_down.
+    ns(&t.sink_ns(), &["ip", "link", "set", &t.sink_if(), "down"]);
+    assert!(
+        dut.wait_log("link down", Duration::from_secs(3)),
+        "{:?}",
+        dut.log_lines()
+    );
+    for i in 0..20 {
+        gen.send(&v4_to(testbed::SINK_V4, 10 + i)).expect("send");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    ns(&t.sink_ns(), &["ip", "link", "set", &t.sink_if(), "up"]);
+    assert!(
+        dut.wait_log("link up", Duration::from_secs(3)),
+        "{:?}",
+        dut.log_lines()
+    );
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    assert!(until_forwarded(
+        &gen,
+        &sink,
+        &v4_to(testbed::SINK_V4, 40),
+        Duration::from_secs(3)
+    )
+    .is_some());
+    // The DUT's own port set down and up: the kernel flushes its routes and neighbours on
+    // the way down; on the way up the connected route returns and the neighbour is resolved.
+    dut_ip(t, &["link", "set", &t.dut_out(), "down"]);
+    std::thread::sleep(Duration::from_millis(200));
+    dut_ip(t, &["link", "set", &t.dut_out(), "up"]);
+    let back = until_forwarded(
+        &gen,
+        &sink,
+        &v4_to(testbed::SINK_V4, 41),
+        Duration::from_secs(5),
+    );
+    assert!(back.is_some(), "{:?}", dut.log_lines());
+    let s = dut.stop();
+    assert!(drop_count(&s, DropReason::LinkDown) >= 20, "{s}");
+    assert_frames_accounted(&s);
+}
+
+#[test]
+fn multipath_spreads_flows_and_keeps_each_on_one_path() {
+    if !root_or_skip("multipath") {
+        return;
+    }
+    let bed = Bed::up("tmp", 1);
+    let t = &bed.0;
+    let dut = Dut::start(&bed, &kernel_config(t));
+    let second = "198.19.0.3";
+    let second_mac = "02:00:00:00:01:03";
+    dut_ip(
+        t,
+        &[
+            "neigh",
+            "add",
+            second,
+            "lladdr",
+            second_mac,
+            "dev",
+            &t.dut_out(),
+            "nud",
+            "permanent",
+        ],
+    );
+    dut_ip(
+        t,
+        &[
+            "route",
+            "add",
+            "203.0.113.0/24",
+            "nexthop",
+            "via",
+            testbed::SINK_V4,
+            "nexthop",
+            "via",
+            second,
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    // 64 flows (source ports), 4 frames each.
+    for _ in 0..4 {
+        for flow in 0..64u16 {
+            gen.send(&v4_to("203.0.113.9", 1000 + flow)).expect("send");
+        }
+    }
+    let got = capture(&sink, Duration::from_millis(300), Duration::from_secs(3));
+    let mut paths: BTreeMap<u16, BTreeSet<[u8; 6]>> = BTreeMap::new();
+    let mut frames = 0;
+    for (_, sport, f) in marked_frames(&got) {
+        let mut dst = [0u8; 6];
+        dst.copy_from_slice(&f[..6]);
+        paths.entry(sport).or_default().insert(dst);
+        frames += 1;
+    }
+    assert_eq!(frames, 256, "every frame delivered");
+    assert_eq!(paths.len(), 64);
+    assert!(
+        paths.values().all(|p| p.len() == 1),
+        "a flow took two paths: {paths:?}"
+    );
+    let used: BTreeSet<[u8; 6]> = paths.values().flatten().copied().collect();
+    assert_eq!(used.len(), 2, "both next hops get traffic: {used:?}");
+    let _ = dut.stop();
+}
+
+#[test]
+fn sighup_reloads_static_routes_and_refuses_a_bad_file() {
+    if !root_or_skip("reload") {
+        return;
+    }
+    let bed = Bed::up("trl", 1);
+    let t = &bed.0;
+    let cfg = config(t, "");
+    let mut dut = Dut::start(&bed, &cfg);
+    let path = std::env::temp_dir().join(format!("{}-dut.toml", t.prefix));
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let far = "203.0.113.7";
+    assert!(deliver(&gen, &sink, &[v4_to(far, 1)]).is_empty());
+    let hup = |dut: &Dut| {
+        Command::new("kill")
+            .args(["-HUP", &dut.pid().to_string()])
+            .status()
+            .expect("kill");
+    };
+    // A route added to the file is applied by SIGHUP.
+    let more = format!(
+        "{cfg}\n[[routes]]\nprefix = \"203.0.113.0/24\"\nvia = \"{}\"\ndev = \"{}\"\n",
+        testbed::SINK_V4,
+        t.dut_out()
+    );
+    std::fs::write(&path, &more).expect("write");
+    hup(&dut);
+    assert!(
+        dut.wait_log("reloaded", Duration::from_secs(2)),
+        "{:?}",
+        dut.log_lines()
+    );
+    assert!(until_forwarded(&gen, &sink, &v4_to(far, 2), Duration::from_secs(1)).is_some());
+    // A bad file is refused with the error; the running table stays.
+    std::fs::write(&path, more.replace("203.0.113.0/24", "203.0.113.0/40")).expect("write");
+    hup(&dut);
+    assert!(
+        dut.wait_log("reload refused", Duration::from_secs(2)),
+        "{:?}",
+        dut.log_lines()
+    );
+    assert!(until_forwarded(&gen, &sink, &v4_to(far, 3), Duration::from_secs(1)).is_some());
+    // A knob that needs a restart is named in the refusal.
+    std::fs::write(&path, with_knobs(more.clone(), "ring_size = 4096")).expect("write");
+    hup(&dut);
+    assert!(
+        dut.wait_log(
+            "dataplane.ring_size changed, which needs a restart",
+            Duration::from_secs(2)
+        ),
+        "{:?}",
+        dut.log_lines()
+    );
+    // The route removed from the file goes away.
+    std::fs::write(&path, &cfg).expect("write");
+    hup(&dut);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(deliver(&gen, &sink, &[v4_to(far, 4)]).is_empty());
+    let s = dut.stop();
+    assert!(drop_count(&s, DropReason::NoRoute) >= 2, "{s}");
+}

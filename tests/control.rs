@@ -365,3 +365,197 @@ fn sighup_reloads_static_routes_and_refuses_a_bad_file() {
     let s = dut.stop();
     assert!(drop_count(&s, DropReason::NoRoute) >= 2, "{s}");
 }
+
+#[test]
+fn a_deleted_port_is_survived_and_every_frame_accounted() {
+    if !root_or_skip("port deleted") {
+        return;
+    }
+    let bed = Bed::up("tpd", 1);
+    let t = &bed.0;
+    let mut dut = Dut::start(&bed, &kernel_config(t));
+    // A route back out of the gen-facing port: what the surviving port keeps forwarding.
+    dut_ip(
+        t,
+        &["route", "add", "203.0.113.0/24", "via", testbed::GEN_V4],
+    );
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    assert!(until_forwarded(
+        &gen,
+        &sink,
+        &v4_to(testbed::SINK_V4, 1),
+        Duration::from_secs(2)
+    )
+    .is_some());
+    let dut_mac = mac(testbed::DUT_IN_MAC);
+    let hairpinned = |gen: &PacketSocket, sport: u16| {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            gen.send(&v4_to("203.0.113.5", sport)).expect("send");
+            let got = capture(gen, Duration::from_millis(5), Duration::from_millis(20));
+            if marked_frames(&got)
+                .iter()
+                .any(|(_, s, f)| *s == sport && f[6..12] == dut_mac)
+            {
+                return true;
+            }
+        }
+        false
+    };
+    assert!(hairpinned(&gen, 2));
+    dut_ip(t, &["link", "del", &t.dut_out()]);
+    assert!(
+        dut.wait_log("was deleted", Duration::from_secs(2)),
+        "{:?}",
+        dut.log_lines()
+    );
+    for i in 0..20 {
+        gen.send(&v4_to(testbed::SINK_V4, 10 + i)).expect("send");
+    }
+    assert!(hairpinned(&gen, 3), "the other port keeps forwarding");
+    // Recreated: named, and a restart is asked for (its sockets went with the old one).
+    ns(
+        &t.dut_ns(),
+        &[
+            "ip",
+            "link",
+            "add",
+            &t.dut_out(),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &t.sink_if(),
+            "netns",
+            &t.sink_ns(),
+        ],
+    );
+    dut_ip(t, &["link", "set", &t.dut_out(), "up"]);
+    assert!(
+        dut.wait_log(
+            "restart the dataplane to forward on it",
+            Duration::from_secs(2)
+        ),
+        "{:?}",
+        dut.log_lines()
+    );
+    assert!(hairpinned(&gen, 4));
+    let s = dut.stop();
+    assert_frames_accounted(&s);
+    assert!(
+        drop_count(&s, DropReason::LinkDown) + drop_count(&s, DropReason::NoRoute) >= 20,
+        "{s}"
+    );
+}
+
+#[test]
+fn no_loss_while_routes_churn_and_the_config_reloads() {
+    if !root_or_skip("zero loss under change") {
+        return;
+    }
+    use std::io::Write;
+    use std::process::Stdio;
+    let bed = Bed::up("tzl", 1);
+    let t = &bed.0;
+    let dut = Dut::start(&bed, &kernel_config(t));
+    let dir = std::env::temp_dir();
+    let (sent_json, got_json) = (dir.join("tzl-gen.json"), dir.join("tzl-sink.json"));
+    let sink = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &t.sink_ns(),
+            &bin(),
+            "sink",
+            "--iface",
+            &t.sink_if(),
+        ])
+        .args(["--duration", "12", "--json"])
+        .arg(&got_json)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sink");
+    std::thread::sleep(Duration::from_millis(500));
+    let gen = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &t.gen_ns(),
+            &bin(),
+            "gen",
+            "--iface",
+            &t.gen_if(),
+        ])
+        .args([
+            "--rate",
+            "10000",
+            "--duration",
+            "10",
+            "--flows",
+            "16",
+            "--json",
+        ])
+        .arg(&sent_json)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gen");
+    // 100 route changes a second (routes other than the one in use) through one `ip -batch`,
+    // and a SIGHUP every second.
+    let mut churn = Command::new("ip")
+        .args(["netns", "exec", &t.dut_ns(), "ip", "-force", "-batch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("ip -batch");
+    let mut stdin = churn.stdin.take().expect("stdin");
+    let start = Instant::now();
+    let mut changes = 0u32;
+    while start.elapsed() < Duration::from_secs(10) {
+        let n = changes % 200;
+        let verb = if (changes / 200) % 2 == 0 {
+            "add"
+        } else {
+            "del"
+        };
+        writeln!(
+            stdin,
+            "route {verb} 10.{}.{}.0/24 via {}",
+            n / 100,
+            n % 100,
+            testbed::SINK_V4
+        )
+        .expect("write");
+        changes += 1;
+        if changes % 100 == 0 {
+            Command::new("kill")
+                .args(["-HUP", &dut.pid().to_string()])
+                .status()
+                .expect("kill");
+        }
+        let due = start + Duration::from_millis(10 * u64::from(changes));
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+    }
+    drop(stdin);
+    let _ = churn.wait();
+    assert!(gen.wait_with_output().expect("gen").status.success());
+    assert!(sink.wait_with_output().expect("sink").status.success());
+    let read = |p: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).expect("json")).expect("valid")
+    };
+    let sent = read(&sent_json)["packets"].as_u64().expect("sent");
+    let got = read(&got_json)["matched"]
+        .as_u64()
+        .or_else(|| read(&got_json)["packets"].as_u64());
+    let s = dut.stop();
+    assert!(changes >= 990, "{changes} route changes");
+    assert!(sent >= 90_000, "sent {sent}");
+    assert_eq!(
+        got,
+        Some(sent),
+        "sent == received while routes churned: {s}"
+    );
+}

@@ -86,7 +86,46 @@ pub struct ControlStatus {
     pub resyncs: AtomicU64,
 }
 
+/// A copy of [`ControlStatus`] for the run's summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ControlReport {
+    /// Route and neighbour changes applied.
+    pub changes: u64,
+    /// IPv4 prefixes in the table at the end.
+    pub v4: u64,
+    /// IPv6 prefixes.
+    pub v6: u64,
+    /// Next hops.
+    pub hops: u64,
+    /// Kernel routes out of other interfaces.
+    pub foreign_routes: u64,
+    /// Neighbour resolutions asked of the kernel.
+    pub resolve_requests: u64,
+    /// SIGHUP reloads applied.
+    pub reloads: u64,
+    /// SIGHUP reloads refused.
+    pub reloads_refused: u64,
+    /// Full re-reads of the kernel's tables.
+    pub resyncs: u64,
+}
+
 impl ControlStatus {
+    /// A copy of the counters.
+    pub fn report(&self) -> ControlReport {
+        let g = |a: &AtomicU64| a.load(Relaxed);
+        ControlReport {
+            changes: g(&self.changes),
+            v4: g(&self.v4),
+            v6: g(&self.v6),
+            hops: g(&self.hops),
+            foreign_routes: g(&self.foreign_routes),
+            resolve_requests: g(&self.resolve_requests),
+            reloads: g(&self.reloads),
+            reloads_refused: g(&self.reloads_refused),
+            resyncs: g(&self.resyncs),
+        }
+    }
+
     fn publish(&self, size: TableSize, changes: u64, generation: u64) {
         self.changes.store(changes, Relaxed);
         self.v4.store(size.v4 as u64, Relaxed);
@@ -151,6 +190,9 @@ struct Control {
     kernel_routes: HashMap<(IpAddr, u8), BTreeMap<u32, KernelRoute>>,
     asked: HashMap<IpAddr, Instant>,
     foreign: usize,
+    /// A port went down or away: re-read the kernel's tables after this batch (IPv4 routes
+    /// flushed with a device are not notified).
+    resync_wanted: bool,
 }
 
 /// Starts the control thread; it sets up netlink (kernel mode: subscribe, then dump and
@@ -173,8 +215,11 @@ pub fn start(spec: ControlSpec) -> Result<JoinHandle<Rib>, ControlError> {
         kernel_routes: HashMap::new(),
         asked: HashMap::new(),
         foreign: 0,
+        resync_wanted: false,
     };
     c.resync(kernel)?;
+    c.spec.rib.reclaim();
+    c.publish();
     std::thread::Builder::new()
         .name("dp-control".into())
         .spawn(move || c.run(kernel))
@@ -215,7 +260,12 @@ impl Control {
                 self.log(format!("control: reading netlink: {e}"));
             }
             let overrun = batch.contains(&Event::Overrun);
-            if overrun {
+            if !overrun {
+                for e in std::mem::take(&mut batch) {
+                    self.apply(e, kernel);
+                }
+            }
+            if overrun || std::mem::take(&mut self.resync_wanted) {
                 self.log(
                     "control: netlink overrun (changes lost): re-reading the kernel's tables"
                         .into(),
@@ -382,17 +432,23 @@ impl Control {
             self.log(format!(
                 "port {name} (ifindex {ifindex}) was deleted: its frames are dropped as link_down; restart the dataplane to use it again"
             ));
-            self.spec.rib.writer().set_port(port, 0, false);
+            self.spec.rib.writer().set_port_gone(port);
             self.by_ifindex.remove(&ifindex);
             if let Some(s) = self.link_up.get_mut(i) {
                 *s = None;
             }
+            // The kernel flushes IPv4 routes through a deleted (or downed) device without a
+            // notification: re-read its tables.
+            self.resync_wanted = true;
             return;
         }
         let mtu = mtu
             .or_else(|| self.spec.rib.table().port(port).map(|(m, _)| m))
             .unwrap_or(0);
         self.spec.rib.writer().set_port(port, mtu, up);
+        if was == Some(true) && !up {
+            self.resync_wanted = true;
+        }
         if was.is_some() && was != Some(up) {
             self.log(format!(
                 "port {name}: link {}",
@@ -500,6 +556,9 @@ impl Control {
                 else {
                     continue;
                 };
+                if self.spec.rib.table().port_gone(port) {
+                    continue;
+                }
                 self.spec.status.resolve_requests.fetch_add(1, Relaxed);
                 if let Some(nl) = self.requests.as_mut() {
                     if let Err(e) = nl.resolve(ifindex, ip) {

@@ -174,6 +174,8 @@ pub enum Miss {
 }
 
 const PORT_UP: u64 = 1 << 32;
+/// The port's interface was deleted: its sockets are no longer polled.
+const PORT_GONE: u64 = 1 << 33;
 
 /// Sizes of a table's fixed arrays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,6 +271,14 @@ impl Table {
     #[inline(always)]
     pub fn route_v6(&self, dst: u128, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
         self.resolve(self.v6.lookup(dst), flow)
+    }
+
+    /// True when port `p`'s interface was deleted (its sockets are dead: pollers skip them).
+    #[inline(always)]
+    pub fn port_gone(&self, p: u16) -> bool {
+        self.ports
+            .get(usize::from(p))
+            .is_some_and(|w| w.load(Relaxed) & PORT_GONE != 0)
     }
 
     /// Port `p`'s MTU and link state.
@@ -400,6 +410,13 @@ impl TableWriter {
     pub fn set_port(&mut self, p: u16, mtu: u32, up: bool) {
         if let Some(w) = self.table.ports.get(usize::from(p)) {
             w.store(u64::from(mtu) | if up { PORT_UP } else { 0 }, Release);
+        }
+    }
+
+    /// Marks port `p`'s interface deleted: down for good, its sockets no longer polled.
+    pub fn set_port_gone(&mut self, p: u16) {
+        if let Some(w) = self.table.ports.get(usize::from(p)) {
+            w.store(PORT_GONE, Release);
         }
     }
 

@@ -158,7 +158,7 @@ impl Poller {
                 work += self.receive(i);
                 self.flush();
             }
-            work += self.maintain();
+            work += self.maintain(&table);
             passes[0] += 1;
             passes[1] += u64::from(work != 0);
             if passes[0] == 256 {
@@ -407,12 +407,16 @@ impl Poller {
 
     /// Reaps completions, kicks TX rings that still hold frames, refills fill rings.
     #[inline]
-    fn maintain(&mut self) -> usize {
+    fn maintain(&mut self, table: &crate::fib::Table) -> usize {
         let mut work = 0;
         for i in 0..self.sockets.queues.len() {
             let Some(q) = self.sockets.queues.get_mut(i) else {
                 continue;
             };
+            // A deleted interface's socket is dead: kicking it would spin for nothing.
+            if table.port_gone(q.port) {
+                continue;
+            }
             let mut done = 0u64;
             {
                 let mut c = q.fq_cq.complete(self.ring);

@@ -139,6 +139,8 @@ pub struct RunSummary {
     pub plan: Option<Plan>,
     /// Interrupt changes made (`--apply-irq`), then restored.
     pub irq_changes: Vec<crate::irq::Change>,
+    /// What the control plane did (table size, changes applied, reloads, resolutions).
+    pub control: crate::control::ControlReport,
     /// Drops by reason name (all pollers), for readers that want names rather than indices.
     pub drops_by_reason: std::collections::BTreeMap<&'static str, u64>,
 }
@@ -328,6 +330,7 @@ pub fn run(
             reports,
             steer,
             irq_changes,
+            control: control_status.report(),
         },
     ))
 }

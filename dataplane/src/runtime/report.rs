@@ -202,6 +202,8 @@ pub(super) struct Collected {
     pub steer: Vec<(String, Vec<u64>)>,
     /// Interrupt changes made and restored.
     pub irq_changes: Vec<Change>,
+    /// What the control plane did.
+    pub control: crate::control::ControlReport,
 }
 
 /// The final summary from the pollers' last counters and what the run collected.
@@ -222,6 +224,7 @@ pub(super) fn summary(
         drops_by_reason,
         plan: opts.plan.clone(),
         irq_changes: c.irq_changes,
+        control: c.control,
         mode: cfg.dataplane.mode.name(),
         elapsed_s: elapsed.as_secs_f64(),
         totals,

@@ -516,7 +516,7 @@ fn no_loss_while_routes_churn_and_the_config_reloads() {
     let mut changes = 0u32;
     while start.elapsed() < Duration::from_secs(10) {
         let n = changes % 200;
-        let verb = if (changes / 200) % 2 == 0 {
+        let verb = if (changes / 200).is_multiple_of(2) {
             "add"
         } else {
             "del"
@@ -530,7 +530,7 @@ fn no_loss_while_routes_churn_and_the_config_reloads() {
         )
         .expect("write");
         changes += 1;
-        if changes % 100 == 0 {
+        if changes.is_multiple_of(100) {
             Command::new("kill")
                 .args(["-HUP", &dut.pid().to_string()])
                 .status()

@@ -12,7 +12,7 @@
 //!   changes handed to the steering programs (a new address is answered by the kernel).
 //!
 //! Each pass applies what is pending, then reclaims what no poller can still see.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -187,7 +187,8 @@ struct Control {
     events: Option<Netlink>,
     by_ifindex: HashMap<u32, u16>,
     link_up: Vec<Option<bool>>,
-    kernel_routes: HashMap<(IpAddr, u8), BTreeMap<u32, KernelRoute>>,
+    /// Kernel routes shadowed by one of the same prefix with a lower metric.
+    alternates: HashMap<(IpAddr, u8), Vec<(u32, RouteKind)>>,
     asked: HashMap<IpAddr, Instant>,
     foreign: usize,
     /// A port went down or away: re-read the kernel's tables after this batch (IPv4 routes
@@ -212,7 +213,7 @@ pub fn start(spec: ControlSpec) -> Result<JoinHandle<Rib>, ControlError> {
         spec,
         requests: Some(requests),
         events: Some(events),
-        kernel_routes: HashMap::new(),
+        alternates: HashMap::new(),
         asked: HashMap::new(),
         foreign: 0,
         resync_wanted: false,
@@ -300,18 +301,24 @@ impl Control {
             .store(self.foreign as u64, Relaxed);
     }
 
-    /// Reads links, addresses and (kernel mode) routes and neighbours, and applies them; in
-    /// kernel mode what the RIB holds and the kernel no longer does is removed.
+    /// Reads links, addresses and (kernel mode) routes and neighbours, and applies them as
+    /// they are read; after a first load, what the RIB holds and the kernel no longer does
+    /// is removed.
     fn resync(&mut self, kernel: bool) -> Result<(), NetlinkError> {
-        let Some(nl) = self.requests.as_mut() else {
+        let Some(mut nl) = self.requests.take() else {
             return Ok(());
         };
-        let events = nl.dump_all()?;
+        let sweep = kernel
+            && (self.spec.rib.routes().next().is_some()
+                || self.spec.rib.neighbours().next().is_some());
+        let mut routes = std::collections::HashSet::new();
+        let mut neighbours = std::collections::HashSet::new();
         if kernel {
-            let mut routes = std::collections::HashSet::new();
-            let mut neighbours = std::collections::HashSet::new();
-            for e in &events {
-                match e {
+            self.alternates.clear();
+        }
+        let read = nl.dump_all(|e| {
+            if sweep {
+                match &e {
                     Event::Route { prefix, len, .. } => {
                         routes.insert((crate::fib::rib::canonical(*prefix, *len), *len));
                     }
@@ -323,6 +330,11 @@ impl Control {
                     _ => {}
                 }
             }
+            self.apply(e, kernel);
+        });
+        self.requests = Some(nl);
+        read?;
+        if sweep {
             let stale: Vec<(IpAddr, u8)> = self
                 .spec
                 .rib
@@ -331,8 +343,7 @@ impl Control {
                 .filter(|k| !routes.contains(k))
                 .collect();
             for (p, l) in stale {
-                self.kernel_routes.remove(&(p, l));
-                self.spec.rib.remove_route(p, l);
+                self.set_best(p, l, None);
             }
             let gone: Vec<(u16, IpAddr)> = self
                 .spec
@@ -344,10 +355,6 @@ impl Control {
             for (p, ip) in gone {
                 self.spec.rib.remove_neighbour(p, ip);
             }
-            self.kernel_routes.clear();
-        }
-        for e in events {
-            self.apply(e, kernel);
         }
         Ok(())
     }
@@ -464,6 +471,8 @@ impl Control {
         }
     }
 
+    /// A kernel route added or removed. Among routes of one prefix the lowest metric is in
+    /// the table; the others wait in `alternates` until it goes.
     fn kernel_route(
         &mut self,
         add: bool,
@@ -473,28 +482,52 @@ impl Control {
         route: KernelRoute,
     ) {
         let key = (crate::fib::rib::canonical(prefix, len), len);
-        let by_metric = self.kernel_routes.entry(key).or_default();
+        let current = self.spec.rib.route_tagged(key.0, len).map(|(_, m)| m);
         if add {
-            by_metric.insert(metric, route);
-        } else {
-            by_metric.remove(&metric);
+            let kind = self.kind(&route);
+            match current {
+                Some(m) if metric > m => {
+                    let alts = self.alternates.entry(key).or_default();
+                    alts.retain(|(x, _)| *x != metric);
+                    alts.push((metric, kind));
+                }
+                Some(m) if metric < m => {
+                    if let Some((k, _)) = self.spec.rib.route_tagged(key.0, len) {
+                        let demoted = k.clone();
+                        self.alternates.entry(key).or_default().push((m, demoted));
+                    }
+                    self.set_best(key.0, len, Some((kind, metric)));
+                }
+                _ => self.set_best(key.0, len, Some((kind, metric))),
+            }
+        } else if current == Some(metric) {
+            let next = self.alternates.get_mut(&key).and_then(|alts| {
+                let i = (0..alts.len()).min_by_key(|i| alts[*i].0)?;
+                Some(alts.swap_remove(i))
+            });
+            if self.alternates.get(&key).is_some_and(Vec::is_empty) {
+                self.alternates.remove(&key);
+            }
+            self.set_best(key.0, len, next.map(|(m, k)| (k, m)));
+        } else if let Some(alts) = self.alternates.get_mut(&key) {
+            alts.retain(|(x, _)| *x != metric);
+            if alts.is_empty() {
+                self.alternates.remove(&key);
+            }
         }
-        let best = by_metric.values().next().cloned();
-        if by_metric.is_empty() {
-            self.kernel_routes.remove(&key);
-        }
-        let was_foreign = matches!(self.spec.rib.route(key.0, len), Some(RouteKind::Foreign));
+    }
+
+    /// Puts `kind` (with its metric) in the table for `prefix/len`, or removes the prefix.
+    fn set_best(&mut self, prefix: IpAddr, len: u8, best: Option<(RouteKind, u32)>) {
+        let was_foreign = matches!(self.spec.rib.route(prefix, len), Some(RouteKind::Foreign));
         let r = match best {
             None => {
-                self.spec.rib.remove_route(key.0, len);
+                self.spec.rib.remove_route(prefix, len);
                 Ok(())
             }
-            Some(best) => {
-                let kind = self.kind(&best);
-                self.spec.rib.set_route(key.0, len, kind)
-            }
+            Some((kind, metric)) => self.spec.rib.set_route_tagged(prefix, len, kind, metric),
         };
-        let is_foreign = matches!(self.spec.rib.route(key.0, len), Some(RouteKind::Foreign));
+        let is_foreign = matches!(self.spec.rib.route(prefix, len), Some(RouteKind::Foreign));
         match (was_foreign, is_foreign) {
             (false, true) => self.foreign += 1,
             (true, false) => self.foreign = self.foreign.saturating_sub(1),

@@ -6,7 +6,7 @@ use std::os::fd::AsRawFd;
 
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
-    NLM_F_REQUEST,
+    NLM_F_REPLACE, NLM_F_REQUEST,
 };
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
@@ -196,28 +196,29 @@ impl Netlink {
         Ok(self.seq)
     }
 
-    /// Every route of the main table, neighbour, link and address, as events.
-    pub fn dump_all(&mut self) -> Result<Vec<Event>, NetlinkError> {
-        let mut events = Vec::new();
+    /// Every link, address, neighbour and main-table route, each handed to `each` as it is
+    /// read (a million routes are never held at once).
+    pub fn dump_all(&mut self, mut each: impl FnMut(Event)) -> Result<(), NetlinkError> {
         let link = RouteNetlinkMessage::GetLink(LinkMessage::default());
-        self.dump(link, &mut events)?;
+        self.dump(link, &mut each)?;
         let addr = RouteNetlinkMessage::GetAddress(AddressMessage::default());
-        self.dump(addr, &mut events)?;
+        self.dump(addr, &mut each)?;
         for family in [AddressFamily::Inet, AddressFamily::Inet6] {
-            let mut m = RouteMessage::default();
-            m.header.address_family = family;
-            self.dump(RouteNetlinkMessage::GetRoute(m), &mut events)?;
+            // Neighbours first: the routes through them find them resolved.
             let mut n = NeighbourMessage::default();
             n.header.family = family;
-            self.dump(RouteNetlinkMessage::GetNeighbour(n), &mut events)?;
+            self.dump(RouteNetlinkMessage::GetNeighbour(n), &mut each)?;
+            let mut m = RouteMessage::default();
+            m.header.address_family = family;
+            self.dump(RouteNetlinkMessage::GetRoute(m), &mut each)?;
         }
-        Ok(events)
+        Ok(())
     }
 
     fn dump(
         &mut self,
         msg: RouteNetlinkMessage,
-        events: &mut Vec<Event>,
+        each: &mut impl FnMut(Event),
     ) -> Result<(), NetlinkError> {
         let seq = self.send(NLM_F_REQUEST | NLM_F_DUMP, msg)?;
         loop {
@@ -238,7 +239,11 @@ impl Netlink {
                             errno: e.to_io(),
                         })
                     }
-                    NetlinkPayload::InnerMessage(inner) => events.extend(event(inner)),
+                    NetlinkPayload::InnerMessage(inner) => {
+                        if let Some(e) = event(inner) {
+                            each(e);
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -286,6 +291,44 @@ impl Netlink {
             RouteNetlinkMessage::NewNeighbour(m),
         )?;
         self.ack(seq, "RTM_NEWNEIGH (NTF_USE)")
+    }
+
+    /// Adds or replaces (`add`), or deletes, a main-table route `prefix/len via gateway`
+    /// (benchmarks and tests drive the kernel with it). `wait`: read the kernel's answer;
+    /// otherwise fire and forget (a storm of changes).
+    pub fn route(
+        &mut self,
+        add: bool,
+        prefix: IpAddr,
+        len: u8,
+        gateway: IpAddr,
+        wait: bool,
+    ) -> Result<(), NetlinkError> {
+        let mut m = RouteMessage::default();
+        m.header.address_family = family(prefix);
+        m.header.destination_prefix_length = len;
+        m.header.table = RouteHeader::RT_TABLE_MAIN;
+        m.header.protocol = netlink_packet_route::route::RouteProtocol::Static;
+        m.header.scope = netlink_packet_route::route::RouteScope::Universe;
+        m.header.kind = RouteType::Unicast;
+        m.attributes
+            .push(RouteAttribute::Destination(prefix.into()));
+        m.attributes.push(RouteAttribute::Gateway(gateway.into()));
+        let ack = if wait { NLM_F_ACK } else { 0 };
+        let (flags, msg) = if add {
+            (
+                NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE | ack,
+                RouteNetlinkMessage::NewRoute(m),
+            )
+        } else {
+            (NLM_F_REQUEST | ack, RouteNetlinkMessage::DelRoute(m))
+        };
+        let seq = self.send(flags, msg)?;
+        if wait {
+            self.ack(seq, if add { "RTM_NEWROUTE" } else { "RTM_DELROUTE" })
+        } else {
+            Ok(())
+        }
     }
 
     fn ack(&mut self, seq: u32, call: &'static str) -> Result<(), NetlinkError> {

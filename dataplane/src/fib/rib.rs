@@ -45,8 +45,12 @@ struct NeighEntry {
 /// The routes and neighbours, and the single writer of the table they make.
 pub struct Rib {
     w: TableWriter,
-    routes: HashMap<(IpAddr, u8), (RouteKind, u32)>,
+    /// Each route: what it does, its table target, and a tag its source keeps with it (the
+    /// kernel's metric).
+    routes: HashMap<(IpAddr, u8), (RouteKind, u32, u32)>,
     neighbours: HashMap<(u16, IpAddr), NeighEntry>,
+    /// The connected routes (prefix, length, port): few, and searched per neighbour change.
+    connected: Vec<(IpAddr, u8, u16)>,
     /// What a next hop with no neighbour entry does: `Failed` where nothing will resolve it
     /// (static neighbours), `Incomplete` where the kernel is asked to.
     unknown: HopState,
@@ -100,6 +104,7 @@ impl Rib {
             w: TableWriter::new(ports, readers, cap)?,
             routes: HashMap::new(),
             neighbours: HashMap::new(),
+            connected: Vec::new(),
             unknown: if resolving {
                 HopState::Incomplete
             } else {
@@ -131,14 +136,21 @@ impl Rib {
 
     /// The routes, as configured (not the derived host routes).
     pub fn routes(&self) -> impl Iterator<Item = (&(IpAddr, u8), &RouteKind)> {
-        self.routes.iter().map(|(k, (kind, _))| (k, kind))
+        self.routes.iter().map(|(k, (kind, _, _))| (k, kind))
     }
 
     /// The route of exactly this prefix.
     pub fn route(&self, prefix: IpAddr, len: u8) -> Option<&RouteKind> {
         self.routes
             .get(&(canonical(prefix, len), len))
-            .map(|(k, _)| k)
+            .map(|(k, _, _)| k)
+    }
+
+    /// The route of exactly this prefix with its tag.
+    pub fn route_tagged(&self, prefix: IpAddr, len: u8) -> Option<(&RouteKind, u32)> {
+        self.routes
+            .get(&(canonical(prefix, len), len))
+            .map(|(k, _, tag)| (k, *tag))
     }
 
     /// The neighbour to resolve so that packets to `dst` can go: the gateway of the longest
@@ -147,8 +159,8 @@ impl Rib {
         let max = host_len(dst);
         for len in (0..=max).rev() {
             match self.routes.get(&(canonical(dst, len), len)) {
-                Some((RouteKind::Connected { port }, _)) => return vec![(*port, dst)],
-                Some((RouteKind::Via(paths), _)) => {
+                Some((RouteKind::Connected { port }, _, _)) => return vec![(*port, dst)],
+                Some((RouteKind::Via(paths), _, _)) => {
                     return paths
                         .iter()
                         .filter(|(p, gw)| {
@@ -219,6 +231,17 @@ impl Rib {
 
     /// Adds `prefix/len`, or replaces what it does.
     pub fn set_route(&mut self, prefix: IpAddr, len: u8, kind: RouteKind) -> Result<(), FibError> {
+        self.set_route_tagged(prefix, len, kind, 0)
+    }
+
+    /// [`Rib::set_route`] with a tag kept beside the route (the kernel's metric).
+    pub fn set_route_tagged(
+        &mut self,
+        prefix: IpAddr,
+        len: u8,
+        kind: RouteKind,
+        tag: u32,
+    ) -> Result<(), FibError> {
         let max = host_len(prefix);
         if len > max {
             return Err(FibError::PrefixTooLong { len, max });
@@ -227,7 +250,7 @@ impl Rib {
         if self
             .routes
             .get(&(prefix, len))
-            .is_some_and(|(k, _)| *k == kind)
+            .is_some_and(|(k, _, t)| *k == kind && *t == tag)
         {
             return Ok(());
         }
@@ -255,13 +278,15 @@ impl Rib {
             RouteKind::Connected { port } => Some(*port),
             _ => None,
         };
-        if let Some((old_kind, old)) = self.routes.insert((prefix, len), (kind, target)) {
+        if let Some((old_kind, old, _)) = self.routes.insert((prefix, len), (kind, target, tag)) {
             self.w.release_target(old);
             if let RouteKind::Connected { port } = old_kind {
+                self.connected.retain(|c| *c != (prefix, len, port));
                 self.unexpand(port, prefix, len);
             }
         }
         if let Some(port) = connected {
+            self.connected.push((prefix, len, port));
             self.expand(port, prefix, len)?;
         }
         Ok(())
@@ -270,13 +295,14 @@ impl Rib {
     /// Removes `prefix/len`. Returns false when there was no such route.
     pub fn remove_route(&mut self, prefix: IpAddr, len: u8) -> bool {
         let prefix = canonical(prefix, len);
-        let Some((kind, target)) = self.routes.remove(&(prefix, len)) else {
+        let Some((kind, target, _)) = self.routes.remove(&(prefix, len)) else {
             return false;
         };
         self.w.remove_route(prefix, len);
         self.w.release_target(target);
         self.changes += 1;
         if let RouteKind::Connected { port } = kind {
+            self.connected.retain(|c| *c != (prefix, len, port));
             self.unexpand(port, prefix, len);
         }
         // A neighbour whose host route the removed route had replaced gets it back.
@@ -359,9 +385,9 @@ impl Rib {
         let max = host_len(ip);
         let wanted = !self.routes.contains_key(&(ip, max))
             && self
-                .routes
+                .connected
                 .iter()
-                .any(|((p, l), (k, _))| *k == RouteKind::Connected { port } && inside(*p, *l, ip));
+                .any(|(p, l, cp)| *cp == port && inside(*p, *l, ip));
         if wanted && !n.host_route {
             let id = self.hop(HopKey {
                 port,

@@ -54,7 +54,10 @@ fn rss_kib() -> u64 {
 
 /// BGP-like IPv4 prefixes (60% /24, 30% /16-/23, 5% /8-/15, 5% /25-/32) and IPv6 ones
 /// (mostly /48, some /32-/44 and /56-/64), distinct, none inside the link's own networks.
-fn prefixes(v4: usize, v6: usize) -> (Vec<(u32, u8)>, Vec<(u128, u8)>) {
+/// IPv4 prefixes and IPv6 prefixes, each (address, length).
+type Prefixes = (Vec<(u32, u8)>, Vec<(u128, u8)>);
+
+fn prefixes(v4: usize, v6: usize) -> Prefixes {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(42);
     let mut seen4 = std::collections::HashSet::new();
     while seen4.len() < v4 {

@@ -559,3 +559,162 @@ fn no_loss_while_routes_churn_and_the_config_reloads() {
         "sent == received while routes churned: {s}"
     );
 }
+
+#[test]
+fn failed_resolution_answers_unreachable_and_foreign_routes_are_not_forwarded() {
+    if !root_or_skip("failed resolution") {
+        return;
+    }
+    let bed = Bed::up("tfr", 1);
+    let t = &bed.0;
+    let dut = Dut::start(&bed, &kernel_config(t));
+    // An interface the dataplane does not own, and a route out of it.
+    dut_ip(
+        t,
+        &["link", "add", "fx0", "type", "veth", "peer", "name", "fx1"],
+    );
+    dut_ip(t, &["link", "set", "fx0", "up"]);
+    dut_ip(t, &["link", "set", "fx1", "up"]);
+    dut_ip(t, &["addr", "add", "192.0.2.1/24", "dev", "fx0"]);
+    dut_ip(t, &["route", "add", "203.0.113.0/24", "via", "192.0.2.2"]);
+    // A gateway nobody answers for, resolved quickly: one probe, 100 ms.
+    let dev = t.dut_out();
+    for (knob, v) in [
+        ("mcast_solicit", "1"),
+        ("ucast_solicit", "0"),
+        ("app_solicit", "0"),
+        ("retrans_time_ms", "100"),
+    ] {
+        ns(
+            &t.dut_ns(),
+            &["sysctl", "-qw", &format!("net.ipv4.neigh.{dev}.{knob}={v}")],
+        );
+    }
+    dut_ip(
+        t,
+        &["route", "add", "198.51.100.0/24", "via", "198.19.0.77"],
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    assert!(deliver(&gen, &sink, &[v4_to("203.0.113.5", 1)]).is_empty());
+    // The first packets wait for the neighbour (resolving); once the kernel gives up, the
+    // next ones are answered with ICMP host unreachable.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut unreachable = false;
+    let mut sport = 10;
+    while Instant::now() < deadline && !unreachable {
+        gen.send(&v4_to("198.51.100.5", sport)).expect("send");
+        sport += 1;
+        let got = capture(&gen, Duration::from_millis(20), Duration::from_millis(50));
+        unreachable = icmp_errors(&got)
+            .iter()
+            .any(|e| !e.v6 && e.ty == 3 && e.code == 1);
+    }
+    assert!(
+        unreachable,
+        "no ICMP host unreachable after the neighbour failed"
+    );
+    let s = dut.stop();
+    assert!(drop_count(&s, DropReason::ForeignRoute) >= 1, "{s}");
+    assert!(drop_count(&s, DropReason::Resolving) >= 1, "{s}");
+    assert!(drop_count(&s, DropReason::NoNeighbour) >= 1, "{s}");
+    assert!(
+        s["control"]["foreign_routes"].as_u64() >= Some(2),
+        "{}",
+        s["control"]
+    );
+    assert!(
+        s["control"]["resolve_requests"].as_u64() >= Some(1),
+        "{}",
+        s["control"]
+    );
+}
+
+#[test]
+fn the_lowest_metric_of_a_prefix_wins() {
+    if !root_or_skip("metrics") {
+        return;
+    }
+    let bed = Bed::up("tlm", 1);
+    let t = &bed.0;
+    let dut = Dut::start(&bed, &kernel_config(t));
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let far = "203.0.113.9";
+    dut_ip(
+        t,
+        &[
+            "route",
+            "add",
+            "203.0.113.0/24",
+            "via",
+            testbed::SINK_V4,
+            "metric",
+            "100",
+        ],
+    );
+    assert!(until_forwarded(&gen, &sink, &v4_to(far, 1), Duration::from_secs(2)).is_some());
+    dut_ip(
+        t,
+        &[
+            "route",
+            "add",
+            "blackhole",
+            "203.0.113.0/24",
+            "metric",
+            "50",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        deliver(&gen, &sink, &[v4_to(far, 2)]).is_empty(),
+        "metric 50 wins"
+    );
+    dut_ip(
+        t,
+        &[
+            "route",
+            "add",
+            "unreachable",
+            "203.0.113.0/24",
+            "metric",
+            "200",
+        ],
+    );
+    dut_ip(
+        t,
+        &[
+            "route",
+            "del",
+            "blackhole",
+            "203.0.113.0/24",
+            "metric",
+            "50",
+        ],
+    );
+    assert!(
+        until_forwarded(&gen, &sink, &v4_to(far, 3), Duration::from_secs(2)).is_some(),
+        "back to metric 100"
+    );
+    dut_ip(
+        t,
+        &[
+            "route",
+            "del",
+            "203.0.113.0/24",
+            "via",
+            testbed::SINK_V4,
+            "metric",
+            "100",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        deliver(&gen, &sink, &[v4_to(far, 4)]).is_empty(),
+        "then metric 200"
+    );
+    let s = dut.stop();
+    assert!(drop_count(&s, DropReason::Blackhole) >= 1, "{s}");
+    assert!(drop_count(&s, DropReason::Unreachable) >= 1, "{s}");
+}

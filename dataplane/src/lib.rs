@@ -7,15 +7,16 @@
 //!
 //! Scope: the forwarding core with a router's behaviour on the wire (ingress MAC filter,
 //! martians, IPv6 extension headers walked, ICMP errors built in place, egress MTU; see
-//! `docs/ROUTER.md`), its config, stats and a netns testbed. Not yet: ARP/ND resolution
-//! (neighbours are static, from the config), IPv4 fragmentation (too-big IPv4 without DF is
+//! `docs/ROUTER.md`), a live control plane (`control`: the kernel's routes, neighbours, links
+//! and addresses over rtnetlink, or static routes reloaded on SIGHUP; `docs/CONTROL.md`), its
+//! config, stats and a netns testbed. Not yet: IPv4 fragmentation (too-big IPv4 without DF is
 //! dropped and counted), VLANs in the dataplane (tagged frames go to the kernel).
 //!
 //! Module map (layers point down; `scripts/modgraph.py` checks it): `types` holds the plain
 //! values every layer shares and imports nothing; `packet`, `fib`, `forward`, `mem`, `xsk`,
 //! `poller` and `stats` are the per-packet path and never reach config, CLI, lab or runtime
 //! code; `sys` holds every raw syscall; `bpf` loads the XDP programs; `config` turns TOML into
-//! plain values; `runtime` wires a run together in steps; `topology`, `plan` and `irq` place
+//! plain values; `control` owns the routing base and updates the table the pollers read; `runtime` wires a run together in steps; `topology`, `plan` and `irq` place
 //! pollers and interrupts; `testbed` builds netns testbeds; `gen` and `lab` are the measuring
 //! side (generator, benches); `corpus` feeds the property tests and the fuzzer.
 //! `docs/ARCHITECTURE.md` follows a packet through them.

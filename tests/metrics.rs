@@ -157,6 +157,29 @@ fn scraped_metrics_are_valid_and_agree_with_the_sink() {
         "{text}"
     );
     assert!(text.contains("poller=\"0\""), "{text}");
+    // Bursts by size add up to the bursts counted; the frames by state to the UMEM's.
+    assert_eq!(
+        sum(&text, "dataplane_rx_bursts_total", ""),
+        sum(&text, "dataplane_batches_total", "")
+    );
+    assert_eq!(sum(&text, "dataplane_umem_frames", ""), 2 * 4096, "{text}");
+    for port in [t.dut_in(), t.dut_out()] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("dataplane_xsk_kernel_events_total{")
+                    && l.contains(&format!("port=\"{port}\""))
+                    && l.contains("what=\"rx_ring_full\"")),
+            "kernel XDP_STATISTICS of {port}: {text}"
+        );
+    }
+    for name in [
+        "dataplane_poller_busy_ratio{",
+        "dataplane_route_updates_total ",
+        "dataplane_fib_generation ",
+        "dataplane_health{",
+    ] {
+        assert!(text.contains(name), "{name}: {text}");
+    }
     assert_frames_accounted(&s);
 }
 
@@ -226,4 +249,30 @@ fn top_shows_the_pollers_of_a_running_instance() {
     let _ = gen.wait();
     let s = dut.stop();
     assert_frames_accounted(&s);
+}
+
+#[test]
+fn logs_are_json_lines_with_levels_when_asked() {
+    if !root_or_skip("json logs") {
+        return;
+    }
+    let bed = Bed::up("tjl", 1);
+    let t = &bed.0;
+    let (ok, stderr) = run_once(&bed, "json", &config(t, ""), &["--log-format", "json"]);
+    assert!(ok, "{stderr}");
+    let events: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        events.iter().any(|e| e["level"] == "INFO"
+            && e["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("attached xdp_steer"))),
+        "{stderr}"
+    );
+    assert!(
+        events.iter().all(|e| e["timestamp"].is_string()),
+        "{stderr}"
+    );
 }

@@ -171,7 +171,6 @@ fn main() {
     let status = Arc::new(ControlStatus::default());
     let stop = Arc::new(AtomicBool::new(false));
     let (addr_tx, _addr_rx) = std::sync::mpsc::channel();
-    let (log_tx, log_rx) = std::sync::mpsc::channel();
     let control = control::start(ControlSpec {
         rib,
         config: cfg.clone(),
@@ -185,7 +184,6 @@ fn main() {
         resolve: control::resolve_queue(),
         addresses: addr_tx,
         status: status.clone(),
-        log: log_tx,
     })
     .expect("control");
     let load = t.elapsed();
@@ -323,9 +321,6 @@ fn main() {
         .expect("route");
     }
     let rib_only = t.elapsed();
-    while let Ok(l) = log_rx.try_recv() {
-        eprintln!("{l}");
-    }
     let routes = (n4 + n6) as f64;
     let out = serde_json::json!({
         "routes": {"v4": n4, "v6": n6},

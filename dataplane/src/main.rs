@@ -11,6 +11,10 @@ mod cli;
     about = "Userspace AF_XDP forwarder that measures itself"
 )]
 struct Cli {
+    /// Log format on stderr: `text` (the message alone) or `json` (one object per line, with
+    /// time, level and target). Levels follow RUST_LOG (default: info).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: cli::LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -59,7 +63,9 @@ enum Cmd {
 }
 
 fn main() {
-    let result = match Cli::parse().cmd {
+    let args = Cli::parse();
+    cli::init_logging(args.log_format);
+    let result = match args.cmd {
         Cmd::Run(a) => cli::run::main(a),
         Cmd::XdpFwd(a) => cli::xdp_fwd::main(a),
         Cmd::Bench(a) => cli::bench::main(a),

@@ -91,7 +91,15 @@ pub const COUNTER_HELP: [&str; COUNTERS] = [
     "Passes of the poller's loop over its sockets.",
     "Loop passes that found work (busy ratio = busy_passes / loop_passes).",
 ];
-const SLOTS: usize = COUNTERS + DropReason::COUNT;
+/// RX burst-size buckets: bucket `b` counts bursts of `2^b ..= 2^(b+1) - 1` frames (the last,
+/// 256). VPP's "vectors per call", as a distribution.
+pub const BURST_BUCKETS: usize = 9;
+/// The upper bound of each burst bucket (`le` in the metrics).
+pub const BURST_BUCKET_LE: [u32; BURST_BUCKETS] = [1, 3, 7, 15, 31, 63, 127, 255, 256];
+const BURSTS: usize = COUNTERS + DropReason::COUNT;
+/// The gauge of free frames (the poller's own free list), set every 256 loop passes.
+const FREE: usize = BURSTS + BURST_BUCKETS;
+const SLOTS: usize = FREE + 1;
 
 /// The counter block of one poller (or, in the `shared` ablation, of all of them).
 pub struct PollerStats {
@@ -138,16 +146,40 @@ impl PollerStats {
         self.bump(COUNTERS + r as usize, v);
     }
 
+    /// Counts one RX burst of `n` frames (1..=256) in its size bucket.
+    #[inline(always)]
+    pub fn add_burst(&self, n: usize) {
+        let bucket = (usize::BITS - 1 - (n | 1).leading_zeros()) as usize;
+        self.bump(BURSTS + bucket.min(BURST_BUCKETS - 1), 1);
+    }
+
+    /// Sets the free-frames gauge (only the owning poller; never in the shared ablation,
+    /// where it would mean nothing).
+    #[inline]
+    pub fn set_free_frames(&self, n: u64) {
+        if let Some(s) = self.slots.get(FREE) {
+            if !self.shared {
+                s.store(n, Relaxed);
+            }
+        }
+    }
+
     /// A copy of every counter.
     pub fn snapshot(&self) -> Snapshot {
         let mut s = Snapshot::default();
-        let (counters, drops) = self.slots.split_at(COUNTERS);
+        let (counters, rest) = self.slots.split_at(COUNTERS);
+        let (drops, rest) = rest.split_at(DropReason::COUNT.min(rest.len()));
+        let (bursts, rest) = rest.split_at(BURST_BUCKETS.min(rest.len()));
         for (v, slot) in s.counters.iter_mut().zip(counters) {
             *v = slot.load(Relaxed);
         }
         for (v, slot) in s.drops.iter_mut().zip(drops) {
             *v = slot.load(Relaxed);
         }
+        for (v, slot) in s.bursts.iter_mut().zip(bursts) {
+            *v = slot.load(Relaxed);
+        }
+        s.free_frames = rest.first().map_or(0, |f| f.load(Relaxed));
         s
     }
 }
@@ -159,6 +191,11 @@ pub struct Snapshot {
     pub counters: [u64; COUNTERS],
     /// Drops by [`DropReason`].
     pub drops: [u64; DropReason::COUNT],
+    /// RX bursts by size bucket ([`BURST_BUCKET_LE`]).
+    pub bursts: [u64; BURST_BUCKETS],
+    /// Frames on the poller's free list when last set (a gauge: summed over pollers, not
+    /// differenced).
+    pub free_frames: u64,
 }
 
 impl Snapshot {
@@ -187,6 +224,10 @@ impl Snapshot {
             for (o, v) in out.drops.iter_mut().zip(s.drops) {
                 *o += v;
             }
+            for (o, v) in out.bursts.iter_mut().zip(s.bursts) {
+                *o += v;
+            }
+            out.free_frames += s.free_frames;
         }
         out
     }
@@ -198,6 +239,9 @@ impl Snapshot {
             *o = o.wrapping_sub(e);
         }
         for (o, e) in out.drops.iter_mut().zip(earlier.drops) {
+            *o = o.wrapping_sub(e);
+        }
+        for (o, e) in out.bursts.iter_mut().zip(earlier.bursts) {
             *o = o.wrapping_sub(e);
         }
         out
@@ -231,6 +275,7 @@ impl Snapshot {
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing)] // tests may panic
 mod tests {
     use super::*;
 
@@ -249,6 +294,26 @@ mod tests {
         assert_eq!(t.delta(&s), s);
         assert_eq!(s.drops_line(), "no_route=2");
         assert_eq!(COUNTER_NAMES.len(), Counter::BusyPasses as usize + 1);
+    }
+
+    #[test]
+    fn bursts_fall_in_power_of_two_buckets() {
+        let a = PollerStats::default();
+        for n in [1, 2, 3, 4, 63, 64, 255, 256] {
+            a.add_burst(n);
+        }
+        a.set_free_frames(77);
+        let s = a.snapshot();
+        assert_eq!(s.bursts, [1, 2, 1, 0, 0, 1, 1, 1, 1]);
+        assert_eq!(s.free_frames, 77);
+        for (b, le) in BURST_BUCKET_LE.iter().enumerate() {
+            let lo = if b == 0 {
+                1
+            } else {
+                BURST_BUCKET_LE[b - 1] + 1
+            };
+            assert!(lo <= *le, "bucket {b}");
+        }
     }
 
     #[test]

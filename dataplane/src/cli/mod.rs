@@ -111,6 +111,33 @@ pub fn stop_flag() -> Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// The message alone, one per line.
+    Text,
+    /// One JSON object per line: timestamp, level, target, message.
+    Json,
+}
+
+/// Sends `tracing` events to stderr, filtered by RUST_LOG (default `info`).
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder
+            .without_time()
+            .with_level(false)
+            .with_target(false)
+            .with_ansi(false)
+            .try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
 /// A flag SIGHUP sets: the run re-reads its config's routes and neighbours.
 pub fn reload_flag() -> Result<Arc<AtomicBool>> {
     let reload = Arc::new(AtomicBool::new(false));

@@ -60,7 +60,9 @@ pub fn main(a: RunArgs) -> Result<()> {
         bail!("--apply-irq needs --layout (the plan says where interrupts go)");
     }
     if let Some(p) = &plan {
-        eprint!("{}", p.render(&cfg.interfaces));
+        for line in p.render(&cfg.interfaces).lines() {
+            tracing::info!(target: "dataplane", "{line}");
+        }
     }
     let opts = RunOptions {
         plan,
@@ -79,13 +81,20 @@ pub fn main(a: RunArgs) -> Result<()> {
         reload: reload_flag()?,
     };
     if let Some(addr) = metrics {
-        eprintln!("metrics: http://{addr}/metrics (from attach on)");
+        tracing::info!(target: "dataplane", "metrics: http://{addr}/metrics (from attach on)");
     }
-    let summary = runtime::run(&cfg, &opts, |line| eprintln!("{line}"))?;
+    let summary = runtime::run(
+        &cfg,
+        &opts,
+        |line| tracing::info!(target: "dataplane", "{line}"),
+    )?;
     print!("{}", summary.render());
     write_json(&a.json, &serde_json::to_value(&summary)?)?;
     if !summary.frames_ok {
-        eprintln!("warning: some UMEM frames were still held by the kernel at exit (see above)");
+        tracing::warn!(
+            target: "dataplane",
+            "warning: some UMEM frames were still held by the kernel at exit (see above)"
+        );
     }
     Ok(())
 }

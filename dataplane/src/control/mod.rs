@@ -164,8 +164,6 @@ pub struct ControlSpec {
     pub addresses: Sender<AddressChange>,
     /// Progress.
     pub status: Arc<ControlStatus>,
-    /// Log lines.
-    pub log: Sender<String>,
 }
 
 impl std::fmt::Debug for ControlSpec {
@@ -228,8 +226,14 @@ pub fn start(spec: ControlSpec) -> Result<JoinHandle<Rib>, ControlError> {
 }
 
 impl Control {
-    fn log(&self, line: String) {
-        let _ = self.spec.log.send(line);
+    /// A problem worth an operator's attention (through `tracing`, at warn).
+    fn warn(&self, line: String) {
+        tracing::warn!(target: "dataplane::control", "{line}");
+    }
+
+    /// A change of state (through `tracing`, at info).
+    fn note(&self, line: String) {
+        tracing::info!(target: "dataplane::control", "{line}");
     }
 
     fn run(mut self, kernel: bool) -> Rib {
@@ -241,7 +245,7 @@ impl Control {
             &[]
         };
         if let Err(e) = crate::sys::privilege::keep_only(keep) {
-            self.log(format!("control: dropping capabilities: {e}"));
+            self.warn(format!("control: dropping capabilities: {e}"));
         }
         let mut batch = Vec::new();
         while !self.spec.stop.load(Relaxed) {
@@ -258,7 +262,7 @@ impl Control {
             batch.clear();
             let read = self.events.as_mut().map(|ev| ev.events(&mut batch));
             if let Some(Err(e)) = read {
-                self.log(format!("control: reading netlink: {e}"));
+                self.warn(format!("control: reading netlink: {e}"));
             }
             let overrun = batch.contains(&Event::Overrun);
             if !overrun {
@@ -267,17 +271,15 @@ impl Control {
                 }
             }
             if overrun || std::mem::take(&mut self.resync_wanted) {
-                self.log(
-                    "control: netlink overrun (changes lost): re-reading the kernel's tables"
-                        .into(),
-                );
+                if overrun {
+                    self.warn(
+                        "control: netlink overrun (changes lost): re-reading the kernel's tables"
+                            .into(),
+                    );
+                }
                 self.spec.status.resyncs.fetch_add(1, Relaxed);
                 if let Err(e) = self.resync(kernel) {
-                    self.log(format!("control: re-reading: {e}"));
-                }
-            } else {
-                for e in std::mem::take(&mut batch) {
-                    self.apply(e, kernel);
+                    self.warn(format!("control: re-reading: {e}"));
                 }
             }
             if self.spec.reload.swap(false, Relaxed) {
@@ -400,7 +402,7 @@ impl Control {
                     }
                 };
                 if let Err(e) = r {
-                    self.log(format!("control: neighbour {ip}: {e}"));
+                    self.warn(format!("control: neighbour {ip}: {e}"));
                 }
             }
             Event::Link {
@@ -424,7 +426,7 @@ impl Control {
             if add {
                 if let Some(i) = self.spec.ports.iter().position(|p| p.name == name) {
                     if self.link_up.get(i) == Some(&None) || self.spec.ports[i].ifindex != ifindex {
-                        self.log(format!(
+                        self.note(format!(
                             "port {name} exists again (ifindex {ifindex}, was {}): restart the dataplane to forward on it",
                             self.spec.ports[i].ifindex
                         ));
@@ -436,7 +438,7 @@ impl Control {
         let i = usize::from(port);
         let was = self.link_up.get(i).copied().flatten();
         if !add {
-            self.log(format!(
+            self.warn(format!(
                 "port {name} (ifindex {ifindex}) was deleted: its frames are dropped as link_down; restart the dataplane to use it again"
             ));
             self.spec.rib.writer().set_port_gone(port);
@@ -457,7 +459,7 @@ impl Control {
             self.resync_wanted = true;
         }
         if was.is_some() && was != Some(up) {
-            self.log(format!(
+            self.note(format!(
                 "port {name}: link {}",
                 if up {
                     "up: forwarding resumes"
@@ -534,7 +536,7 @@ impl Control {
             _ => {}
         }
         if let Err(e) = r {
-            self.log(format!("control: route {prefix}/{len}: {e}"));
+            self.warn(format!("control: route {prefix}/{len}: {e}"));
         }
     }
 
@@ -595,7 +597,7 @@ impl Control {
                 self.spec.status.resolve_requests.fetch_add(1, Relaxed);
                 if let Some(nl) = self.requests.as_mut() {
                     if let Err(e) = nl.resolve(ifindex, ip) {
-                        self.log(format!("control: resolving {ip}: {e}"));
+                        self.warn(format!("control: resolving {ip}: {e}"));
                     }
                 }
             }
@@ -615,14 +617,14 @@ impl Control {
             Ok(c) => c,
             Err(e) => {
                 self.spec.status.reloads_refused.fetch_add(1, Relaxed);
-                self.log(format!("reload refused, the running table stays: {e}"));
+                self.warn(format!("reload refused, the running table stays: {e}"));
                 return;
             }
         };
         let restart = restart_needed(&self.spec.config, &fresh);
         if !restart.is_empty() {
             self.spec.status.reloads_refused.fetch_add(1, Relaxed);
-            self.log(format!(
+            self.warn(format!(
                 "reload refused, the running table stays: {} changed, which needs a restart",
                 restart.join(", ")
             ));
@@ -652,11 +654,11 @@ impl Control {
             if let Err(e) =
                 crate::fib::resolve::load(&mut self.spec.rib, &fresh.routes, &fresh.neighbours)
             {
-                self.log(format!("reload: applying the routes: {e}"));
+                self.warn(format!("reload: applying the routes: {e}"));
             }
         }
         self.spec.status.reloads.fetch_add(1, Relaxed);
-        self.log(format!(
+        self.note(format!(
             "reloaded {}: {} routes, {} neighbours",
             path.display(),
             fresh.routes.len(),

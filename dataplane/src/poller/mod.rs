@@ -183,6 +183,7 @@ impl Poller {
     fn add_passes(&mut self, passes: &mut [u64; 2]) {
         self.stats.add(Counter::LoopPasses, passes[0]);
         self.stats.add(Counter::BusyPasses, passes[1]);
+        self.stats.set_free_frames(self.free.len() as u64);
         *passes = [0; 2];
     }
 
@@ -349,6 +350,7 @@ impl Poller {
         self.stats.add(Counter::RxPackets, n as u64);
         self.stats.add(Counter::RxBytes, bytes);
         self.stats.add(Counter::Batches, 1);
+        self.stats.add_burst(n);
         for (r, c) in DropReason::ALL.iter().zip(drops) {
             if c != 0 {
                 self.stats.add_drop(*r, u64::from(c));

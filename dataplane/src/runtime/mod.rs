@@ -27,6 +27,7 @@ use crate::topology::TopologyError;
 
 mod attach;
 mod check;
+pub mod health;
 mod report;
 mod spawn;
 
@@ -174,7 +175,6 @@ pub fn run(
     let control_stop = Arc::new(AtomicBool::new(false));
     let resolve = crate::control::resolve_queue();
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let (log_tx, log_rx) = std::sync::mpsc::channel();
     let control_status = Arc::new(crate::control::ControlStatus::default());
     let control = crate::control::start(crate::control::ControlSpec {
         rib,
@@ -194,7 +194,6 @@ pub fn run(
         resolve: resolve.clone(),
         addresses: addr_tx,
         status: control_status.clone(),
-        log: log_tx,
     })?;
     let stop_control = || {
         control_stop.store(true, Ordering::Relaxed);
@@ -267,10 +266,32 @@ pub fn run(
         }
     ));
     // After the exporter is installed: what is recorded before goes nowhere.
-    let publisher = opts
-        .metrics
-        .is_some()
-        .then(|| Publisher::new(&setup.iter().map(|s| s.cpu).collect::<Vec<_>>()));
+    let publisher = opts.metrics.is_some().then(|| {
+        Publisher::new(
+            setup
+                .iter()
+                .zip(&pollers.readies)
+                .map(|(s, r)| crate::telemetry::PollerInfo {
+                    cpu: s.cpu,
+                    frames: u64::from(cfg.dataplane.frames_per_queue) * r.fds.len() as u64,
+                    sockets: r
+                        .fds
+                        .iter()
+                        .map(|(port, queue, fd)| {
+                            (
+                                cfg.interfaces
+                                    .get(usize::from(*port))
+                                    .cloned()
+                                    .unwrap_or_default(),
+                                *queue,
+                                *fd,
+                            )
+                        })
+                        .collect(),
+                })
+                .collect(),
+        )
+    });
     pollers.go();
     log(&format!(
         "attached xdp_steer ({}) to {}; mode {}, batch {}",
@@ -291,7 +312,7 @@ pub fn run(
         report::ControlSide {
             status: &control_status,
             addresses: &addr_rx,
-            log: &log_rx,
+            table: fwd.table(),
         },
         publisher.as_ref(),
         start,
@@ -315,9 +336,6 @@ pub fn run(
     stop_control();
     if let Ok(rib) = control.join() {
         drop(rib);
-    }
-    while let Ok(l) = log_rx.try_recv() {
-        log(&l);
     }
     let (reports, pollers) = joined?;
     Ok(report::summary(

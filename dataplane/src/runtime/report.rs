@@ -99,8 +99,84 @@ pub(super) struct ControlSide<'a> {
     pub status: &'a crate::control::ControlStatus,
     /// Address changes for the steering programs.
     pub addresses: &'a std::sync::mpsc::Receiver<crate::control::AddressChange>,
-    /// Its log lines.
-    pub log: &'a std::sync::mpsc::Receiver<String>,
+    /// The table (the ports' link state, for the health checks).
+    pub table: &'a crate::fib::Table,
+}
+
+/// How often the health checks sample.
+const HEALTH_EVERY: Duration = Duration::from_millis(250);
+
+/// One health sample: every poller's counters and its sockets' kernel statistics, and every
+/// port's link; logs and exports what changed.
+fn health_check(
+    health: &mut super::health::Health,
+    pollers: &Pollers,
+    ports: usize,
+    table: &crate::fib::Table,
+    now: Instant,
+) {
+    use super::health::{HealthEvent, PollerSample};
+    let snaps = pollers.snapshots();
+    let samples: Vec<PollerSample> = pollers
+        .readies
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut s = PollerSample {
+                rx_packets: snaps.get(i).map_or(0, |x| x.get(Counter::RxPackets)),
+                ..PollerSample::default()
+            };
+            for (_, _, fd) in &r.fds {
+                if let Some(st) = crate::sys::xsk_statistics(*fd) {
+                    s.rx_ring_full += st.rx_ring_full;
+                    s.fill_empty += st.rx_fill_ring_empty_descs;
+                }
+            }
+            s
+        })
+        .collect();
+    let up: Vec<bool> = (0..ports)
+        .map(|p| {
+            u16::try_from(p)
+                .ok()
+                .and_then(|p| table.port(p))
+                .is_some_and(|(_, up)| up)
+        })
+        .collect();
+    for ev in health.check(now, &samples, &up) {
+        match ev {
+            HealthEvent::Poller {
+                poller,
+                check,
+                failing,
+            } => {
+                let what = match check {
+                    "stalled" => "stalled: the kernel finds its RX ring full and it takes nothing",
+                    _ => "starved: its fill ring has been empty for over a second",
+                };
+                if failing {
+                    tracing::warn!(target: "dataplane::health", poller, check, "health: poller {poller} {what}");
+                } else {
+                    tracing::info!(target: "dataplane::health", poller, check, "health: poller {poller} recovered ({check})");
+                }
+            }
+            // The control thread logs link changes itself.
+            HealthEvent::Link { .. } => {}
+        }
+    }
+    // Every check's state, failing or not, so a dashboard sees the zeros too.
+    let one = |b: bool| if b { 1.0 } else { 0.0 };
+    let (per_poller, links) = health.state();
+    for (i, (stalled, starved)) in per_poller.into_iter().enumerate() {
+        metrics::gauge!("dataplane_health", "check" => "stalled", "poller" => i.to_string())
+            .set(one(stalled));
+        metrics::gauge!("dataplane_health", "check" => "fill_empty", "poller" => i.to_string())
+            .set(one(starved));
+    }
+    for (p, down) in links.into_iter().enumerate() {
+        metrics::gauge!("dataplane_health", "check" => "link_down", "port" => p.to_string())
+            .set(one(down));
+    }
 }
 
 pub(super) fn watch(
@@ -116,12 +192,11 @@ pub(super) fn watch(
     let mut last_t = start;
     let mut next_report = opts.interval.map(|i| start + i);
     let mut next_publish = start;
+    let mut next_health = start;
+    let mut health = super::health::Health::default();
     loop {
         std::thread::sleep(Duration::from_millis(20));
         let now = Instant::now();
-        while let Ok(l) = control.log.try_recv() {
-            log(&l);
-        }
         while let Ok(c) = control.addresses.try_recv() {
             for s in steers.iter_mut() {
                 let r = if c.add {
@@ -144,9 +219,14 @@ pub(super) fn watch(
                 }
             ));
         }
+        if now >= next_health {
+            health_check(&mut health, pollers, steers.len(), control.table, now);
+            next_health = now + HEALTH_EVERY;
+        }
         if let Some(p) = publisher.filter(|_| now >= next_publish) {
             publish(p, pollers, steers);
             p.publish_control(control.status);
+            p.publish_sockets();
             next_publish = now + PUBLISH_EVERY;
         }
         if opts.stop.load(std::sync::atomic::Ordering::Relaxed)

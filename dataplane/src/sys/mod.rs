@@ -27,6 +27,7 @@ pub use thread::{
 };
 pub use xdp::{
     force_rcvbuf, poll_readable, pollfd_in, xdp_link_create, xsk_is_zerocopy, xsk_set_tx_budget,
+    xsk_statistics,
 };
 
 /// A failed system call, with the name of the call.

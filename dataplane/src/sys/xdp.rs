@@ -113,3 +113,22 @@ pub fn force_rcvbuf(fd: i32, bytes: usize) -> bool {
     };
     r == 0
 }
+
+/// An AF_XDP socket's kernel counters (XDP_STATISTICS), read with getsockopt: safe from any
+/// thread (it does not touch the rings). None when the socket refuses (closed, not AF_XDP).
+pub fn xsk_statistics(fd: i32) -> Option<libc::xdp_statistics> {
+    // SAFETY: an all-zero xdp_statistics (plain u64 fields) is valid.
+    let mut st: libc::xdp_statistics = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `st`, which is that large.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_XDP,
+            libc::XDP_STATISTICS,
+            (&raw mut st).cast(),
+            &raw mut len,
+        )
+    };
+    (r == 0).then_some(st)
+}

@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 
 use crate::packet::DropReason;
-use crate::stats::{Snapshot, COUNTER_HELP, COUNTER_NAMES};
+use crate::stats::{Counter, Snapshot, BURST_BUCKET_LE, COUNTER_HELP, COUNTER_NAMES};
 
 pub mod scrape;
 
@@ -90,6 +90,28 @@ fn describe() {
         "Next hops in the forwarding table."
     );
     describe_gauge!("dataplane_build_info", "Always 1; the version as a label.");
+    describe_counter!(
+        "dataplane_rx_bursts_total",
+        Unit::Count,
+        "Non-empty RX bursts by size: bursts of at most size_le frames and more than the previous bucket's (VPP's vectors per call)."
+    );
+    describe_gauge!(
+        "dataplane_umem_frames",
+        "A poller's UMEM frames by state: free (its free list) or in_rings (fill, RX, TX, completion rings and the kernel)."
+    );
+    describe_gauge!(
+        "dataplane_poller_busy_ratio",
+        "Share of a poller's loop passes that found work, since the previous publish (250 ms)."
+    );
+    describe_counter!(
+        "dataplane_xsk_kernel_events_total",
+        Unit::Count,
+        "The kernel's XDP_STATISTICS of each AF_XDP socket, by what: rx_dropped, rx_ring_full, rx_fill_ring_empty_descs, ..."
+    );
+    describe_gauge!(
+        "dataplane_health",
+        "1 while a health check fails: check = stalled (a poller with frames waiting makes no progress), fill_empty (a fill ring empty for over a second), link_down."
+    );
     describe_gauge!(
         "dataplane_fib_generation",
         "Reclamation generation of the forwarding table (advances as memory is unpublished)."
@@ -120,22 +142,68 @@ fn describe() {
     );
 }
 
+/// What the publisher knows of one poller.
+#[derive(Debug, Clone)]
+pub struct PollerInfo {
+    /// Its CPU (None: unpinned, labelled `any`).
+    pub cpu: Option<usize>,
+    /// UMEM frames it owns.
+    pub frames: u64,
+    /// Its sockets: (port name, queue, socket fd) for the kernel's XDP_STATISTICS.
+    pub sockets: Vec<(String, u32, i32)>,
+}
+
 /// Publishes each poller's counters (and what the run knows besides) to the recorder.
 #[derive(Debug, Clone)]
 pub struct Publisher {
     /// Per poller (in snapshot order): its labels `poller` and `cpu`.
     pollers: Vec<(String, String)>,
+    info: Vec<PollerInfo>,
+    /// Each poller's loop passes and busy passes at the last publish (for the busy ratio).
+    last_passes: std::cell::RefCell<Vec<(u64, u64)>>,
 }
 
 impl Publisher {
-    /// A publisher for pollers with these CPUs (None: unpinned, labelled `any`).
-    pub fn new(cpus: &[Option<usize>]) -> Publisher {
+    /// A publisher for these pollers.
+    pub fn new(info: Vec<PollerInfo>) -> Publisher {
         Publisher {
-            pollers: cpus
+            pollers: info
                 .iter()
                 .enumerate()
-                .map(|(i, c)| (i.to_string(), c.map_or("any".into(), |c| c.to_string())))
+                .map(|(i, p)| (i.to_string(), p.cpu.map_or("any".into(), |c| c.to_string())))
                 .collect(),
+            last_passes: std::cell::RefCell::new(vec![(0, 0); info.len()]),
+            info,
+        }
+    }
+
+    /// The kernel's counters of every socket (XDP_STATISTICS, a getsockopt each: never a
+    /// poller's work), per poller, port and queue.
+    pub fn publish_sockets(&self) {
+        for ((poller, cpu), info) in self.pollers.iter().zip(&self.info) {
+            for (port, queue, fd) in &info.sockets {
+                let Some(st) = crate::sys::xsk_statistics(*fd) else {
+                    continue;
+                };
+                for (what, v) in [
+                    ("rx_dropped", st.rx_dropped),
+                    ("rx_invalid_descs", st.rx_invalid_descs),
+                    ("tx_invalid_descs", st.tx_invalid_descs),
+                    ("rx_ring_full", st.rx_ring_full),
+                    ("rx_fill_ring_empty_descs", st.rx_fill_ring_empty_descs),
+                    ("tx_ring_empty_descs", st.tx_ring_empty_descs),
+                ] {
+                    counter!(
+                        "dataplane_xsk_kernel_events_total",
+                        "poller" => poller.clone(),
+                        "cpu" => cpu.clone(),
+                        "port" => port.clone(),
+                        "queue" => queue.to_string(),
+                        "what" => what
+                    )
+                    .absolute(v);
+                }
+            }
         }
     }
 
@@ -160,6 +228,43 @@ impl Publisher {
                     "reason" => r.name()
                 )
                 .absolute(s.drop_count(r));
+            }
+            for (le, v) in BURST_BUCKET_LE.iter().zip(s.bursts) {
+                counter!(
+                    "dataplane_rx_bursts_total",
+                    "poller" => poller.clone(),
+                    "cpu" => cpu.clone(),
+                    "size_le" => le.to_string()
+                )
+                .absolute(v);
+            }
+            if snapshots.len() == self.pollers.len() {
+                if let Some(info) = self.info.get(i) {
+                    let free = s.free_frames.min(info.frames);
+                    gauge!("dataplane_umem_frames", "poller" => poller.clone(), "cpu" => cpu.clone(), "state" => "free")
+                        .set(free as f64);
+                    gauge!("dataplane_umem_frames", "poller" => poller.clone(), "cpu" => cpu.clone(), "state" => "in_rings")
+                        .set((info.frames - free) as f64);
+                }
+                let mut last = self.last_passes.borrow_mut();
+                if let Some(l) = last.get_mut(i) {
+                    let (passes, busy) = (s.get(Counter::LoopPasses), s.get(Counter::BusyPasses));
+                    let (dp, db) = (passes.saturating_sub(l.0), busy.saturating_sub(l.1));
+                    // Passes are added every 256 of them: an idle poller may have added
+                    // none since the last publish; then the ratio since start stands in.
+                    let ratio = if dp > 0 {
+                        db as f64 / dp as f64
+                    } else if passes > 0 {
+                        busy as f64 / passes as f64
+                    } else {
+                        0.0
+                    };
+                    gauge!("dataplane_poller_busy_ratio", "poller" => poller.clone(), "cpu" => cpu.clone())
+                        .set(ratio);
+                    if dp > 0 {
+                        *l = (passes, busy);
+                    }
+                }
             }
         }
     }

@@ -220,6 +220,32 @@ fn top_shows_the_pollers_of_a_running_instance() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         String::from_utf8_lossy(&common::router::ns(&t.dut_ns(), &args).stdout).into_owned()
     };
+    // One frame of the terminal UI, as the interactive view draws it.
+    let screen = top(&["--screen", "100x12"]);
+    assert!(
+        screen
+            .lines()
+            .next()
+            .is_some_and(|l| l.starts_with("dataplane top")),
+        "{screen}"
+    );
+    assert!(
+        screen.contains(" pollers ") && screen.contains(" ports "),
+        "{screen}"
+    );
+    let poller_row = screen
+        .lines()
+        .find(|l| l.trim_start_matches(['│', '|', ' ']).starts_with("0 "))
+        .unwrap_or_else(|| panic!("no poller row: {screen}"));
+    let fields: Vec<&str> = poller_row
+        .trim_matches(['│', '|', ' '])
+        .split_whitespace()
+        .collect();
+    assert!(
+        fields[2].parse::<f64>().expect("rx Mpps") > 0.01,
+        "{screen}"
+    );
+    assert!(screen.contains(&t.dut_out()), "{screen}");
     let table = top(&["--once"]);
     let mut lines = table.lines();
     assert!(

@@ -76,16 +76,24 @@ pub(super) fn dut_config(cell: &Cell, bed: &Testbed, dut_cpu: usize) -> String {
         )
 }
 
-/// `dataplane run` for the DUT: its config, no rate lines, the summary as JSON, the placement.
+/// Where a scraped DUT serves its metrics (inside the DUT's namespace).
+pub(super) const SCRAPE_PORT: u16 = 9464;
+
+/// `dataplane run` for the DUT: its config, no rate lines, the summary as JSON, the placement;
+/// the metrics endpoint for a scraped cell.
 pub(super) fn dut_run_args(
     config: &Path,
     summary_json: &Path,
     placement: &Placement,
+    scrape: bool,
 ) -> Vec<String> {
     let mut a = argv(&["run", "--config"], config);
     a.extend(["--interval".into(), "0".into()]);
     a.extend(argv(&["--json"], summary_json));
     a.extend(placement.args.iter().cloned());
+    if scrape {
+        a.extend(["--metrics".into(), SCRAPE_PORT.to_string()]);
+    }
     a
 }
 

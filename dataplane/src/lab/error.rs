@@ -39,6 +39,9 @@ pub enum LabError {
         #[source]
         source: serde_json::Error,
     },
+    /// A scraped cell's DUT never answered a scrape.
+    #[error("the DUT's metrics endpoint answered no scrape in the window")]
+    NoScrape,
     /// A layout name the planner does not know.
     #[error("unknown layout {0}")]
     UnknownLayout(String),

@@ -86,6 +86,9 @@ fn d_steps() -> u32 {
 fn d_idle() -> Vec<String> {
     vec!["sleep".into()]
 }
+fn d_scrape() -> Vec<bool> {
+    vec![false]
+}
 fn d_gen_cpu() -> usize {
     0
 }
@@ -129,6 +132,10 @@ pub struct Matrix {
     /// `idle` values (dataplane DUTs): sleep in poll() or busy-poll.
     #[serde(default = "d_idle")]
     pub idle: Vec<String>,
+    /// Scrape the DUT's Prometheus endpoint (`run --metrics`) every second during the window
+    /// (dataplane DUTs): `[false, true]` measures what metrics cost the forwarding.
+    #[serde(default = "d_scrape")]
+    pub scrape: Vec<bool>,
     /// Minimum repeats per cell.
     #[serde(default = "d_reps")]
     pub reps: u32,
@@ -198,6 +205,9 @@ pub struct Cell {
     /// idle knob ("-" for non-dataplane DUTs).
     #[serde(default)]
     pub idle: String,
+    /// The DUT's metrics endpoint scraped every second during the window.
+    #[serde(default)]
+    pub scrape: bool,
 }
 
 impl Cell {
@@ -220,6 +230,9 @@ impl Cell {
             }
             if self.idle == "busy" {
                 s.push_str("/busy");
+            }
+            if self.scrape {
+                s.push_str("/scraped");
             }
         }
         s
@@ -319,17 +332,22 @@ impl Matrix {
                                 for align in one(&self.align) {
                                     for stats in one(&self.stats) {
                                         for idle in one(&self.idle) {
-                                            out.push(Cell {
-                                                dut,
-                                                layout: layout.clone(),
-                                                pkt_size,
-                                                flows,
-                                                batch,
-                                                memory: memory.clone(),
-                                                align: align.clone(),
-                                                stats: stats.clone(),
-                                                idle,
-                                            });
+                                            let scrapes =
+                                                if dp { self.scrape.clone() } else { vec![false] };
+                                            for scrape in scrapes {
+                                                out.push(Cell {
+                                                    dut,
+                                                    layout: layout.clone(),
+                                                    pkt_size,
+                                                    flows,
+                                                    batch,
+                                                    memory: memory.clone(),
+                                                    align: align.clone(),
+                                                    stats: stats.clone(),
+                                                    idle: idle.clone(),
+                                                    scrape,
+                                                });
+                                            }
                                         }
                                     }
                                 }
@@ -384,6 +402,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("batch"), "{e}");
+    }
+
+    #[test]
+    fn scraped_cells_are_labelled_and_only_for_the_dataplane() {
+        let m = Matrix::parse(
+            "name = \"t\"\nduts = [\"l3fwd\", \"kernel\"]\nscrape = [false, true]\n",
+            "t",
+        )
+        .expect("valid");
+        let labels: Vec<String> = m.cells().iter().map(Cell::label).collect();
+        assert_eq!(
+            labels,
+            [
+                "l3fwd/same-package/64B/1f/b64",
+                "l3fwd/same-package/64B/1f/b64/scraped",
+                "kernel/64B/1f"
+            ],
+            "{labels:?}"
+        );
     }
 
     #[test]

@@ -186,7 +186,7 @@ impl Lab<'_> {
                 let path = self.scratch.join(format!("{tag}-dut.toml"));
                 std::fs::write(&path, dut_config(cell, bed, mx.dut_cpu))
                     .map_err(LabError::io(format!("writing {}", path.display())))?;
-                let args = dut_run_args(&path, summary_json, &placement);
+                let args = dut_run_args(&path, summary_json, &placement, cell.scrape);
                 let mut p = Proc::spawn(&dut_ns, &self.exe, &args)?;
                 p.wait_for("attached", Duration::from_secs(30))?;
                 Ok((Some(p), placement.napi_cpu))
@@ -306,9 +306,14 @@ impl Lab<'_> {
                 Instant::now(),
             )
         };
+        let scraper = cell.scrape.then(|| Scraper::start(&dut_ns));
         let (c0, n0, tx0, w0) = snapshot();
         let _ = sink.child.wait();
         let (c1, n1, tx1, w1) = snapshot();
+        let scrapes = scraper.map_or(0, Scraper::stop);
+        if cell.scrape && scrapes == 0 {
+            return Err(LabError::NoScrape);
+        }
         let _ = gen.child.wait();
         stop_dut(cell, &dut_ns, dut)?;
         let s = read_json(&sink_json)?;
@@ -360,4 +365,44 @@ pub(super) fn stop_dut(cell: &Cell, dut_ns: &str, dut: Option<Proc>) -> Result<(
         set_forwarding(dut_ns, false)?;
     }
     Ok(())
+}
+
+/// Scrapes a DUT's metrics endpoint every second from inside its namespace (what a Prometheus
+/// server does), so a cell measures what being scraped costs the forwarding.
+struct Scraper {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl Scraper {
+    fn start(ns: &str) -> Scraper {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (ns, flag) = (ns.to_string(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            if crate::sys::enter_netns(&ns).is_err() {
+                return 0;
+            }
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], super::commands::SCRAPE_PORT));
+            let mut ok = 0;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                if crate::telemetry::scrape::fetch(addr).is_ok() {
+                    ok += 1;
+                }
+                while t.elapsed() < Duration::from_secs(1)
+                    && !flag.load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            ok
+        });
+        Scraper { stop, thread }
+    }
+
+    /// Stops it; the number of scrapes answered.
+    fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap_or(0)
+    }
 }

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The soak: the DUT forwards the generator's full rate for MINUTES (default 10) on its own
-# netns testbed while its metrics are scraped every second. At the end it checks that every
-# UMEM frame is accounted for, that RSS did not grow after the warm-up, that rx = tx + drops per
-# poller, and that the last scraped tx counter agrees with the sink's count. Not part of
-# `make test`. Needs root and a release build (make build).
+# netns testbed, with its routes from the kernel (`routes = "kernel"`), while its metrics are
+# scraped every second, 100 route changes a second churn the kernel's table (routes other than
+# the one in use) and a SIGHUP reload comes every 10 s. At the end it checks that every UMEM
+# frame is accounted for, that RSS did not grow after the warm-up, that rx = tx + drops per
+# poller, that the last scraped tx counter agrees with the sink's count, and that the churn
+# and the reloads were applied. Not part of `make test`. Needs root and a release build
+# (make build).
 #   scripts/soak.sh [MINUTES]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +27,9 @@ cleanup() {
 trap cleanup EXIT
 
 "$BIN" testbed up --prefix "$P" >/dev/null
-"$BIN" testbed config --prefix "$P" --cpus 1 > "$OUT/dut.toml"
+# Ports and the poller only: routes and neighbours come from the kernel.
+"$BIN" testbed config --prefix "$P" --cpus 1 | awk '/^\[\[routes\]\]/ {exit} {print}' \
+    | sed 's/^\[dataplane\]$/[dataplane]\nroutes = "kernel"/' > "$OUT/dut.toml"
 ip netns exec "$P-sink" "$BIN" sink --iface "$P-s0" --duration $((SECS + 10)) --json "$OUT/sink.json" > /dev/null 2>&1 &
 SINK=$!
 pids+=($SINK)
@@ -45,12 +50,31 @@ print(sum(float(l.rsplit(' ', 1)[1]) for l in t.splitlines() if l.startswith('da
 " 2>/dev/null || echo nan
 }
 dut_pid=$(pgrep -n -f "run --config $OUT/dut.toml")
+# The churn: 100 changes a second to 200 routes the traffic does not use, through one ip -batch.
+python3 -c "
+import sys, time
+start, n = time.monotonic(), 0
+while time.monotonic() - start < $SECS:
+    k = n % 200
+    verb = 'add' if (n // 200) % 2 == 0 else 'del'
+    print(f'route {verb} 10.{k // 100}.{k % 100}.0/24 via 198.19.0.1', flush=True)
+    n += 1
+    time.sleep(max(0.0, start + n / 100 - time.monotonic()))
+print(n, file=open('$OUT/churned', 'w'))
+" | ip netns exec "$P-dut" ip -force -batch - > /dev/null 2>&1 &
+pids+=($!)
+hups=0
 start=$(date +%s)
 while [ $(( $(date +%s) - start )) -lt $((SECS + 3)) ]; do
+    t=$(( $(date +%s) - start ))
     rss=$(awk '/VmRSS/ {print $2}' "/proc/$dut_pid/status" 2>/dev/null || echo 0)
-    echo "$(( $(date +%s) - start )) $rss $(scrape)" >> "$OUT/samples"
+    echo "$t $rss $(scrape)" >> "$OUT/samples"
+    if [ "$t" -gt 0 ] && [ $((t % 10)) -eq 0 ] && [ "$t" -lt "$SECS" ]; then
+        kill -HUP "$dut_pid" && hups=$((hups + 1))
+    fi
     sleep 1
 done
+echo "$hups" > "$OUT/hups"
 last_tx=$(scrape)
 wait "$DUT" || true
 wait "$SINK" || true
@@ -91,5 +115,12 @@ check("RSS flat after warm-up", max(warm) <= warm[0] * 1.02 + 1024,
 matched = sink["matched"]
 check("scraped tx agrees with the sink", abs(last_tx - matched) <= max(1, 0.001 * matched),
       f"last scrape {last_tx:.0f}, sink {matched} generator frames")
+churned = int(open(f"{out}/churned").read().split()[0])
+hups = int(open(f"{out}/hups").read().split()[0])
+c = dut["control"]
+check("route churn applied", c["changes"] >= churned * 0.99,
+      f"{churned} route changes sent, {c['changes']} applied, {c['resyncs']} re-reads")
+check("SIGHUP reloads applied", c["reloads"] == hups and c["reloads_refused"] == 0,
+      f"{hups} sent, {c['reloads']} applied, {c['reloads_refused']} refused")
 sys.exit(0 if ok else 1)
 EOF

@@ -163,6 +163,17 @@ fn scraped_metrics_are_valid_and_agree_with_the_sink() {
         sum(&text, "dataplane_batches_total", "")
     );
     assert_eq!(sum(&text, "dataplane_umem_frames", ""), 2 * 4096, "{text}");
+    // Per port and queue: the gen-facing port received everything, the sink-facing one sent it.
+    let port_in = format!("port=\"{}\"", t.dut_in());
+    let port_out = format!("port=\"{}\"", t.dut_out());
+    assert_eq!(
+        sum(&text, "dataplane_queue_rx_packets_total", &port_in),
+        305
+    );
+    assert_eq!(
+        sum(&text, "dataplane_queue_tx_packets_total", &port_out),
+        arrived
+    );
     for port in [t.dut_in(), t.dut_out()] {
         assert!(
             text.lines()

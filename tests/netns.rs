@@ -325,3 +325,43 @@ fn steering_counter_names_match_the_bpf_map() {
         dataplane::bpf::STEER_STAT_NAMES.len()
     );
 }
+
+#[test]
+fn adaptive_idling_forwards_then_sleeps_when_quiet() {
+    if !root_or_skip("adaptive idling") {
+        return;
+    }
+    let bed = Bed::up("tad", 1);
+    let t = &bed.0;
+    let cfg = l3_config(t, &[(None, vec![0])]).replacen(
+        "[dataplane]\n",
+        "[dataplane]\nidle = \"adaptive\"\nidle_spin_us = 200\n",
+        1,
+    );
+    let dut = Dut::start(&bed, &cfg);
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    for i in 0..100u16 {
+        gen.send(&udp_v4(&spec(i))).expect("send");
+    }
+    let frames = capture(&sink, Duration::from_millis(300), Duration::from_secs(5));
+    // Then nothing for a second: the poller must go to sleep, not spin.
+    std::thread::sleep(Duration::from_secs(1));
+    let s = dut.stop();
+    assert_eq!(
+        marked_frames(&frames).len(),
+        100,
+        "every frame forwarded: {s}"
+    );
+    let sleeps = counter(&s, Counter::IdleSleeps);
+    let passes = counter(&s, Counter::LoopPasses);
+    let elapsed = s["elapsed_s"].as_f64().expect("elapsed");
+    assert!(sleeps >= 5, "it slept when quiet: {sleeps} sleeps");
+    // A spinning poller makes millions of passes a second here; one that sleeps after 200 us
+    // of quiet (and wakes at most every 50 ms) makes a few thousand.
+    assert!(
+        (passes as f64) < 500_000.0 * elapsed,
+        "{passes} loop passes in {elapsed:.1} s: spinning, not sleeping"
+    );
+    assert_frames_accounted(&s);
+}

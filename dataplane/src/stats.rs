@@ -101,9 +101,15 @@ const BURSTS: usize = COUNTERS + DropReason::COUNT;
 const FREE: usize = BURSTS + BURST_BUCKETS;
 const SLOTS: usize = FREE + 1;
 
+/// Per-socket counters: RX packets, RX bytes, TX packets, TX bytes.
+pub const QUEUE_COUNTERS: usize = 4;
+
 /// The counter block of one poller (or, in the `shared` ablation, of all of them).
 pub struct PollerStats {
     slots: CachePadded<[AtomicU64; SLOTS]>,
+    /// Per socket (the poller's socket order: queue slot-major, then port): packets and bytes
+    /// each way. One line per socket, written only by the poller.
+    queues: Box<[CachePadded<[AtomicU64; QUEUE_COUNTERS]>]>,
     shared: bool,
 }
 
@@ -117,10 +123,40 @@ impl PollerStats {
     /// A block; `shared` = every poller writes it with atomic read-modify-writes (the
     /// `stats = "shared"` ablation); otherwise one poller writes it with plain stores.
     pub fn new(shared: bool) -> Self {
+        Self::with_queues(shared, 0)
+    }
+
+    /// A block with per-socket counters for `sockets` sockets.
+    pub fn with_queues(shared: bool, sockets: usize) -> Self {
         PollerStats {
             slots: CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            queues: (0..sockets)
+                .map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
             shared,
         }
+    }
+
+    /// Adds a burst to socket `i`'s counters: `rx` (true) or TX, packets and bytes. Only the
+    /// owning poller calls this; a block without per-socket counters ignores it.
+    #[inline(always)]
+    pub fn add_queue(&self, i: usize, rx: bool, packets: u64, bytes: u64) {
+        if let Some(q) = self.queues.get(i) {
+            let base = if rx { 0 } else { 2 };
+            for (k, v) in [(base, packets), (base + 1, bytes)] {
+                if let Some(s) = q.get(k) {
+                    s.store(s.load(Relaxed).wrapping_add(v), Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Each socket's counters: RX packets, RX bytes, TX packets, TX bytes.
+    pub fn queue_snapshot(&self) -> Vec<[u64; QUEUE_COUNTERS]> {
+        self.queues
+            .iter()
+            .map(|q| std::array::from_fn(|k| q.get(k).map_or(0, |s| s.load(Relaxed))))
+            .collect()
     }
 
     #[inline(always)]
@@ -303,6 +339,11 @@ mod tests {
             a.add_burst(n);
         }
         a.set_free_frames(77);
+        let q = PollerStats::with_queues(false, 2);
+        q.add_queue(1, true, 3, 180);
+        q.add_queue(1, false, 2, 120);
+        q.add_queue(5, true, 1, 1);
+        assert_eq!(q.queue_snapshot(), vec![[0; 4], [3, 180, 2, 120]]);
         let s = a.snapshot();
         assert_eq!(s.bursts, [1, 2, 1, 0, 0, 1, 1, 1, 1]);
         assert_eq!(s.free_frames, 77);

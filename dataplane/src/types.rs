@@ -47,6 +47,9 @@ pub enum Idle {
     Sleep,
     /// Spin (lowest latency, burns the core).
     Busy,
+    /// Spin while bursts keep coming; after a quiet spell (`idle_spin_us`) sleep in poll()
+    /// until the kernel has frames again (VPP's adaptive mode, DPDK l3fwd-power's idea).
+    Adaptive,
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff` (surrounding whitespace allowed, as sysfs writes a newline).

@@ -73,9 +73,12 @@ pub struct DataplaneSection {
     /// XDP attach mode.
     #[serde(default)]
     pub xdp_mode: XdpMode,
-    /// Idle behaviour.
+    /// Idle behaviour: `sleep`, `busy` or `adaptive`.
     #[serde(default)]
     pub idle: Idle,
+    /// With `idle = "adaptive"`: microseconds of empty passes before the poller sleeps.
+    #[serde(default = "default_idle_spin_us")]
+    pub idle_spin_us: u32,
     /// Entries in each RX, TX, fill and completion ring (power of two).
     #[serde(default = "default_ring")]
     pub ring_size: u32,
@@ -165,6 +168,10 @@ pub fn parse_align(s: &str) -> Option<u32> {
 pub const ROUTES_FILE_MAX_BYTES: u64 = 256 << 20;
 /// Most lines a routes file may have (1.2M routes is a full IPv4 + IPv6 BGP table).
 pub const ROUTES_FILE_MAX_LINES: usize = 4_000_000;
+
+fn default_idle_spin_us() -> u32 {
+    200
+}
 
 fn default_icmp_rate() -> u32 {
     1000

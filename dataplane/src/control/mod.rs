@@ -683,6 +683,7 @@ pub fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
     check("dataplane.batch_size", a.batch_size == b.batch_size);
     check("dataplane.xdp_mode", a.xdp_mode == b.xdp_mode);
     check("dataplane.idle", a.idle == b.idle);
+    check("dataplane.idle_spin_us", a.idle_spin_us == b.idle_spin_us);
     check("dataplane.ring_size", a.ring_size == b.ring_size);
     check(
         "dataplane.frames_per_queue",

@@ -228,8 +228,8 @@ impl Cell {
             {
                 s.push_str(&format!("/{}-{}-{}", self.memory, self.align, self.stats));
             }
-            if self.idle == "busy" {
-                s.push_str("/busy");
+            if self.idle == "busy" || self.idle == "adaptive" {
+                s.push_str(&format!("/{}", self.idle));
             }
             if self.scrape {
                 s.push_str("/scraped");
@@ -291,8 +291,8 @@ impl Matrix {
             }
         }
         for v in &m.idle {
-            if !["sleep", "busy"].contains(&v.as_str()) {
-                return bad("idle", v.clone(), "sleep or busy");
+            if !["sleep", "busy", "adaptive"].contains(&v.as_str()) {
+                return bad("idle", v.clone(), "sleep, busy or adaptive");
             }
         }
         for v in &m.stats {

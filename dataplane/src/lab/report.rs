@@ -101,6 +101,19 @@ pub fn summary(title: &str, description: &str, cells: &[CellResult]) -> String {
         if !drops.is_empty() {
             notes.push(format!("drops {}", drops.join(" ")));
         }
+        let ok_pps: Vec<f64> = c
+            .runs
+            .iter()
+            .filter(|r| r.status == "ok")
+            .map(|r| r.forwarded_pps)
+            .collect();
+        if let Some(((lo, nl), (hi, nh))) = super::record::bimodal(&ok_pps) {
+            notes.push(format!(
+                "bimodal: {nl} repeats near {:.3} Mpps, {nh} near {:.3} (the median hides it)",
+                lo / 1e6,
+                hi / 1e6
+            ));
+        }
         if let Some(z) = c.zero_loss_pps {
             let tr: Vec<String> = c
                 .zero_loss_trials

@@ -61,6 +61,8 @@ struct Poller {
     ring: u32,
     frame_mask: u64,
     idle: Idle,
+    /// With adaptive idling: how long a quiet spell lasts before the poller sleeps.
+    idle_spin: std::time::Duration,
     pollfds: Vec<libc::pollfd>,
     icmp_bucket: TokenBucket,
     /// Index in the table's quiescent-state slots.
@@ -149,6 +151,9 @@ impl Poller {
         // so an idle busy-polling loop does not write its counter line on every pass.
         let mut passes = [0u64; 2];
         let table = self.fwd.table().clone();
+        // Adaptive idling: empty passes in a row, and when the quiet spell began.
+        let mut empty = 0u32;
+        let mut quiet_since: Option<std::time::Instant> = None;
         while !stop.load(Relaxed) {
             // A batch boundary: nothing of the table is held here, so memory the control
             // thread unpublished before now may be reused.
@@ -167,16 +172,38 @@ impl Poller {
             if work == 0 {
                 match self.idle {
                     Idle::Busy => std::hint::spin_loop(),
-                    Idle::Sleep => {
-                        // Bounded so the stop flag is seen within 50 ms.
-                        sys::poll_readable(&mut self.pollfds, 50);
-                        self.stats.add(Counter::IdleSleeps, 1);
+                    Idle::Sleep => self.sleep(&table),
+                    Idle::Adaptive => {
+                        empty = empty.wrapping_add(1);
+                        // The clock is read every 32 empty passes only: spinning stays cheap.
+                        if empty % 32 == 0 {
+                            let now = std::time::Instant::now();
+                            let since = *quiet_since.get_or_insert(now);
+                            if now.duration_since(since) >= self.idle_spin {
+                                self.sleep(&table);
+                                quiet_since = None;
+                            }
+                        } else {
+                            std::hint::spin_loop();
+                        }
                     }
                 }
+            } else {
+                empty = 0;
+                quiet_since = None;
             }
         }
         self.add_passes(&mut passes);
         table.qsbr.offline(self.id);
+    }
+
+    /// Sleeps in poll() until a socket has frames (bounded so the stop flag is seen within
+    /// 50 ms); holds nothing of the table meanwhile.
+    #[cold]
+    fn sleep(&mut self, table: &crate::fib::Table) {
+        table.qsbr.offline(self.id);
+        sys::poll_readable(&mut self.pollfds, 50);
+        self.stats.add(Counter::IdleSleeps, 1);
     }
 
     /// Adds the tallied [loop, busy] passes to the counters and clears the tally.
@@ -349,6 +376,7 @@ impl Poller {
         }
         self.stats.add(Counter::RxPackets, n as u64);
         self.stats.add(Counter::RxBytes, bytes);
+        self.stats.add_queue(i, true, n as u64, bytes);
         self.stats.add(Counter::Batches, 1);
         self.stats.add_burst(n);
         for (r, c) in DropReason::ALL.iter().zip(drops) {
@@ -362,7 +390,12 @@ impl Poller {
     /// Puts every staged frame on its TX ring; frames that do not fit are dropped and recycled.
     #[inline]
     fn flush(&mut self) {
-        for (stage, q) in self.stages.iter_mut().zip(self.sockets.queues.iter_mut()) {
+        for (i, (stage, q)) in self
+            .stages
+            .iter_mut()
+            .zip(self.sockets.queues.iter_mut())
+            .enumerate()
+        {
             if stage.len == 0 {
                 continue;
             }
@@ -399,6 +432,7 @@ impl Poller {
             }
             self.stats.add(Counter::TxPackets, sent as u64);
             self.stats.add(Counter::TxBytes, bytes);
+            self.stats.add_queue(i, false, sent as u64, bytes);
             stage.len = 0;
             if sent > 0 && q.tx.needs_wakeup() {
                 q.tx.wake();

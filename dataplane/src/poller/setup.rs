@@ -41,6 +41,8 @@ pub struct PollerSpec {
     pub batch: u32,
     /// Idle behaviour.
     pub idle: Idle,
+    /// With adaptive idling: the quiet spell before sleeping.
+    pub idle_spin: Duration,
     /// Frames per copy-mode TX kick (0: kernel default).
     pub tx_kick_budget: u32,
     /// Extra UMEM headroom (alignment ablation).
@@ -197,6 +199,7 @@ pub(super) fn setup(
         frame_mask: !(u64::from(area.frame_size()) - 1),
         area,
         idle: spec.idle,
+        idle_spin: spec.idle_spin,
         pollfds,
         icmp_bucket: TokenBucket::new(spec.icmp_rate, spec.icmp_burst),
         id: spec.id,

@@ -227,6 +227,7 @@ pub(super) fn watch(
             publish(p, pollers, steers);
             p.publish_control(control.status);
             p.publish_sockets();
+            p.publish_queues(&pollers.queue_snapshots());
             next_publish = now + PUBLISH_EVERY;
         }
         if opts.stop.load(std::sync::atomic::Ordering::Relaxed)

@@ -58,7 +58,7 @@ pub(super) fn pollers(
             }
         };
         let st = match cfg.dataplane.stats {
-            StatsMode::Percpu => Arc::new(PollerStats::new(false)),
+            StatsMode::Percpu => Arc::new(PollerStats::with_queues(false, spec.sockets.len())),
             StatsMode::Shared => running.shared_stats.clone(),
         };
         running.stats.push(st.clone());
@@ -139,6 +139,7 @@ fn poller_spec(
         ring: cfg.dataplane.ring_size,
         batch: cfg.dataplane.batch_size,
         idle: cfg.dataplane.idle,
+        idle_spin: std::time::Duration::from_micros(u64::from(cfg.dataplane.idle_spin_us)),
         tx_kick_budget: cfg.dataplane.tx_kick_budget,
         icmp_rate: cfg.dataplane.icmp_rate,
         icmp_burst: cfg.dataplane.icmp_burst,
@@ -168,6 +169,14 @@ impl Pollers {
     /// True when a poller thread has ended (it should run until the stop flag).
     pub fn any_finished(&self) -> bool {
         self.handles.iter().any(|h| h.is_finished())
+    }
+
+    /// Every poller's per-socket counters (empty in the shared ablation).
+    pub fn queue_snapshots(&self) -> Vec<Vec<[u64; crate::stats::QUEUE_COUNTERS]>> {
+        match self.stats_mode {
+            StatsMode::Percpu => self.stats.iter().map(|s| s.queue_snapshot()).collect(),
+            StatsMode::Shared => Vec::new(),
+        }
     }
 
     /// Each poller's counters now; in the shared-counter ablation every poller holds the same

@@ -90,6 +90,30 @@ fn describe() {
         "Next hops in the forwarding table."
     );
     describe_gauge!("dataplane_build_info", "Always 1; the version as a label.");
+    for (name, help, unit) in [
+        (
+            "dataplane_queue_rx_packets_total",
+            "Frames taken from one socket's RX ring (per port and queue).",
+            Unit::Count,
+        ),
+        (
+            "dataplane_queue_rx_bytes_total",
+            "Bytes taken from one socket's RX ring (per port and queue).",
+            Unit::Bytes,
+        ),
+        (
+            "dataplane_queue_tx_packets_total",
+            "Frames put on one socket's TX ring (per port and queue).",
+            Unit::Count,
+        ),
+        (
+            "dataplane_queue_tx_bytes_total",
+            "Bytes put on one socket's TX ring (per port and queue).",
+            Unit::Bytes,
+        ),
+    ] {
+        describe_counter!(name, unit, help);
+    }
     describe_counter!(
         "dataplane_rx_bursts_total",
         Unit::Count,
@@ -174,6 +198,30 @@ impl Publisher {
                 .collect(),
             last_passes: std::cell::RefCell::new(vec![(0, 0); info.len()]),
             info,
+        }
+    }
+
+    /// Each socket's packets and bytes (the pollers' own per-socket counters), per poller,
+    /// port and queue.
+    pub fn publish_queues(&self, per_poller: &[Vec<[u64; crate::stats::QUEUE_COUNTERS]>]) {
+        for (((poller, cpu), info), queues) in self.pollers.iter().zip(&self.info).zip(per_poller) {
+            for ((port, queue, _), c) in info.sockets.iter().zip(queues) {
+                for (name, v) in [
+                    ("dataplane_queue_rx_packets_total", c[0]),
+                    ("dataplane_queue_rx_bytes_total", c[1]),
+                    ("dataplane_queue_tx_packets_total", c[2]),
+                    ("dataplane_queue_tx_bytes_total", c[3]),
+                ] {
+                    counter!(
+                        name,
+                        "poller" => poller.clone(),
+                        "cpu" => cpu.clone(),
+                        "port" => port.clone(),
+                        "queue" => queue.to_string()
+                    )
+                    .absolute(v);
+                }
+            }
         }
     }
 

@@ -43,12 +43,13 @@ impl Mode {
 #[serde(rename_all = "lowercase")]
 pub enum Idle {
     /// Sleep in poll() on the sockets (saves the core, adds wake-up latency).
-    #[default]
     Sleep,
     /// Spin (lowest latency, burns the core).
     Busy,
-    /// Spin while bursts keep coming; after a quiet spell (`idle_spin_us`) sleep in poll()
-    /// until the kernel has frames again (VPP's adaptive mode, DPDK l3fwd-power's idea).
+    /// Spin while full bursts keep coming (up to `idle_spin_us` of quiet), otherwise sleep in
+    /// poll() until the kernel has frames again (VPP's adaptive mode, DPDK l3fwd-power's
+    /// idea). The default: as fast as busy under load, as cheap as sleep when idle.
+    #[default]
     Adaptive,
 }
 

@@ -51,15 +51,14 @@ pub fn bin() -> String {
             )
         });
     // `cargo test -p dataplane-tests` alone does not rebuild the binary: refuse a stale one
-    // rather than test old code. Stale: the library it links (which cargo did rebuild for
-    // these tests) or the binary's own sources are newer than it.
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../dataplane/src");
-    let candidates = [
-        newest_in(&[dir.join("deps")], |n| {
-            n.starts_with("libdataplane-") && n.ends_with(".rlib")
-        }),
-        newest_in(&[src.join("cli"), src.join("main.rs")], |_| true),
-    ];
+    // rather than test old code. Stale: a source it is built from (the library's, the
+    // binary's, the BPF programs') is newer than it. (Not the newest library artifact: cargo
+    // keeps one per feature set, and another command's may be newer than the one linked.)
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let candidates = [newest_in(
+        &[root.join("dataplane/src"), root.join("bpf")],
+        |n| n.ends_with(".rs") || n.ends_with(".c") || n.ends_with(".h"),
+    )];
     if let Some(newer) = candidates
         .into_iter()
         .flatten()

@@ -174,8 +174,9 @@ impl std::fmt::Debug for ControlSpec {
     }
 }
 
-/// How long one pass waits for netlink when nothing happens.
-const PASS: Duration = Duration::from_millis(5);
+/// How long one pass waits for netlink when nothing happens (netlink wakes it at once; this
+/// bounds how late a resolution request, a SIGHUP or the stop flag is seen).
+const PASS: Duration = Duration::from_millis(20);
 /// How often one destination may be sent to the kernel for resolution.
 const RESOLVE_AGAIN: Duration = Duration::from_millis(500);
 

@@ -151,16 +151,21 @@ impl Poller {
         // so an idle busy-polling loop does not write its counter line on every pass.
         let mut passes = [0u64; 2];
         let table = self.fwd.table().clone();
-        // Adaptive idling: empty passes in a row, and when the quiet spell began.
+        // Adaptive idling: empty passes in a row, when the quiet spell began, and whether the
+        // last pass with work took a full burst somewhere (more is likely on its way).
         let mut empty = 0u32;
         let mut quiet_since: Option<std::time::Instant> = None;
+        let mut last_full = false;
         while !stop.load(Relaxed) {
             // A batch boundary: nothing of the table is held here, so memory the control
             // thread unpublished before now may be reused.
             table.qsbr.quiescent(self.id);
             let mut work = 0usize;
+            let mut full = false;
             for i in 0..self.sockets.queues.len() {
-                work += self.receive(i);
+                let n = self.receive(i);
+                full |= n == self.batch as usize;
+                work += n;
                 self.flush();
             }
             work += self.maintain(&table);
@@ -173,6 +178,14 @@ impl Poller {
                 match self.idle {
                     Idle::Busy => std::hint::spin_loop(),
                     Idle::Sleep => self.sleep(&table),
+                    // Spinning pays only while the rings fill faster than the poller drains
+                    // them (full bursts): then the next frames are microseconds away. After a
+                    // partial burst the poller has caught up, and where it shares a core with
+                    // the kernel's receive work spinning would only slow that work down.
+                    Idle::Adaptive if !last_full => {
+                        self.sleep(&table);
+                        quiet_since = None;
+                    }
                     Idle::Adaptive => {
                         empty = empty.wrapping_add(1);
                         // The clock is read every 32 empty passes only: spinning stays cheap.
@@ -182,6 +195,7 @@ impl Poller {
                             if now.duration_since(since) >= self.idle_spin {
                                 self.sleep(&table);
                                 quiet_since = None;
+                                last_full = false;
                             }
                         } else {
                             std::hint::spin_loop();
@@ -191,6 +205,7 @@ impl Poller {
             } else {
                 empty = 0;
                 quiet_since = None;
+                last_full = full;
             }
         }
         self.add_passes(&mut passes);

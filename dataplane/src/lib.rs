@@ -16,7 +16,7 @@
 //! values every layer shares and imports nothing; `packet`, `fib`, `forward`, `mem`, `xsk`,
 //! `poller` and `stats` are the per-packet path and never reach config, CLI, lab or runtime
 //! code; `sys` holds every raw syscall; `bpf` loads the XDP programs; `config` turns TOML into
-//! plain values; `control` owns the routing base and updates the table the pollers read; `runtime` wires a run together in steps; `topology`, `plan` and `irq` place
+//! plain values; `control` owns the routing base and updates the table the pollers read; `runtime` wires a run together in steps; `topology` (with `nic_irqs`: each queue's IRQ by the driver's naming), `plan` and `irq` place
 //! pollers and interrupts; `testbed` builds netns testbeds; `gen` and `lab` are the measuring
 //! side (generator, benches); `corpus` feeds the property tests and the fuzzer.
 //! `docs/ARCHITECTURE.md` follows a packet through them.
@@ -32,6 +32,7 @@ pub mod gen;
 pub mod irq;
 pub mod lab;
 pub mod mem;
+pub mod nic_irqs;
 pub mod packet;
 pub mod plan;
 pub mod poller;

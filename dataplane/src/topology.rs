@@ -279,27 +279,18 @@ pub fn napi_threads(ifname: &str) -> Vec<(u32, String)> {
     out.into_iter().map(|(_, tid, name)| (tid, name)).collect()
 }
 
-/// IRQs whose `/proc/interrupts` name mentions the interface, in the order listed there (for
-/// most multi-queue drivers: queue order, e.g. `eth0-TxRx-0`, `eth0-TxRx-1`).
-pub fn interface_irqs(ifname: &str) -> Vec<u32> {
-    let Ok(s) = std::fs::read_to_string("/proc/interrupts") else {
-        return Vec::new();
-    };
-    s.lines()
-        .filter_map(|l| {
-            let (num, rest) = l.trim_start().split_once(':')?;
-            let irq = num.trim().parse::<u32>().ok()?;
-            rest.split_whitespace()
-                .last()
-                .filter(|name| name.starts_with(ifname))
-                .map(|_| irq)
-        })
-        .collect()
-}
-
-/// Where queue `queue` of `ifname` takes its receive work: its IRQ, else its NAPI thread.
+/// Where queue `queue` of `ifname` takes its receive work: its IRQ (found by the driver's
+/// naming of its vectors, `nic_irqs`), else its threaded-NAPI kthread.
 pub fn queue_irq(ifname: &str, queue: u32) -> Option<IrqSource> {
-    if let Some(&irq) = interface_irqs(ifname).get(queue as usize) {
+    let lines = std::fs::read_to_string("/proc/interrupts")
+        .map(|t| crate::nic_irqs::parse_interrupts(&t))
+        .unwrap_or_default();
+    let dev = crate::nic_irqs::device(ifname);
+    let irq = crate::nic_irqs::rx_queue_irqs(ifname, &dev, &lines, queue + 1)
+        .get(queue as usize)
+        .copied()
+        .flatten();
+    if let Some(irq) = irq {
         let cpus = std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity_list"))
             .ok()
             .and_then(|s| parse_cpu_list(&s))
@@ -312,6 +303,11 @@ pub fn queue_irq(ifname: &str, queue: u32) -> Option<IrqSource> {
         tid,
         name,
     })
+}
+
+/// The interface's driver (None for a virtual interface such as veth).
+pub fn interface_driver(ifname: &str) -> Option<String> {
+    crate::nic_irqs::device(ifname).driver
 }
 
 impl IrqSource {
@@ -335,6 +331,8 @@ pub struct InterfaceInfo {
     pub rx_queues: u32,
     /// Per queue, where its receive work runs (None: no IRQ and no NAPI thread).
     pub queue_irqs: Vec<Option<IrqSource>>,
+    /// Its driver (None: a virtual interface such as veth).
+    pub driver: Option<String>,
 }
 
 /// Every interface of the current network namespace but `lo`, by name.
@@ -355,6 +353,7 @@ pub fn interfaces() -> Vec<InterfaceInfo> {
             InterfaceInfo {
                 numa_node: interface_node(&name),
                 queue_irqs: (0..rx_queues).map(|q| queue_irq(&name, q)).collect(),
+                driver: interface_driver(&name),
                 rx_queues,
                 name,
             }

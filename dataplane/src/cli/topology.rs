@@ -31,8 +31,9 @@ pub fn main(a: TopologyArgs) -> Result<()> {
     print!("{}", m.render());
     for i in &ifaces {
         println!(
-            "interface {}: numa node {}, {} rx queue(s)",
+            "interface {}: driver {}, numa node {}, {} rx queue(s)",
             i.name,
+            i.driver.as_deref().unwrap_or("none (virtual)"),
             i.numa_node.map_or("unknown".to_string(), |n| n.to_string()),
             i.rx_queues
         );
@@ -42,7 +43,11 @@ pub fn main(a: TopologyArgs) -> Result<()> {
                 Some(IrqSource::NapiThread { name, cpus, .. }) => {
                     format!("{name} on cpus {cpus:?}")
                 }
-                None => "no IRQ, no NAPI thread (veth without XDP/threaded NAPI: receive work runs on the sender's CPU)".into(),
+                None if i.driver.is_none() => "no IRQ, no NAPI thread (a virtual interface such as veth, without XDP/threaded NAPI: receive work runs on the sender's CPU)".into(),
+                None => format!(
+                    "no IRQ found for driver {} (its vector names are not known: see nic_irqs.rs), no NAPI thread",
+                    i.driver.as_deref().unwrap_or("?")
+                ),
             };
             println!("  queue {q}: {what}");
         }

@@ -80,6 +80,10 @@ pub fn device(ifname: &str) -> Device {
     }
 }
 
+/// Reads the RX queue number out of a vector's name (None: not one of this device's RX
+/// vectors).
+type QueueOf = Box<dyn Fn(&str) -> Option<u32>>;
+
 /// The number at the end of `name` after `prefix`, if `name` is exactly `prefix` + digits
 /// (+ `suffix`).
 fn numbered(name: &str, prefix: &str, suffix: &str) -> Option<u32> {
@@ -108,7 +112,7 @@ pub fn rx_queue_irqs(
     };
     let bus = dev.bus_id.clone().unwrap_or_default();
     let at_pci = format!("@pci:{bus}");
-    let by_name: Box<dyn Fn(&str) -> Option<u32>> = match dev.driver.as_deref() {
+    let by_name: QueueOf = match dev.driver.as_deref() {
         Some("virtio_net") => {
             let prefix = format!("{bus}-input.");
             Box::new(move |n: &str| numbered(n, &prefix, ""))

@@ -198,6 +198,19 @@ impl Default for Capacity {
     }
 }
 
+/// Why a next hop that is not reachable drops (off the per-packet fast path).
+#[cold]
+fn miss(word: u64) -> Miss {
+    match HopState::from_bits(word >> 56) {
+        HopState::Incomplete | HopState::Reachable => Miss::Resolving,
+        HopState::Failed => Miss::Failed,
+        HopState::Blackhole => Miss::Blackhole,
+        HopState::Unreachable => Miss::Unreachable,
+        HopState::Prohibit => Miss::Prohibit,
+        HopState::Foreign => Miss::Foreign,
+    }
+}
+
 /// The table the pollers read.
 pub struct Table {
     /// IPv4 LPM.
@@ -235,14 +248,8 @@ impl Table {
             .get(t as usize)
             .ok_or(Miss::NoRoute)?
             .load(Relaxed);
-        match HopState::from_bits(w >> 56) {
-            HopState::Reachable => {}
-            HopState::Incomplete => return Err(Miss::Resolving),
-            HopState::Failed => return Err(Miss::Failed),
-            HopState::Blackhole => return Err(Miss::Blackhole),
-            HopState::Unreachable => return Err(Miss::Unreachable),
-            HopState::Prohibit => return Err(Miss::Prohibit),
-            HopState::Foreign => return Err(Miss::Foreign),
+        if w >> 56 != HopState::Reachable as u64 {
+            return Err(miss(w));
         }
         #[allow(clippy::cast_possible_truncation)] // eight bits
         let port = ((w >> 48) & 0xff) as u16;

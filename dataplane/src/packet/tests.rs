@@ -379,3 +379,22 @@ fn the_flow_hash_sees_ports_and_addresses_but_not_the_ttl() {
         .collect();
     assert_eq!(hashes.len(), 2, "64 flows hash to both of two paths");
 }
+
+#[test]
+fn mac_words_write_both_macs_and_keep_the_ethertype() {
+    use crate::packet::set_macs_words;
+    let mut f = vec![0xaa; 20];
+    f[12] = 0x86;
+    f[13] = 0xdd;
+    let d = u64::from_le_bytes([1, 2, 3, 4, 5, 6, 0xee, 0xee]);
+    let s = u64::from_le_bytes([7, 8, 9, 10, 11, 12, 0, 0]);
+    set_macs_words(&mut f, d, s);
+    assert_eq!(
+        &f[..14],
+        &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0x86, 0xdd]
+    );
+    assert_eq!(f[14], 0xaa);
+    let mut short = vec![0u8; 10];
+    set_macs_words(&mut short, d, s);
+    assert_eq!(short, vec![0u8; 10], "too short: untouched");
+}

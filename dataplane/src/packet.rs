@@ -483,21 +483,19 @@ pub fn set_macs(frame: &mut [u8], dst_src: &[u8; 12]) {
 }
 
 /// Writes destination and source MAC, each given as the low 48 bits of a little-endian u64
-/// (the form the table keeps them in): two 8-byte stores, the second overwriting the first's
-/// two spare bytes, where the frame has room (it always has: a routed frame is longer than 14).
+/// (the form the table keeps them in): an 8-byte store (the destination and the source's
+/// first two bytes) and a 4-byte store (the rest of the source). A frame shorter than the
+/// 12 bytes is left alone.
 #[inline(always)]
 pub fn set_macs_words(frame: &mut [u8], dst: u64, src: u64) {
-    let Some(h) = frame.get_mut(..14) else {
+    let Some(h) = frame.first_chunk_mut::<12>() else {
         return;
     };
-    let (a, b) = h.split_at_mut(6);
-    if let (Some(a), Some(b)) = (a.first_chunk_mut::<6>(), b.first_chunk_mut::<8>()) {
-        let d = dst.to_le_bytes();
-        a.copy_from_slice(d.first_chunk::<6>().unwrap_or(&[0; 6]));
-        // Bytes 6..14: the source MAC, then the EtherType kept as it was.
-        let keep = u64::from(u16::from_le_bytes([b[6], b[7]])) << 48;
-        *b = ((src & 0xffff_ffff_ffff) | keep).to_le_bytes();
-    }
+    let (a, b) = h.split_at_mut(8);
+    a.copy_from_slice(&((dst & 0xffff_ffff_ffff) | (src << 48)).to_le_bytes());
+    #[allow(clippy::cast_possible_truncation)] // source MAC bytes 2..6
+    let rest = (src >> 16) as u32;
+    b.copy_from_slice(&rest.to_le_bytes());
 }
 
 /// A hash of a routed frame's flow, to pick one path of a multipath route: IPv4 addresses,

@@ -10,7 +10,8 @@
 //!   (reachable, being resolved, failed, or a route type: blackhole, unreachable, prohibit,
 //!   or an egress that is not a dataplane port). A neighbour update is one store: every
 //!   route through that neighbour follows at once, with no repaint.
-//! - A port is one `AtomicU64`: its MTU and whether its link is up.
+//! - A port is one `AtomicU64`: its MTU and whether its link is up; its next hops carry both
+//!   too (a `LinkDown` state, the MTU beside the word), so a packet reads one slot.
 //!
 //! Readers never lock or wait; memory the writer unpublishes (IPv4 extension groups, IPv6
 //! length tables, next-hop and group ids) is reused only after every poller has passed a
@@ -105,6 +106,9 @@ pub enum HopState {
     Prohibit = 5,
     /// The route's egress is not a dataplane port.
     Foreign = 6,
+    /// The egress port's link is down (or the port was deleted): set on every next hop of
+    /// the port while it is, so the per-packet path reads one word, not the port's too.
+    LinkDown = 7,
 }
 
 impl HopState {
@@ -116,6 +120,7 @@ impl HopState {
             4 => HopState::Unreachable,
             5 => HopState::Prohibit,
             6 => HopState::Foreign,
+            7 => HopState::LinkDown,
             _ => HopState::Incomplete,
         }
     }
@@ -208,7 +213,18 @@ fn miss(word: u64) -> Miss {
         HopState::Unreachable => Miss::Unreachable,
         HopState::Prohibit => Miss::Prohibit,
         HopState::Foreign => Miss::Foreign,
+        HopState::LinkDown => Miss::LinkDown,
     }
+}
+
+/// One next hop as the pollers read it: its word (MAC, port, state) and its port's MTU, on
+/// one 16-byte slot of a cache line. The two are written independently (a neighbour update
+/// touches the word, an MTU change the MTU), so reading them apart never mixes two states.
+#[repr(C, align(16))]
+#[derive(Default)]
+struct HopSlot {
+    word: AtomicU64,
+    mtu: AtomicU64,
 }
 
 /// The table the pollers read.
@@ -217,7 +233,7 @@ pub struct Table {
     pub v4: Lpm4,
     /// IPv6 LPM.
     pub v6: Lpm6,
-    hops: Box<[AtomicU64]>,
+    hops: Box<[HopSlot]>,
     group_len: Box<[AtomicU32]>,
     group_members: Box<[AtomicU32]>,
     ports: Box<[AtomicU64]>,
@@ -243,28 +259,18 @@ impl Table {
                 .get(g * MAX_PATHS + k as usize)
                 .map_or(HOP_BLACKHOLE, |m| m.load(Relaxed));
         }
-        let w = self
-            .hops
-            .get(t as usize)
-            .ok_or(Miss::NoRoute)?
-            .load(Relaxed);
+        let slot = self.hops.get(t as usize).ok_or(Miss::NoRoute)?;
+        let w = slot.word.load(Relaxed);
         if w >> 56 != HopState::Reachable as u64 {
             return Err(miss(w));
         }
         #[allow(clippy::cast_possible_truncation)] // eight bits
         let port = ((w >> 48) & 0xff) as u16;
-        let p = self
-            .ports
-            .get(usize::from(port))
-            .map_or(0, |p| p.load(Relaxed));
-        if p & PORT_UP == 0 {
-            return Err(Miss::LinkDown);
-        }
         Ok(Hop {
             port,
             mac: w & 0xffff_ffff_ffff,
-            #[allow(clippy::cast_possible_truncation)] // the low half holds the MTU
-            mtu: p as u32,
+            #[allow(clippy::cast_possible_truncation)] // written from a u32
+            mtu: slot.mtu.load(Relaxed) as u32,
         })
     }
 
@@ -314,6 +320,10 @@ pub struct TableWriter {
     v6: Lpm6Writer,
     hop_ids: HashMap<HopKey, (u32, usize)>,
     hop_keys: HashMap<u32, HopKey>,
+    /// Each next hop's own word (its neighbour's state), before a down port overrides it.
+    hop_words: HashMap<u32, u64>,
+    /// Each port's MTU and link state, as last set.
+    port_state: Vec<(u32, bool)>,
     free_hops: Vec<u32>,
     next_hop: u32,
     retired_hops: qsbr::Retired<u32>,
@@ -357,8 +367,8 @@ impl Drop for TableWriter {
 impl TableWriter {
     /// An empty table for `ports` ports (all down, MTU 0) and `readers` pollers.
     pub fn new(ports: usize, readers: usize, cap: Capacity) -> Result<TableWriter, FibError> {
-        let hops: Box<[AtomicU64]> = (0..cap.hops.max(FIRST_HOP))
-            .map(|_| AtomicU64::new(0))
+        let hops: Box<[HopSlot]> = (0..cap.hops.max(FIRST_HOP))
+            .map(|_| HopSlot::default())
             .collect();
         for (id, state) in [
             (HOP_BLACKHOLE, HopState::Blackhole),
@@ -367,7 +377,7 @@ impl TableWriter {
             (HOP_FOREIGN, HopState::Foreign),
         ] {
             if let Some(h) = hops.get(id as usize) {
-                h.store(hop_word(state, 0, [0; 6]), Relaxed);
+                h.word.store(hop_word(state, 0, [0; 6]), Relaxed);
             }
         }
         let table = Table {
@@ -387,6 +397,8 @@ impl TableWriter {
             v6: Lpm6Writer::default(),
             hop_ids: HashMap::new(),
             hop_keys: HashMap::new(),
+            hop_words: HashMap::new(),
+            port_state: vec![(0, false); ports],
             free_hops: Vec::new(),
             next_hop: FIRST_HOP,
             retired_hops: qsbr::Retired::default(),
@@ -413,10 +425,50 @@ impl TableWriter {
         }
     }
 
-    /// Sets port `p`'s MTU and link state.
+    /// Sets port `p`'s MTU and link state, and republishes its next hops (a port change
+    /// is rare; reading it per packet would not be).
     pub fn set_port(&mut self, p: u16, mtu: u32, up: bool) {
         if let Some(w) = self.table.ports.get(usize::from(p)) {
             w.store(u64::from(mtu) | if up { PORT_UP } else { 0 }, Release);
+        }
+        self.port_changed(p, mtu, up);
+    }
+
+    fn port_changed(&mut self, p: u16, mtu: u32, up: bool) {
+        if let Some(s) = self.port_state.get_mut(usize::from(p)) {
+            *s = (mtu, up);
+        }
+        let ids: Vec<u32> = self
+            .hop_keys
+            .iter()
+            .filter(|(_, k)| k.port == p)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.publish_hop(id);
+        }
+    }
+
+    /// Writes next hop `id`'s slot: its own word, or LinkDown while its port is down; its
+    /// port's MTU.
+    fn publish_hop(&self, id: u32) {
+        let Some(key) = self.hop_keys.get(&id) else {
+            return;
+        };
+        let word = self.hop_words.get(&id).copied().unwrap_or(0);
+        let (mtu, up) = self
+            .port_state
+            .get(usize::from(key.port))
+            .copied()
+            .unwrap_or((0, false));
+        let word = if up {
+            word
+        } else {
+            (word & !(0xff << 56)) | ((HopState::LinkDown as u64) << 56)
+        };
+        if let Some(h) = self.table.hops.get(id as usize) {
+            h.mtu.store(u64::from(mtu), Relaxed);
+            h.word.store(word, Release);
         }
     }
 
@@ -425,6 +477,7 @@ impl TableWriter {
         if let Some(w) = self.table.ports.get(usize::from(p)) {
             w.store(PORT_GONE, Release);
         }
+        self.port_changed(p, 0, false);
     }
 
     /// Points `prefix/len` at `target` (added, or replaced).
@@ -468,11 +521,11 @@ impl TableWriter {
             }
             None => return Err(FibError::Full("next hops")),
         };
-        if let Some(h) = self.table.hops.get(id as usize) {
-            h.store(hop_word(HopState::Incomplete, key.port, [0; 6]), Release);
-        }
         self.hop_ids.insert(key, (id, 1));
         self.hop_keys.insert(id, key);
+        self.hop_words
+            .insert(id, hop_word(HopState::Incomplete, key.port, [0; 6]));
+        self.publish_hop(id);
         Ok(id)
     }
 
@@ -496,6 +549,7 @@ impl TableWriter {
             if *refs == 0 {
                 self.hop_ids.remove(&key);
                 self.hop_keys.remove(&id);
+                self.hop_words.remove(&id);
                 let tag = self.table.qsbr.retire_point();
                 self.retired_hops.push(tag, id);
             }
@@ -504,15 +558,16 @@ impl TableWriter {
 
     /// Sets next hop `id`'s state and MAC (a neighbour update: one store).
     pub fn set_hop(&mut self, id: u32, state: HopState, mac: [u8; 6]) {
-        let port = self.hop_keys.get(&id).map_or(0, |k| k.port);
-        if let Some(h) = self.table.hops.get(id as usize) {
-            h.store(hop_word(state, port, mac), Release);
-        }
+        let Some(port) = self.hop_keys.get(&id).map(|k| k.port) else {
+            return;
+        };
+        self.hop_words.insert(id, hop_word(state, port, mac));
+        self.publish_hop(id);
     }
 
-    /// Next hop `id`'s state and MAC.
+    /// Next hop `id`'s own state and MAC (not the port's link).
     pub fn hop_state(&self, id: u32) -> Option<(HopState, [u8; 6])> {
-        let w = self.table.hops.get(id as usize)?.load(Relaxed);
+        let w = *self.hop_words.get(&id)?;
         let b = w.to_le_bytes();
         Some((
             HopState::from_bits(w >> 56),

@@ -332,16 +332,24 @@ impl Rib {
             port,
             addr: Some(ip),
         };
-        let entry = self.neighbours.entry((port, ip)).or_insert(NeighEntry {
-            state,
-            mac,
-            host_route: false,
-        });
-        if (entry.state, entry.mac) != (state, mac) || !entry.host_route {
-            self.changes += 1;
+        let previous = self.neighbours.insert(
+            (port, ip),
+            NeighEntry {
+                state,
+                mac,
+                host_route: false,
+            },
+        );
+        if let Some(p) = previous {
+            // The host route stays what it was; only the MAC and state may change.
+            if let Some(e) = self.neighbours.get_mut(&(port, ip)) {
+                e.host_route = p.host_route;
+            }
+            if (p.state, p.mac) == (state, mac) {
+                return Ok(()); // the kernel repeats unchanged entries (e.g. on a resync)
+            }
         }
-        entry.state = state;
-        entry.mac = mac;
+        self.changes += 1;
         if let Some(id) = self.w.hop_id(&key) {
             self.w.set_hop(id, state, mac);
         }

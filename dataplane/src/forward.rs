@@ -186,19 +186,12 @@ impl Forwarder {
             return Err(DropReason::TooBig);
         }
         decrement(frame);
-        let d = h.mac.to_le_bytes();
-        let s = self
+        let src = self
             .port_macs
             .get(usize::from(h.port))
             .copied()
-            .unwrap_or(0)
-            .to_le_bytes();
-        packet::set_macs(
-            frame,
-            &[
-                d[0], d[1], d[2], d[3], d[4], d[5], s[0], s[1], s[2], s[3], s[4], s[5],
-            ],
-        );
+            .unwrap_or(0);
+        packet::set_macs_words(frame, h.mac, src);
         Ok(h.port)
     }
 

@@ -474,14 +474,6 @@ pub fn checksum_update(hc: u16, old: u16, new: u16) -> u16 {
     !folded
 }
 
-/// Writes destination and source MAC (12 bytes) at the frame start.
-#[inline(always)]
-pub fn set_macs(frame: &mut [u8], dst_src: &[u8; 12]) {
-    if let Some(h) = frame.get_mut(..12) {
-        h.copy_from_slice(dst_src);
-    }
-}
-
 /// Writes destination and source MAC, each given as the low 48 bits of a little-endian u64
 /// (the form the table keeps them in): an 8-byte store (the destination and the source's
 /// first two bytes) and a 4-byte store (the rest of the source). A frame shorter than the

@@ -534,11 +534,6 @@ impl TableWriter {
         self.hop_ids.get(key).map(|(id, _)| *id)
     }
 
-    /// The key of next hop `id`.
-    pub fn hop_key(&self, id: u32) -> Option<HopKey> {
-        self.hop_keys.get(&id).copied()
-    }
-
     /// Gives back one reference to next hop `id` (reserved ids are not counted).
     pub fn release_hop(&mut self, id: u32) {
         let Some(key) = self.hop_keys.get(&id).copied() else {
@@ -563,16 +558,6 @@ impl TableWriter {
         };
         self.hop_words.insert(id, hop_word(state, port, mac));
         self.publish_hop(id);
-    }
-
-    /// Next hop `id`'s own state and MAC (not the port's link).
-    pub fn hop_state(&self, id: u32) -> Option<(HopState, [u8; 6])> {
-        let w = *self.hop_words.get(&id)?;
-        let b = w.to_le_bytes();
-        Some((
-            HopState::from_bits(w >> 56),
-            [b[0], b[1], b[2], b[3], b[4], b[5]],
-        ))
     }
 
     /// A target spreading flows over `hops` (ids with a reference each, which the group now
@@ -644,18 +629,6 @@ impl TableWriter {
         }
     }
 
-    /// The hops of target `t` (one, or a group's).
-    pub fn paths(&self, t: u32) -> Vec<u32> {
-        if t & GROUP == 0 {
-            vec![t]
-        } else {
-            self.group_paths
-                .get(&(t & !GROUP))
-                .cloned()
-                .unwrap_or_default()
-        }
-    }
-
     /// Frees what no poller can still see. Call after each batch of changes.
     pub fn reclaim(&mut self) {
         let q = &self.table.qsbr;
@@ -665,11 +638,6 @@ impl TableWriter {
         self.free_hops.extend(hops);
         let groups = self.retired_groups.collect(q);
         self.free_groups.extend(groups);
-    }
-
-    /// Memory retired but not yet reclaimable (waiting for a poller).
-    pub fn pending(&self) -> usize {
-        self.retired_hops.len() + self.retired_groups.len()
     }
 }
 

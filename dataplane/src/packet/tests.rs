@@ -347,7 +347,8 @@ fn mac_rewrites() {
     assert_eq!(&f[..6], &s[..]);
     assert_eq!(&f[6..12], &d[..]);
     let macs = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
-    set_macs(&mut f, &macs);
+    let word = |m: &[u8]| u64::from_le_bytes([m[0], m[1], m[2], m[3], m[4], m[5], 0, 0]);
+    set_macs_words(&mut f, word(&macs[..6]), word(&macs[6..]));
     assert_eq!(&f[..12], &macs);
 }
 

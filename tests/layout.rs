@@ -335,3 +335,76 @@ fn irq_restore_undoes_what_a_killed_run_moved() {
     assert!(ok, "{err}");
     assert!(!state.exists(), "a clean stop removes the journal");
 }
+
+#[test]
+fn tune_measures_each_layout_with_live_traffic_and_recommends_one() {
+    if !root_or_skip("dataplane tune") {
+        return;
+    }
+    let bed = Bed::up("ttn", 1);
+    let t = &bed.0;
+    let dir = std::env::temp_dir();
+    let cfg = dir.join("ttn-dut.toml");
+    let out = dir.join("ttn-tune.json");
+    let _ = std::fs::remove_file(&out);
+    std::fs::write(&cfg, t.config(Mode::L3fwd, &[(None, vec![0])], 64)).expect("config");
+    // Traffic from outside the appliance, paced, for as long as the tuning takes.
+    let mut gen = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &t.gen_ns(),
+            &bin(),
+            "gen",
+            "--iface",
+            &t.gen_if(),
+        ])
+        .args(["--rate", "50000", "--duration", "30"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("gen");
+    let tune = Command::new("ip")
+        .args(["netns", "exec", &t.dut_ns(), &bin(), "tune", "--config"])
+        .arg(&cfg)
+        // On veth the sender's CPU plays the interrupt CPU: the generator is unpinned, say 0.
+        .args([
+            "--layouts",
+            "same-package,unpinned,remote-node",
+            "--irq-cpu",
+            "0:0",
+        ])
+        .args(["--window", "2", "--json"])
+        .arg(&out)
+        .output()
+        .expect("tune");
+    let _ = gen.kill();
+    let _ = gen.wait();
+    let table = String::from_utf8_lossy(&tune.stdout).into_owned();
+    assert!(
+        tune.status.success(),
+        "{table}{}",
+        String::from_utf8_lossy(&tune.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("json")).expect("valid");
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3, "{table}");
+    for r in &rows[..2] {
+        assert_eq!(r["status"], "ok", "{table}");
+        // About 50 kpps offered: each measured layout forwarded it.
+        let pps = r["forwarded_pps"].as_f64().expect("pps");
+        assert!(pps > 30_000.0, "{table}");
+        assert!(r["cpu_ns_per_pkt"].as_f64().expect("ns") > 0.0, "{table}");
+    }
+    // One NUMA node here: the planner refuses remote-node, and the table says so.
+    assert!(
+        rows[2]["status"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("not available")),
+        "{table}"
+    );
+    let best = v["recommended"].as_str().expect("a recommendation");
+    assert!(["same-package", "unpinned"].contains(&best), "{table}");
+    assert!(table.contains(&format!("recommended: {best}")), "{table}");
+}

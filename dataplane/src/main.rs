@@ -33,6 +33,8 @@ enum Cmd {
     Topology(cli::topology::TopologyArgs),
     /// Plan which CPU polls which queue for a layout, with the memory node and warnings.
     Plan(cli::plan::PlanArgs),
+    /// Try layouts on a live appliance with its own traffic; print which forwards best.
+    Tune(cli::tune::TuneArgs),
     /// Build or tear down a gen <-> dut <-> sink netns testbed.
     Testbed {
         #[command(subcommand)]
@@ -71,6 +73,7 @@ fn main() {
         Cmd::Bench(a) => cli::bench::main(a),
         Cmd::Topology(a) => cli::topology::main(a),
         Cmd::Plan(a) => cli::plan::main(a),
+        Cmd::Tune(a) => cli::tune::main(a),
         Cmd::Testbed { action } => cli::testbed::main(action),
         Cmd::Sink(a) => cli::sink::main(a),
         Cmd::Gen(a) => cli::gen::main(a),

@@ -21,6 +21,7 @@ pub mod sink;
 pub mod testbed;
 pub mod top;
 pub mod topology;
+pub mod tune;
 pub mod xdp_fwd;
 
 /// Which machine's topology: this one, or another's as an hwloc synthetic string or XML export.

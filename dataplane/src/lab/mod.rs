@@ -24,6 +24,7 @@ mod record;
 pub mod report;
 mod run;
 mod sample;
+pub mod tune;
 mod zero_loss;
 
 pub use error::LabError;

@@ -346,10 +346,13 @@ impl Lab<'_> {
                 f64::NAN
             }
         };
-        r.dut_cpu_ns_per_pkt = per(c1 - c0);
-        r.napi_ns_per_pkt = per(n1 - n0);
-        r.threads_ns_per_pkt = per((c1 - c0) - (n1 - n0));
-        r.dut_cpu_util = (c1 - c0) as f64 / 1e9 / (w1 - w0).as_secs_f64().max(1e-9);
+        // The NAPI threads' time is read twice (in both sums) a moment apart, and a thread
+        // can end in the window: differences never go below zero.
+        let (all, napi) = (c1.saturating_sub(c0), n1.saturating_sub(n0));
+        r.dut_cpu_ns_per_pkt = per(all);
+        r.napi_ns_per_pkt = per(napi);
+        r.threads_ns_per_pkt = per(all.saturating_sub(napi));
+        r.dut_cpu_util = all as f64 / 1e9 / (w1 - w0).as_secs_f64().max(1e-9);
         r.setup_s = setup_s;
         if cell.dut.is_dataplane() {
             if let Ok(v) = read_json(&summary_json) {

@@ -24,14 +24,8 @@ use rand::{Rng, SeedableRng};
 
 const NS: &str = "cbench";
 
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod arg;
+use arg::arg;
 
 fn sh(args: &[&str]) {
     let ok = Command::new(args[0])

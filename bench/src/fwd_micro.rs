@@ -18,14 +18,8 @@ use dataplane::packet::build::{udp_v4, FrameSpec};
 use dataplane::types::Mode;
 use rand::{Rng, SeedableRng};
 
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod arg;
+use arg::arg;
 
 fn main() {
     let prefixes = arg("--prefixes", 1_000_000);

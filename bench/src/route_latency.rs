@@ -22,14 +22,8 @@ use dataplane::sys::PacketSocket;
 use dataplane::testbed::{self, Testbed};
 use dataplane::types::Mode;
 
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod arg;
+use arg::arg;
 
 fn main() {
     let changes = arg("--changes", 1000);

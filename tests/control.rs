@@ -461,16 +461,7 @@ fn no_loss_while_routes_churn_and_the_config_reloads() {
     let dut = Dut::start(&bed, &kernel_config(t));
     let dir = std::env::temp_dir();
     let (sent_json, got_json) = (dir.join("tzl-gen.json"), dir.join("tzl-sink.json"));
-    let sink = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &t.sink_ns(),
-            &bin(),
-            "sink",
-            "--iface",
-            &t.sink_if(),
-        ])
+    let sink = dataplane_in(&t.sink_ns(), &["sink", "--iface", &t.sink_if()])
         .args(["--duration", "12", "--json"])
         .arg(&got_json)
         .stdout(Stdio::null())
@@ -478,16 +469,7 @@ fn no_loss_while_routes_churn_and_the_config_reloads() {
         .spawn()
         .expect("sink");
     std::thread::sleep(Duration::from_millis(500));
-    let gen = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &t.gen_ns(),
-            &bin(),
-            "gen",
-            "--iface",
-            &t.gen_if(),
-        ])
+    let gen = dataplane_in(&t.gen_ns(), &["gen", "--iface", &t.gen_if()])
         .args([
             "--rate",
             "10000",

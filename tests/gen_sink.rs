@@ -23,21 +23,14 @@ fn spec(flows: u32, ipv6: bool) -> GenSpec {
 
 fn gen(bed: &Bed, args: &[&str]) -> serde_json::Value {
     let json = std::env::temp_dir().join(format!("{}-gen.json", bed.0.prefix));
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &bed.0.gen_ns(),
-            &bin(),
-            "gen",
-            "--iface",
-            &bed.0.gen_if(),
-            "--json",
-        ])
-        .arg(&json)
-        .args(args)
-        .output()
-        .expect("gen");
+    let out = dataplane_in(
+        &bed.0.gen_ns(),
+        &["gen", "--iface", &bed.0.gen_if(), "--json"],
+    )
+    .arg(&json)
+    .args(args)
+    .output()
+    .expect("gen");
     assert!(
         out.status.success(),
         "gen: {}",
@@ -115,23 +108,14 @@ fn sink_counts_exactly_what_was_sent() {
     let bed = Bed::up("tsk", 1);
     let t = &bed.0;
     let json = std::env::temp_dir().join("tsk-sink.json");
-    let mut sink = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &t.dut_ns(),
-            &bin(),
-            "sink",
-            "--iface",
-            &t.dut_in(),
-            "--duration",
-            "5",
-            "--json",
-        ])
-        .arg(&json)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("sink");
+    let mut sink = dataplane_in(
+        &t.dut_ns(),
+        &["sink", "--iface", &t.dut_in(), "--duration", "5", "--json"],
+    )
+    .arg(&json)
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .expect("sink");
     std::thread::sleep(Duration::from_millis(800));
     let g = gen(&bed, &["--count", "50000", "--flows", "3"]);
     assert_eq!(g["packets"], 50000);

@@ -349,23 +349,13 @@ fn tune_measures_each_layout_with_live_traffic_and_recommends_one() {
     let _ = std::fs::remove_file(&out);
     std::fs::write(&cfg, t.config(Mode::L3fwd, &[(None, vec![0])], 64)).expect("config");
     // Traffic from outside the appliance, paced, for as long as the tuning takes.
-    let mut gen = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &t.gen_ns(),
-            &bin(),
-            "gen",
-            "--iface",
-            &t.gen_if(),
-        ])
+    let mut gen = dataplane_in(&t.gen_ns(), &["gen", "--iface", &t.gen_if()])
         .args(["--rate", "50000", "--duration", "30"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("gen");
-    let tune = Command::new("ip")
-        .args(["netns", "exec", &t.dut_ns(), &bin(), "tune", "--config"])
+    let tune = dataplane_in(&t.dut_ns(), &["tune", "--config"])
         .arg(&cfg)
         // On veth the sender's CPU plays the interrupt CPU: the generator is unpinned, say 0.
         .args([

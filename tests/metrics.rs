@@ -58,16 +58,7 @@ fn scraped_metrics_are_valid_and_agree_with_the_sink() {
     let sink_json = std::env::temp_dir().join(format!("{}-sink.json", t.prefix));
     let _ = std::fs::remove_file(&sink_json);
     // The sink drops everything in XDP, so its kernel sends nothing back through the DUT.
-    let mut sink = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &t.sink_ns(),
-            &bin(),
-            "sink",
-            "--iface",
-            &t.sink_if(),
-        ])
+    let mut sink = dataplane_in(&t.sink_ns(), &["sink", "--iface", &t.sink_if()])
         .args(["--duration", "4", "--match-port", "7777", "--json"])
         .arg(&sink_json)
         .stderr(Stdio::piped())
@@ -204,16 +195,7 @@ fn top_shows_the_pollers_of_a_running_instance() {
     let port = "9913";
     let dut = Dut::start_with(&bed, &config(t, ""), &["--metrics", port]);
     // 20 kpps for the whole test, paced.
-    let mut gen = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &t.gen_ns(),
-            &bin(),
-            "gen",
-            "--iface",
-            &t.gen_if(),
-        ])
+    let mut gen = dataplane_in(&t.gen_ns(), &["gen", "--iface", &t.gen_if()])
         .args(["--rate", "20000", "--duration", "4"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -271,6 +271,13 @@ impl Drop for Dut {
     }
 }
 
+/// `dataplane <args...>` in namespace `ns` (the caller adds options, stdio, and runs it).
+pub fn dataplane_in(ns: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(bin()).args(args);
+    c
+}
+
 /// A packet socket bound to `ifname` inside namespace `ns` (opened from a helper thread, since
 /// setns changes the calling thread's namespace).
 pub fn packet_socket(ns: &str, ifname: &str) -> PacketSocket {

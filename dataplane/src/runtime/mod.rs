@@ -195,8 +195,10 @@ pub fn run(
         addresses: addr_tx,
         status: control_status.clone(),
     })?;
-    let stop_control = || {
+    // Stops the control thread and waits for it (on an early return, or after the pollers).
+    let stop_control = |control: std::thread::JoinHandle<crate::fib::rib::Rib>| {
         control_stop.store(true, Ordering::Relaxed);
+        control.join()
     };
     if cfg.dataplane.routes == crate::config::RouteSource::Kernel {
         log(&format!(
@@ -212,16 +214,14 @@ pub fn run(
     {
         Ok(p) => p,
         Err(e) => {
-            stop_control();
-            let _ = control.join();
+            let _ = stop_control(control);
             return Err(e);
         }
     };
     if let Err(e) = attach::wire(&mut steers, &pollers.readies, cfg) {
         steers.iter_mut().for_each(Steer::detach);
         pollers.abort(&stop);
-        stop_control();
-        let _ = control.join();
+        let _ = stop_control(control);
         return Err(e);
     }
     let setup = report::setups(cfg, &pollers.readies, &mut log);
@@ -232,8 +232,7 @@ pub fn run(
             irq.restore();
             steers.iter_mut().for_each(Steer::detach);
             pollers.abort(&stop);
-            stop_control();
-            let _ = control.join();
+            let _ = stop_control(control);
             return Err(e);
         }
         for l in irq.describe() {
@@ -250,8 +249,7 @@ pub fn run(
         irq.restore();
         steers.iter_mut().for_each(Steer::detach);
         pollers.abort(&stop);
-        stop_control();
-        let _ = control.join();
+        let _ = stop_control(control);
         return Err(e);
     }
     log(&format!(
@@ -333,10 +331,7 @@ pub fn run(
     stop.store(true, Ordering::Relaxed);
     let joined = pollers.join();
     // The control thread last: no poller reads the table any more, so what it frees is free.
-    stop_control();
-    if let Ok(rib) = control.join() {
-        drop(rib);
-    }
+    let _ = stop_control(control);
     let (reports, pollers) = joined?;
     Ok(report::summary(
         cfg,

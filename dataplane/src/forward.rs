@@ -260,12 +260,13 @@ pub enum Parsed {
 
 #[cfg(test)]
 #[allow(clippy::indexing_slicing, clippy::cast_possible_truncation)] // tests may panic
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::fib::{build_table, Neighbour, Route};
     use crate::packet::build::{udp_v4, udp_v6, FrameSpec};
 
-    fn fwd(mode: Mode) -> Forwarder {
+    /// A forwarder for the testbed's two ports: 198.19/16 and 2001:2:0:1::/64 via port 1.
+    pub(crate) fn fwd(mode: Mode) -> Forwarder {
         let routes = vec![
             Route {
                 prefix: "198.19.0.0".parse().unwrap(),

@@ -12,7 +12,10 @@ use std::num::NonZeroU32;
 
 use xdpilone::{DeviceQueue, IfInfo, RingRx, RingTx, Socket, SocketConfig, Umem, UmemConfig};
 
+use xdpilone::xdp::XdpDesc;
+
 use crate::mem::Area;
+use crate::ring_io::{RingIo, RingStats};
 
 /// A socket could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +60,110 @@ impl QueueRings {
     }
 }
 
+impl RingIo for QueueRings {
+    fn port(&self) -> u16 {
+        self.port
+    }
+    fn queue(&self) -> u32 {
+        self.queue
+    }
+    fn raw_fd(&self) -> i32 {
+        QueueRings::raw_fd(self)
+    }
+
+    #[inline]
+    fn rx_burst(&mut self, _area: &mut Area, out: &mut [XdpDesc]) -> usize {
+        let mut reader = self
+            .rx
+            .receive(u32::try_from(out.len()).unwrap_or(u32::MAX));
+        let mut n = 0;
+        for slot in out.iter_mut() {
+            match reader.read() {
+                Some(d) => {
+                    *slot = d;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        reader.release();
+        n
+    }
+    fn rx_available(&self) -> u32 {
+        self.rx.available()
+    }
+
+    #[inline]
+    fn tx_burst(&mut self, descs: &[XdpDesc]) -> usize {
+        let mut w = self
+            .tx
+            .transmit(u32::try_from(descs.len()).unwrap_or(u32::MAX));
+        let cap = w.capacity() as usize;
+        let n = w.insert(descs.iter().copied().take(cap)) as usize;
+        w.commit();
+        n
+    }
+    #[inline]
+    fn tx_pending(&self) -> u32 {
+        self.tx.pending()
+    }
+    #[inline]
+    fn tx_needs_wakeup(&self) -> bool {
+        self.tx.needs_wakeup()
+    }
+    #[inline]
+    fn tx_wake(&mut self, _area: &Area) {
+        self.tx.wake();
+    }
+
+    #[inline]
+    fn complete(&mut self, _area: &Area, max: u32, mut each: impl FnMut(u64)) -> u32 {
+        let mut c = self.fq_cq.complete(max);
+        let mut n = 0;
+        while let Some(addr) = c.read() {
+            each(addr);
+            n += 1;
+        }
+        c.release();
+        n
+    }
+    fn completions_available(&self) -> u32 {
+        self.fq_cq.available()
+    }
+
+    #[inline]
+    fn fill(&mut self, max: u32, frames: impl Iterator<Item = u64>) -> u32 {
+        let mut w = self.fq_cq.fill(max);
+        let cap = w.capacity() as usize;
+        let got = w.insert(frames.take(cap));
+        w.commit();
+        got
+    }
+    #[inline]
+    fn fill_pending(&self) -> u32 {
+        self.fq_cq.pending()
+    }
+    #[inline]
+    fn fill_needs_wakeup(&self) -> bool {
+        self.fq_cq.needs_wakeup()
+    }
+    #[inline]
+    fn fill_wake(&mut self) {
+        self.fq_cq.wake();
+    }
+
+    fn stats(&self) -> Option<RingStats> {
+        self.kernel_stats().map(|k| RingStats {
+            rx_dropped: k.rx_dropped,
+            rx_invalid_descs: k.rx_invalid_descs,
+            tx_invalid_descs: k.tx_invalid_descs,
+            rx_ring_full: k.rx_ring_full,
+            rx_fill_ring_empty_descs: k.rx_fill_ring_empty_descs,
+            tx_ring_empty_descs: k.tx_ring_empty_descs,
+        })
+    }
+}
+
 /// What the caller wants bound.
 #[derive(Debug, Clone)]
 pub struct SocketSpec {
@@ -91,6 +198,13 @@ pub struct Sockets {
     _umem: Umem,
     /// True when the kernel bound in zero-copy mode.
     pub zerocopy: bool,
+}
+
+impl Sockets {
+    /// The rings, and what must outlive them (the UMEM registration; drop it after the rings).
+    pub fn into_parts(self) -> (Vec<QueueRings>, Box<dyn std::any::Any>) {
+        (self.queues, Box::new(self._umem))
+    }
 }
 
 fn err(step: &'static str, s: &SocketSpec, e: xdpilone::Errno) -> XskError {

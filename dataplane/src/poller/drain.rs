@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use super::Poller;
+use crate::ring_io::RingIo;
 
 /// Where every UMEM frame was when the poller stopped.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
@@ -65,37 +66,47 @@ pub struct PollerReport {
     pub sockets: Vec<SocketStats>,
 }
 
-impl Poller {
+impl<Q: RingIo> Poller<Q> {
     /// Drains rings after the stop (the XDP programs are already detached) and counts where
     /// every frame is.
     pub(super) fn finish(mut self, id: usize) -> PollerReport {
+        self.drain(id)
+    }
+
+    /// What [`Poller::finish`] does, leaving the poller in place (the in-memory harness reads
+    /// its emulated ports afterwards).
+    pub(super) fn drain(&mut self, id: usize) -> PollerReport {
         let deadline = Instant::now() + Duration::from_millis(300);
         loop {
             let mut moved = 0;
-            for i in 0..self.sockets.queues.len() {
-                let Some(q) = self.sockets.queues.get_mut(i) else {
+            for i in 0..self.queues.len() {
+                let Some(q) = self.queues.get_mut(i) else {
                     continue;
                 };
-                let mut r = q.rx.receive(self.ring);
-                while let Some(d) = r.read() {
-                    self.free.push(d.addr & self.frame_mask);
-                    moved += 1;
+                let mut burst = [xdpilone::xdp::XdpDesc::default(); 64];
+                loop {
+                    let n = q.rx_burst(&mut self.area, &mut burst);
+                    for d in burst.iter().take(n) {
+                        // A descriptor outside the UMEM is not ours to recycle.
+                        if self.area.check(d.addr & self.frame_mask, 1).is_some() {
+                            self.free.push(d.addr & self.frame_mask);
+                        }
+                    }
+                    moved += n;
+                    if n == 0 {
+                        break;
+                    }
                 }
-                r.release();
             }
             // Completions and kicks, without refilling.
-            for q in self.sockets.queues.iter_mut() {
-                let mut c = q.fq_cq.complete(self.ring);
-                while let Some(a) = c.read() {
-                    self.free.push(a & self.frame_mask);
-                    moved += 1;
+            for q in self.queues.iter_mut() {
+                if q.tx_pending() > 0 {
+                    q.tx_wake(&self.area);
                 }
-                c.release();
-                if q.tx.pending() > 0 {
-                    q.tx.wake();
-                }
+                let (free, mask) = (&mut self.free, self.frame_mask);
+                moved += q.complete(&self.area, self.ring, |a| free.push(a & mask)) as usize;
             }
-            let tx_left: u32 = self.sockets.queues.iter().map(|q| q.tx.pending()).sum();
+            let tx_left: u32 = self.queues.iter().map(|q| q.tx_pending()).sum();
             if (moved == 0 && tx_left == 0) || Instant::now() > deadline {
                 break;
             }
@@ -107,15 +118,15 @@ impl Poller {
             ..FrameCount::default()
         };
         let mut sockets = Vec::new();
-        for q in &self.sockets.queues {
-            frames.fill += u64::from(q.fq_cq.pending());
-            frames.completion += u64::from(q.fq_cq.available());
-            frames.tx += u64::from(q.tx.pending());
-            frames.rx += u64::from(q.rx.available());
-            let k = q.kernel_stats().unwrap_or_default();
+        for q in &self.queues {
+            frames.fill += u64::from(q.fill_pending());
+            frames.completion += u64::from(q.completions_available());
+            frames.tx += u64::from(q.tx_pending());
+            frames.rx += u64::from(q.rx_available());
+            let k = q.stats().unwrap_or_default();
             sockets.push(SocketStats {
-                port: q.port,
-                queue: q.queue,
+                port: q.port(),
+                queue: q.queue(),
                 rx_dropped: k.rx_dropped,
                 rx_invalid_descs: k.rx_invalid_descs,
                 tx_invalid_descs: k.tx_invalid_descs,

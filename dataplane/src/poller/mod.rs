@@ -18,13 +18,14 @@ use xdpilone::xdp::XdpDesc;
 use crate::forward::{Forwarder, Parsed};
 use crate::mem::{Area, FreeList};
 use crate::packet::{DropReason, L3};
+use crate::ring_io::RingIo;
 use crate::stats::{Counter, PollerStats};
 use crate::sys;
 use crate::types::Idle;
-use crate::xsk::Sockets;
 
 mod drain;
 mod icmp;
+mod memory;
 mod ratelimit;
 mod setup;
 
@@ -32,6 +33,7 @@ use icmp::{icmp_reply, IcmpReply};
 use ratelimit::TokenBucket;
 
 pub use drain::{FrameCount, PollerReport, SocketStats};
+pub use memory::MemPoller;
 use setup::setup;
 pub use setup::{PollerError, PollerSpec, Ready};
 
@@ -45,10 +47,13 @@ struct Stage {
     len: usize,
 }
 
-/// The poller's owned state. Field order is drop order: the sockets (rings, UMEM registration)
+/// The poller's owned state, over the rings of backend `Q` (AF_XDP sockets, or in-memory rings
+/// in tests and the benchmark). Field order is drop order: the rings and the UMEM registration
 /// go before the memory they point into.
-struct Poller {
-    sockets: Sockets,
+struct Poller<Q: RingIo> {
+    queues: Vec<Q>,
+    /// What must outlive the rings and go before the area (the AF_XDP UMEM registration).
+    _registration: Box<dyn std::any::Any>,
     area: Area,
     free: FreeList,
     stages: Box<[Stage]>,
@@ -138,10 +143,10 @@ fn ask_resolve(
     }
 }
 
-impl Poller {
+impl<Q: RingIo> Poller<Q> {
     /// Gives every fill ring its share of frames before traffic starts.
     fn prefill(&mut self) {
-        for i in 0..self.sockets.queues.len() {
+        for i in 0..self.queues.len() {
             self.refill(i);
         }
     }
@@ -162,7 +167,7 @@ impl Poller {
             table.qsbr.quiescent(self.id);
             let mut work = 0usize;
             let mut full = false;
-            for i in 0..self.sockets.queues.len() {
+            for i in 0..self.queues.len() {
                 let n = self.receive(i);
                 full |= n == self.batch as usize;
                 work += n;
@@ -237,24 +242,15 @@ impl Poller {
     #[inline]
     #[allow(unsafe_code)]
     fn receive(&mut self, i: usize) -> usize {
-        let Some(q) = self.sockets.queues.get_mut(i) else {
+        let Some(q) = self.queues.get_mut(i) else {
             return 0;
         };
-        let in_port = q.port;
-        let mut n = 0;
-        {
-            let mut reader = q.rx.receive(self.batch);
-            for slot in self.burst.iter_mut().take(self.batch as usize) {
-                match reader.read() {
-                    Some(d) => {
-                        *slot = d;
-                        n += 1;
-                    }
-                    None => break,
-                }
-            }
-            reader.release();
-        }
+        let in_port = q.port();
+        let burst = self
+            .burst
+            .get_mut(..self.batch as usize)
+            .unwrap_or_default();
+        let n = q.rx_burst(&mut self.area, burst);
         if n == 0 {
             return 0;
         }
@@ -370,8 +366,9 @@ impl Poller {
                     if let Some(c) = drops.get_mut(r as usize) {
                         *c += 1;
                     }
-                    // A descriptor outside the UMEM is not ours to recycle.
-                    if r != DropReason::InvalidDescriptor || self.area.check(base, 0).is_some() {
+                    // A descriptor outside the UMEM is not ours to recycle (its frame's first
+                    // byte must be inside: a zero-length check passes at the area's very end).
+                    if r != DropReason::InvalidDescriptor || self.area.check(base, 1).is_some() {
                         self.free.push(base);
                     }
                 }
@@ -408,7 +405,7 @@ impl Poller {
         for (i, (stage, q)) in self
             .stages
             .iter_mut()
-            .zip(self.sockets.queues.iter_mut())
+            .zip(self.queues.iter_mut())
             .enumerate()
         {
             if stage.len == 0 {
@@ -424,10 +421,7 @@ impl Poller {
                 if rest.is_empty() {
                     break;
                 }
-                let mut w = q.tx.transmit(u32::try_from(rest.len()).unwrap_or(u32::MAX));
-                let cap = w.capacity() as usize;
-                let n = w.insert(rest.iter().copied().take(cap)) as usize;
-                w.commit();
+                let n = q.tx_burst(rest);
                 if n == 0 {
                     break;
                 }
@@ -449,8 +443,8 @@ impl Poller {
             self.stats.add(Counter::TxBytes, bytes);
             self.stats.add_queue(i, false, sent as u64, bytes);
             stage.len = 0;
-            if sent > 0 && q.tx.needs_wakeup() {
-                q.tx.wake();
+            if sent > 0 && q.tx_needs_wakeup() {
+                q.tx_wake(&self.area);
                 self.stats.add(Counter::TxWakeups, 1);
             }
         }
@@ -460,23 +454,16 @@ impl Poller {
     #[inline]
     fn maintain(&mut self, table: &crate::fib::Table) -> usize {
         let mut work = 0;
-        for i in 0..self.sockets.queues.len() {
-            let Some(q) = self.sockets.queues.get_mut(i) else {
+        for i in 0..self.queues.len() {
+            let Some(q) = self.queues.get_mut(i) else {
                 continue;
             };
             // A deleted interface's socket is dead: kicking it would spin for nothing.
-            if table.port_gone(q.port) {
+            if table.port_gone(q.port()) {
                 continue;
             }
-            let mut done = 0u64;
-            {
-                let mut c = q.fq_cq.complete(self.ring);
-                while let Some(addr) = c.read() {
-                    self.free.push(addr & self.frame_mask);
-                    done += 1;
-                }
-                c.release();
-            }
+            let (free, mask) = (&mut self.free, self.frame_mask);
+            let done = u64::from(q.complete(&self.area, self.ring, |addr| free.push(addr & mask)));
             if done > 0 {
                 self.stats.add(Counter::Completions, done);
                 work += usize::try_from(done).unwrap_or(usize::MAX);
@@ -486,11 +473,11 @@ impl Poller {
             // A bounded number of kicks: each moves what the kernel takes per call.
             // Stop as soon as a kick moves nothing (the device is pushing back).
             let mut kicks = 0;
-            let mut pending = q.tx.pending();
-            while kicks < MAX_KICKS && pending > 0 && q.tx.needs_wakeup() {
-                q.tx.wake();
+            let mut pending = q.tx_pending();
+            while kicks < MAX_KICKS && pending > 0 && q.tx_needs_wakeup() {
+                q.tx_wake(&self.area);
                 kicks += 1;
-                let now = q.tx.pending();
+                let now = q.tx_pending();
                 if now >= pending {
                     break;
                 }
@@ -507,14 +494,14 @@ impl Poller {
 
     #[inline]
     fn refill(&mut self, i: usize) {
-        let Some(q) = self.sockets.queues.get_mut(i) else {
+        let Some(q) = self.queues.get_mut(i) else {
             return;
         };
         let want = u32::try_from(self.free.len())
             .unwrap_or(u32::MAX)
             .min(self.ring);
         if want == 0 {
-            if q.fq_cq.pending() < self.ring {
+            if q.fill_pending() < self.ring {
                 self.stats.add(Counter::FillEmpty, 1);
             }
             return;
@@ -528,18 +515,15 @@ impl Poller {
             if left == 0 {
                 break;
             }
-            let mut w = q.fq_cq.fill(left);
-            let cap = w.capacity() as usize;
             let free = &mut self.free;
-            let got = w.insert(std::iter::from_fn(|| free.pop()).take(cap));
-            w.commit();
+            let got = q.fill(left, std::iter::from_fn(|| free.pop()));
             if got == 0 {
                 break;
             }
             n += got;
         }
-        if n > 0 && q.fq_cq.needs_wakeup() {
-            q.fq_cq.wake();
+        if n > 0 && q.fill_needs_wakeup() {
+            q.fill_wake();
             self.stats.add(Counter::FillWakeups, 1);
         }
     }

@@ -14,10 +14,11 @@ use super::{Poller, Stage, MAX_BATCH};
 use crate::forward::Forwarder;
 use crate::mem::Area;
 use crate::packet::DropReason;
+use crate::ring_io::RingIo;
 use crate::stats::PollerStats;
 use crate::sys;
 use crate::types::Idle;
-use crate::xsk::{self, RingSizes, SocketSpec};
+use crate::xsk::{self, QueueRings, RingSizes, SocketSpec};
 
 /// What one poller is asked to run.
 #[derive(Debug, Clone)]
@@ -133,7 +134,7 @@ pub(super) fn setup(
     spec: &PollerSpec,
     fwd: Arc<Forwarder>,
     stats: Arc<PollerStats>,
-) -> Result<(Poller, Ready), PollerError> {
+) -> Result<(Poller<QueueRings>, Ready), PollerError> {
     let id = spec.id;
     let t0 = Instant::now();
     if let Some(cpu) = spec.cpu {
@@ -146,7 +147,6 @@ pub(super) fn setup(
     let area = Area::new(spec.frames, spec.frame_size, policy, spec.hugepages)
         .map_err(|source| PollerError::Memory { id, bytes, source })?;
     let umem_nodes = area.page_nodes();
-    let free = area.full_free_list();
     let alloc_time = t1.elapsed();
     let t2 = Instant::now();
     let sockets = xsk::open(
@@ -160,22 +160,16 @@ pub(super) fn setup(
     )
     .map_err(|source| PollerError::Socket { id, source })?;
     let socket_time = t2.elapsed();
-    let fds: Vec<(u16, u32, i32)> = sockets
-        .queues
+    let zerocopy = sockets.zerocopy;
+    let (queues, registration) = sockets.into_parts();
+    let fds: Vec<(u16, u32, i32)> = queues
         .iter()
-        .map(|q| (q.port, q.queue, q.raw_fd()))
-        .collect();
-    let pollfds = fds.iter().map(|(_, _, fd)| sys::pollfd_in(*fd)).collect();
-    let stages = (0..sockets.queues.len())
-        .map(|_| Stage {
-            descs: [XdpDesc::default(); MAX_BATCH],
-            len: 0,
-        })
+        .map(|q| (q.port, q.queue, RingIo::raw_fd(q)))
         .collect();
     let ready = Ready {
         id,
         fds,
-        zerocopy: sockets.zerocopy,
+        zerocopy,
         pin_time,
         alloc_time,
         socket_time,
@@ -184,27 +178,50 @@ pub(super) fn setup(
         umem_nodes,
         hugepages: area.on_hugepages(),
     };
-    let poller = Poller {
-        sockets,
-        free,
-        stages,
-        burst: Box::new([XdpDesc::default(); MAX_BATCH]),
-        parsed: Box::new([Err(DropReason::Truncated); MAX_BATCH]),
-        fwd,
-        stats,
-        ports: spec.ports.max(1),
-        #[allow(clippy::cast_possible_truncation)] // MAX_BATCH is a small constant
-        batch: spec.batch.clamp(1, MAX_BATCH as u32),
-        ring: spec.ring,
-        frame_mask: !(u64::from(area.frame_size()) - 1),
-        area,
-        idle: spec.idle,
-        idle_spin: spec.idle_spin,
-        pollfds,
-        icmp_bucket: TokenBucket::new(spec.icmp_rate, spec.icmp_burst),
-        id: spec.id,
-        resolve: spec.resolve.clone(),
-        last_resolve: None,
-    };
+    let poller = Poller::assemble(spec, queues, registration, area, fwd, stats);
     Ok((poller, ready))
+}
+
+impl<Q: RingIo> Poller<Q> {
+    /// A poller over `queues` (grouped as `spec.sockets` describes) on the UMEM `area`, with a
+    /// full free list. `registration` is dropped after the rings and before the area.
+    pub(super) fn assemble(
+        spec: &PollerSpec,
+        queues: Vec<Q>,
+        registration: Box<dyn std::any::Any>,
+        area: Area,
+        fwd: Arc<Forwarder>,
+        stats: Arc<PollerStats>,
+    ) -> Poller<Q> {
+        let pollfds = queues.iter().map(|q| sys::pollfd_in(q.raw_fd())).collect();
+        let stages = (0..queues.len())
+            .map(|_| Stage {
+                descs: [XdpDesc::default(); MAX_BATCH],
+                len: 0,
+            })
+            .collect();
+        Poller {
+            queues,
+            _registration: registration,
+            free: area.full_free_list(),
+            stages,
+            burst: Box::new([XdpDesc::default(); MAX_BATCH]),
+            parsed: Box::new([Err(DropReason::Truncated); MAX_BATCH]),
+            fwd,
+            stats,
+            ports: spec.ports.max(1),
+            #[allow(clippy::cast_possible_truncation)] // MAX_BATCH is a small constant
+            batch: spec.batch.clamp(1, MAX_BATCH as u32),
+            ring: spec.ring,
+            frame_mask: !(u64::from(area.frame_size()) - 1),
+            area,
+            idle: spec.idle,
+            idle_spin: spec.idle_spin,
+            pollfds,
+            icmp_bucket: TokenBucket::new(spec.icmp_rate, spec.icmp_burst),
+            id: spec.id,
+            resolve: spec.resolve.clone(),
+            last_resolve: None,
+        }
+    }
 }

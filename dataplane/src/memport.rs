@@ -1,0 +1,463 @@
+//! In-memory rings served by an emulated zero-copy port, on the poller's own core.
+//!
+//! A [`MemQueue`] has the four rings of an AF_XDP socket as plain arrays and plays the NIC
+//! behind them, as DPDK's `net_null`/`net_ring` do for testpmd: when the poller reads RX, the
+//! port turns fill entries into RX descriptors of ready-made frames (it writes a template into
+//! the frame, as a NIC's DMA would), and it turns TX descriptors into completions. Nothing
+//! needs a wakeup, so the poller runs with no syscall at all and its own per-packet cost is
+//! what is measured. The same [`crate::poller`] loop drives it as drives the sockets.
+//!
+//! Knobs for tests: a budget of frames to deliver (then a stop flag is raised), a stalled
+//! transmitter (the TX ring fills up), and descriptors that point outside a frame or the UMEM.
+#![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+
+use xdpilone::xdp::XdpDesc;
+
+use crate::mem::Area;
+use crate::ring_io::{RingIo, RingStats};
+
+/// Where the emulated port puts a received frame in its buffer: after the same 256-byte
+/// headroom the kernel leaves (XDP_PACKET_HEADROOM).
+pub const RX_HEADROOM: u32 = 256;
+
+/// A single-threaded ring of a power-of-two size: producer and consumer are on one core, so
+/// plain indices do (they wrap as u32, as the kernel's do).
+struct Ring<T: Copy> {
+    slots: Box<[T]>,
+    mask: u32,
+    prod: u32,
+    cons: u32,
+}
+
+impl<T: Copy + Default> Ring<T> {
+    fn new(entries: u32) -> Self {
+        let size = entries.max(1).next_power_of_two();
+        Ring {
+            slots: vec![T::default(); size as usize].into_boxed_slice(),
+            mask: size - 1,
+            prod: 0,
+            cons: 0,
+        }
+    }
+    #[inline(always)]
+    fn len(&self) -> u32 {
+        self.prod.wrapping_sub(self.cons)
+    }
+    #[inline(always)]
+    fn room(&self) -> u32 {
+        (self.mask + 1) - self.len()
+    }
+    #[inline(always)]
+    fn push(&mut self, v: T) -> bool {
+        if self.room() == 0 {
+            return false;
+        }
+        if let Some(s) = self.slots.get_mut((self.prod & self.mask) as usize) {
+            *s = v;
+        }
+        self.prod = self.prod.wrapping_add(1);
+        true
+    }
+    #[inline(always)]
+    fn pop(&mut self) -> Option<T> {
+        if self.len() == 0 {
+            return None;
+        }
+        let v = self.slots.get((self.cons & self.mask) as usize).copied();
+        self.cons = self.cons.wrapping_add(1);
+        v
+    }
+}
+
+/// The frames an emulated port receives, in turn: templates of at most `stride` bytes each.
+pub struct Traffic {
+    bytes: Box<[u8]>,
+    lens: Box<[u32]>,
+    stride: usize,
+}
+
+impl Traffic {
+    /// Packs `frames` (each at most 2048 - 256 bytes; longer ones are cut) one after another.
+    pub fn new(frames: &[Vec<u8>]) -> Traffic {
+        let longest = frames.iter().map(Vec::len).max().unwrap_or(0);
+        let stride = longest.clamp(1, 1792).next_multiple_of(64);
+        let mut bytes = vec![0u8; stride * frames.len()].into_boxed_slice();
+        let mut lens = Vec::with_capacity(frames.len());
+        for (slot, f) in bytes.chunks_exact_mut(stride).zip(frames) {
+            let n = f.len().min(stride);
+            if let (Some(dst), Some(src)) = (slot.get_mut(..n), f.get(..n)) {
+                dst.copy_from_slice(src);
+            }
+            lens.push(u32::try_from(n).unwrap_or(0));
+        }
+        Traffic {
+            bytes,
+            lens: lens.into_boxed_slice(),
+            stride,
+        }
+    }
+
+    /// Number of frames.
+    pub fn len(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// True when there is no frame.
+    pub fn is_empty(&self) -> bool {
+        self.lens.is_empty()
+    }
+
+    #[inline(always)]
+    fn frame(&self, i: usize) -> &[u8] {
+        let len = self.lens.get(i).copied().unwrap_or(0) as usize;
+        let start = i * self.stride;
+        self.bytes.get(start..start + len).unwrap_or(&[])
+    }
+}
+
+/// Faults the emulated port can inject (tests).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    /// Never take frames off the TX ring: it fills up, as behind a stuck link.
+    pub tx_stalled: bool,
+    /// Every n-th received descriptor is bad (0: none). They alternate between a length that
+    /// runs past the end of the frame (the frame itself is the poller's to recycle) and an
+    /// address past the UMEM (the port keeps that frame: [`MemCounters::held`]).
+    pub bad_every: u64,
+}
+
+/// What the emulated port did.
+#[derive(Debug, Clone, Default)]
+pub struct MemCounters {
+    /// Frames handed to the poller on the RX ring (bad descriptors included).
+    pub delivered: u64,
+    /// Bad descriptors among them.
+    pub bad: u64,
+    /// Frames taken off the TX ring and completed.
+    pub transmitted: u64,
+    /// Their bytes.
+    pub tx_bytes: u64,
+    /// Frames the port holds for good (taken from the fill ring behind a descriptor pointing
+    /// outside the UMEM, or behind an invalid TX descriptor).
+    pub held: u64,
+    /// The first transmitted frames, as many as asked for with [`MemQueue::capture`].
+    pub captured: Vec<Vec<u8>>,
+}
+
+/// One queue of an emulated zero-copy port: its four rings and the device behind them.
+pub struct MemQueue {
+    port: u16,
+    queue: u32,
+    fill: Ring<u64>,
+    completion: Ring<u64>,
+    rx: Ring<XdpDesc>,
+    tx: Ring<XdpDesc>,
+    traffic: Option<Arc<Traffic>>,
+    next: usize,
+    headroom: u32,
+    budget: u64,
+    done: Option<Arc<AtomicBool>>,
+    faults: Faults,
+    capture: usize,
+    counters: MemCounters,
+    stats: RingStats,
+}
+
+impl MemQueue {
+    /// A queue of port `port` with rings of `entries` entries that receives `traffic` (None:
+    /// it only transmits) without end. `headroom` is the UMEM headroom the poller was given
+    /// (frames start at `RX_HEADROOM + headroom` in their buffer).
+    pub fn new(port: u16, queue: u32, entries: u32, traffic: Option<Arc<Traffic>>) -> MemQueue {
+        MemQueue {
+            port,
+            queue,
+            fill: Ring::new(entries),
+            completion: Ring::new(entries),
+            rx: Ring::new(entries),
+            tx: Ring::new(entries),
+            traffic: traffic.filter(|t| !t.is_empty()),
+            next: 0,
+            headroom: RX_HEADROOM,
+            budget: u64::MAX,
+            done: None,
+            faults: Faults::default(),
+            capture: 0,
+            counters: MemCounters::default(),
+            stats: RingStats::default(),
+        }
+    }
+
+    /// Extra headroom before each received frame (the alignment ablation's offset).
+    pub fn with_headroom(mut self, extra: u32) -> MemQueue {
+        self.headroom = RX_HEADROOM + extra;
+        self
+    }
+
+    /// Delivers `frames` frames in all, then raises `done`.
+    pub fn with_budget(mut self, frames: u64, done: Arc<AtomicBool>) -> MemQueue {
+        self.budget = frames;
+        self.done = Some(done);
+        self
+    }
+
+    /// Injects `faults`.
+    pub fn with_faults(mut self, faults: Faults) -> MemQueue {
+        self.faults = faults;
+        self
+    }
+
+    /// Keeps a copy of the first `frames` transmitted frames (tests; it allocates per frame).
+    pub fn capture(mut self, frames: usize) -> MemQueue {
+        self.capture = frames;
+        self
+    }
+
+    /// What the port did so far.
+    pub fn counters(&self) -> &MemCounters {
+        &self.counters
+    }
+
+    /// Turns up to `want` fill entries into RX descriptors of ready-made frames.
+    #[inline]
+    #[allow(unsafe_code)]
+    fn receive_frames(&mut self, area: &mut Area, want: usize) {
+        let Some(traffic) = self.traffic.as_deref() else {
+            return;
+        };
+        let want = want.min(usize::try_from(self.budget).unwrap_or(usize::MAX));
+        let mut made = 0;
+        while made < want && self.rx.room() > 0 {
+            let Some(base) = self.fill.pop() else {
+                self.stats.rx_fill_ring_empty_descs += 1;
+                break;
+            };
+            let template = traffic.frame(self.next);
+            self.next += 1;
+            if self.next == traffic.len() {
+                self.next = 0;
+            }
+            let addr = base + u64::from(self.headroom);
+            // Template lengths fit a u32 (Traffic caps them).
+            let len = u32::try_from(template.len()).unwrap_or(0);
+            self.counters.delivered += 1;
+            made += 1;
+            let bad =
+                self.faults.bad_every != 0 && self.counters.delivered % self.faults.bad_every == 0;
+            let desc = if bad {
+                self.counters.bad += 1;
+                if self.counters.bad % 2 == 1 {
+                    // Runs past the end of its frame: the poller drops it and recycles it.
+                    XdpDesc {
+                        addr,
+                        len: area.frame_size(),
+                        options: 0,
+                    }
+                } else {
+                    self.counters.held += 1;
+                    XdpDesc {
+                        addr: u64::from(area.frames()) * u64::from(area.frame_size()) + addr,
+                        len,
+                        options: 0,
+                    }
+                }
+            } else {
+                if let Some(off) = area.check(addr, len) {
+                    // SAFETY: `base` came off the fill ring just above: the poller gave the
+                    // frame to the port and reads it only after it comes back on the RX ring
+                    // below, as with a NIC's DMA. `&mut Area` keeps any other view away.
+                    let frame = unsafe { area.frame_mut(off, len) };
+                    if frame.len() == template.len() {
+                        frame.copy_from_slice(template);
+                    }
+                }
+                XdpDesc {
+                    addr,
+                    len,
+                    options: 0,
+                }
+            };
+            self.rx.push(desc);
+        }
+        if self.rx.room() == 0 && made < want {
+            self.stats.rx_ring_full += 1;
+        }
+        self.budget -= made as u64;
+        if self.budget == 0 {
+            if let Some(done) = &self.done {
+                done.store(true, Relaxed);
+            }
+        }
+    }
+
+    /// Sends what the TX ring holds: each descriptor becomes a completion.
+    #[inline]
+    #[allow(unsafe_code)]
+    fn transmit_frames(&mut self, area: &Area) {
+        if self.faults.tx_stalled {
+            return;
+        }
+        while self.completion.room() > 0 {
+            let Some(d) = self.tx.pop() else {
+                break;
+            };
+            match area.check(d.addr, d.len) {
+                Some(off) => {
+                    self.counters.transmitted += 1;
+                    self.counters.tx_bytes += u64::from(d.len);
+                    if self.counters.captured.len() < self.capture {
+                        // SAFETY: the frame is on its way out: the poller gave it up on the
+                        // TX ring and gets it back only through the completion ring below.
+                        let bytes = unsafe { area.frame(off, d.len) };
+                        self.counters.captured.push(bytes.to_vec());
+                    }
+                    self.completion.push(d.addr);
+                }
+                None => {
+                    self.stats.tx_invalid_descs += 1;
+                    self.counters.held += 1;
+                }
+            }
+        }
+    }
+}
+
+impl RingIo for MemQueue {
+    fn port(&self) -> u16 {
+        self.port
+    }
+    fn queue(&self) -> u32 {
+        self.queue
+    }
+    fn raw_fd(&self) -> i32 {
+        -1
+    }
+
+    #[inline]
+    fn rx_burst(&mut self, area: &mut Area, out: &mut [XdpDesc]) -> usize {
+        self.receive_frames(area, out.len());
+        let mut n = 0;
+        for slot in out.iter_mut() {
+            match self.rx.pop() {
+                Some(d) => {
+                    *slot = d;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+    fn rx_available(&self) -> u32 {
+        self.rx.len()
+    }
+
+    #[inline]
+    fn tx_burst(&mut self, descs: &[XdpDesc]) -> usize {
+        let mut n = 0;
+        for d in descs {
+            if !self.tx.push(*d) {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+    #[inline]
+    fn tx_pending(&self) -> u32 {
+        self.tx.len()
+    }
+    #[inline]
+    fn tx_needs_wakeup(&self) -> bool {
+        false
+    }
+    fn tx_wake(&mut self, area: &Area) {
+        self.transmit_frames(area);
+    }
+
+    #[inline]
+    fn complete(&mut self, area: &Area, max: u32, mut each: impl FnMut(u64)) -> u32 {
+        self.transmit_frames(area);
+        let mut n = 0;
+        while n < max {
+            let Some(a) = self.completion.pop() else {
+                break;
+            };
+            each(a);
+            n += 1;
+        }
+        n
+    }
+    fn completions_available(&self) -> u32 {
+        self.completion.len()
+    }
+
+    #[inline]
+    fn fill(&mut self, max: u32, frames: impl Iterator<Item = u64>) -> u32 {
+        let room = max.min(self.fill.room());
+        let mut n = 0;
+        for a in frames.take(room as usize) {
+            self.fill.push(a);
+            n += 1;
+        }
+        n
+    }
+    #[inline]
+    fn fill_pending(&self) -> u32 {
+        self.fill.len()
+    }
+    #[inline]
+    fn fill_needs_wakeup(&self) -> bool {
+        false
+    }
+    fn fill_wake(&mut self) {}
+
+    fn stats(&self) -> Option<RingStats> {
+        Some(self.stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rings_wrap_and_refuse_when_full() {
+        let mut r: Ring<u64> = Ring::new(3);
+        assert_eq!(r.room(), 4, "sizes round up to a power of two");
+        for round in 0..3u64 {
+            for i in 0..4 {
+                assert!(r.push(round * 10 + i));
+            }
+            assert!(!r.push(99), "full");
+            for i in 0..4 {
+                assert_eq!(r.pop(), Some(round * 10 + i));
+            }
+            assert_eq!(r.pop(), None);
+        }
+    }
+
+    #[test]
+    fn the_port_turns_fill_entries_into_frames_and_tx_into_completions() {
+        let mut area = Area::new(8, 2048, None, false).expect("area");
+        let traffic = Arc::new(Traffic::new(&[vec![1u8; 60], vec![2u8; 70]]));
+        let done = Arc::new(AtomicBool::new(false));
+        let mut q = MemQueue::new(0, 0, 8, Some(traffic)).with_budget(3, done.clone());
+        assert_eq!(q.fill(8, [0u64, 2048, 4096, 6144].into_iter()), 4);
+        let mut out = [XdpDesc::default(); 8];
+        assert_eq!(q.rx_burst(&mut area, &mut out), 3, "the budget ends it");
+        assert!(done.load(Relaxed));
+        assert_eq!((out[0].addr, out[0].len), (256, 60));
+        assert_eq!((out[1].addr, out[1].len), (2048 + 256, 70));
+        assert_eq!(out[2].len, 60, "templates repeat in turn");
+        assert_eq!(q.fill_pending(), 1);
+        assert_eq!(q.tx_burst(&out[..2]), 2);
+        let mut back = Vec::new();
+        assert_eq!(q.complete(&area, 8, |a| back.push(a)), 2);
+        assert_eq!(back, vec![256, 2048 + 256]);
+        assert_eq!(q.counters().transmitted, 2);
+        assert_eq!(q.counters().tx_bytes, 130);
+    }
+}

@@ -1,0 +1,243 @@
+//! The poller over in-memory rings ([`crate::memport`]), run on the calling thread: the same
+//! loop as over AF_XDP sockets, for unit tests without root and for the benchmark of the whole
+//! userspace path.
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use super::{Poller, PollerError, PollerReport, PollerSpec};
+use crate::forward::Forwarder;
+use crate::mem::Area;
+use crate::memport::MemQueue;
+use crate::stats::PollerStats;
+
+/// A poller whose queues are emulated zero-copy ports.
+pub struct MemPoller {
+    inner: Poller<MemQueue>,
+}
+
+impl MemPoller {
+    /// A poller over `queues` (grouped by queue slot, ports in order within a slot, as
+    /// `PollerSpec::sockets` is; `spec.sockets` itself is not used). The UMEM is allocated and
+    /// touched here, on the calling thread: pin it first for a node-local area.
+    pub fn new(
+        spec: &PollerSpec,
+        queues: Vec<MemQueue>,
+        fwd: Arc<Forwarder>,
+        stats: Arc<PollerStats>,
+    ) -> Result<MemPoller, PollerError> {
+        let bytes = spec.frames as usize * spec.frame_size as usize;
+        let policy = spec.mem_policy.as_ref().map(|(p, n)| (*p, n.as_slice()));
+        let area =
+            Area::new(spec.frames, spec.frame_size, policy, spec.hugepages).map_err(|source| {
+                PollerError::Memory {
+                    id: spec.id,
+                    bytes,
+                    source,
+                }
+            })?;
+        let mut inner = Poller::assemble(spec, queues, Box::new(()), area, fwd, stats);
+        inner.prefill();
+        Ok(MemPoller { inner })
+    }
+
+    /// Runs the loop until `stop` is raised (by the caller, or by a queue's frame budget).
+    pub fn run(&mut self, stop: &AtomicBool) {
+        self.inner.run(stop);
+    }
+
+    /// The emulated ports.
+    pub fn queues(&self) -> &[MemQueue] {
+        &self.inner.queues
+    }
+
+    /// NUMA nodes of the UMEM's pages (node, sampled pages).
+    pub fn umem_nodes(&self) -> Vec<(i32, usize)> {
+        self.inner.area.page_nodes()
+    }
+
+    /// Drains the rings and accounts for every frame, as a stopping poller does.
+    pub fn finish(&mut self) -> PollerReport {
+        let id = self.inner.id;
+        self.inner.drain(id)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing)] // tests may panic
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::memport::{Faults, Traffic};
+    use crate::packet::build::{udp_v4, udp_v6, FrameSpec};
+    use crate::packet::{self, DropReason};
+    use crate::ring_io::RingIo;
+    use crate::stats::Counter;
+    use crate::types::{Idle, Mode};
+
+    const RING: u32 = 64;
+
+    fn spec(frames: u32) -> PollerSpec {
+        PollerSpec {
+            id: 0,
+            cpu: None,
+            sockets: Vec::new(),
+            ports: 2,
+            frames,
+            frame_size: 2048,
+            ring: RING,
+            batch: 32,
+            idle: Idle::Busy,
+            idle_spin: Duration::ZERO,
+            tx_kick_budget: 0,
+            headroom: 0,
+            hugepages: false,
+            mem_policy: None,
+            icmp_rate: 0,
+            icmp_burst: 0,
+            resolve: None,
+        }
+    }
+
+    fn traffic() -> Arc<Traffic> {
+        let v4 = udp_v4(&FrameSpec::default());
+        let v6 = udp_v6(&FrameSpec::default());
+        Arc::new(Traffic::new(&[v4.clone(), v6, v4]))
+    }
+
+    struct Outcome {
+        report: PollerReport,
+        stats: crate::stats::Snapshot,
+        ports: Vec<crate::memport::MemCounters>,
+    }
+
+    /// Delivers `frames` frames on port 0 (port 1 only transmits), runs the loop until the
+    /// budget is spent, drains, and returns what everyone counted.
+    fn run(mode: Mode, umem: u32, frames: u64, faults: [Faults; 2]) -> Outcome {
+        let done = Arc::new(AtomicBool::new(false));
+        let queues = vec![
+            MemQueue::new(0, 0, RING, Some(traffic()))
+                .with_budget(frames, done.clone())
+                .with_faults(faults[0])
+                .capture(4),
+            MemQueue::new(1, 0, RING, None)
+                .with_faults(faults[1])
+                .capture(4),
+        ];
+        let fwd = Arc::new(crate::forward::tests::fwd(mode));
+        let stats = Arc::new(PollerStats::with_queues(false, 2));
+        let mut p = MemPoller::new(&spec(umem), queues, fwd, stats.clone()).expect("poller");
+        // The budget raises `done` when the last frame is delivered; with a stalled port the
+        // loop would otherwise never see the frames out.
+        p.run(&done);
+        let report = p.finish();
+        Outcome {
+            report,
+            stats: stats.snapshot(),
+            ports: p.queues().iter().map(|q| q.counters().clone()).collect(),
+        }
+    }
+
+    #[test]
+    fn every_frame_is_forwarded_and_every_buffer_accounted() {
+        let o = run(Mode::L3fwd, 1024, 10_000, [Faults::default(); 2]);
+        assert_eq!(o.ports[0].delivered, 10_000);
+        assert_eq!(o.stats.get(Counter::RxPackets), 10_000);
+        assert_eq!(o.ports[1].transmitted, 10_000, "all routed out of port 1");
+        assert_eq!(o.ports[0].transmitted, 0);
+        assert_eq!(o.stats.get(Counter::TxPackets), 10_000);
+        assert_eq!(o.stats.total_drops(), 0);
+        let f = o.report.frames;
+        assert_eq!(f.total, 1024);
+        assert_eq!(f.accounted(), 1024, "{f:?}");
+        assert_eq!((f.tx, f.rx, f.completion), (0, 0, 0), "drained");
+        // What left port 1 was routed: next hop's MAC, TTL 63, a valid header checksum.
+        let v4 = &o.ports[1].captured[0];
+        assert_eq!(&v4[..12], &[2, 0, 0, 0, 1, 1, 2, 0, 0, 0, 1, 2]);
+        assert_eq!(v4[22], 63);
+        assert_eq!(packet::checksum(&v4[14..34]), 0);
+        let v6 = &o.ports[1].captured[1];
+        assert_eq!(v6[21], 63, "hop limit");
+    }
+
+    #[test]
+    fn bounce_sends_frames_back_unchanged() {
+        let o = run(Mode::Bounce, 1024, 5_000, [Faults::default(); 2]);
+        assert_eq!(o.ports[1].transmitted, 5_000);
+        assert_eq!(o.ports[1].captured[0], udp_v4(&FrameSpec::default()));
+        assert_eq!(o.report.frames.accounted(), 1024);
+    }
+
+    #[test]
+    fn a_full_tx_ring_drops_and_counts_and_keeps_every_buffer() {
+        let stalled = Faults {
+            tx_stalled: true,
+            ..Faults::default()
+        };
+        let o = run(Mode::L3fwd, 1024, 2_000, [Faults::default(), stalled]);
+        let full = o.stats.drop_count(DropReason::TxRingFull);
+        assert_eq!(o.ports[1].transmitted, 0);
+        assert_eq!(
+            o.stats.get(Counter::TxPackets),
+            u64::from(RING),
+            "the ring's worth"
+        );
+        assert_eq!(full, 2_000 - u64::from(RING));
+        assert!(o.stats.get(Counter::TxRingFull) > 0);
+        let f = o.report.frames;
+        assert_eq!(f.tx, u64::from(RING), "still on the stalled ring");
+        assert_eq!(f.accounted(), 1024, "{f:?}");
+    }
+
+    #[test]
+    fn an_empty_fill_ring_is_counted_and_the_loop_goes_on() {
+        // Fewer buffers than the rings hold, and the egress stalled: the free list runs dry,
+        // the fill ring empties, and reception stops without losing a frame.
+        let stalled = Faults {
+            tx_stalled: true,
+            ..Faults::default()
+        };
+        let done = Arc::new(AtomicBool::new(false));
+        let queues = vec![
+            MemQueue::new(0, 0, RING, Some(traffic())),
+            MemQueue::new(1, 0, RING, None).with_faults(stalled),
+        ];
+        let fwd = Arc::new(crate::forward::tests::fwd(Mode::L3fwd));
+        let stats = Arc::new(PollerStats::with_queues(false, 2));
+        let mut p = MemPoller::new(&spec(48), queues, fwd, stats.clone()).expect("poller");
+        let stopper = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+            })
+        };
+        p.run(&done);
+        stopper.join().expect("stopper");
+        let report = p.finish();
+        let s = stats.snapshot();
+        assert!(s.get(Counter::FillEmpty) > 0, "fill-empty counted");
+        let port0 = p.queues()[0].stats().unwrap_or_default();
+        assert!(port0.rx_fill_ring_empty_descs > 0, "the port saw it too");
+        assert_eq!(s.get(Counter::RxPackets), 48, "every buffer went out once");
+        assert_eq!(report.frames.tx, u64::from(48u32.min(RING)));
+        assert_eq!(report.frames.accounted(), 48);
+    }
+
+    #[test]
+    fn bad_descriptors_are_dropped_counted_and_their_frames_kept() {
+        let bad = Faults {
+            bad_every: 10,
+            ..Faults::default()
+        };
+        let o = run(Mode::L3fwd, 1024, 10_000, [bad, Faults::default()]);
+        assert_eq!(o.ports[0].bad, 1_000);
+        assert_eq!(o.stats.drop_count(DropReason::InvalidDescriptor), 1_000);
+        assert_eq!(o.ports[1].transmitted, 9_000);
+        // Half pointed past the UMEM: the port kept those frames, the poller never saw them.
+        assert_eq!(o.ports[0].held, 500);
+        let f = o.report.frames;
+        assert_eq!(f.accounted() + o.ports[0].held, 1024, "{f:?}");
+    }
+}

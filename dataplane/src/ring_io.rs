@@ -1,0 +1,77 @@
+//! One queue's four rings and its kicks, as the poller sees them.
+//!
+//! The poller's loop is written once, against [`RingIo`], and runs over AF_XDP sockets
+//! ([`crate::xsk::QueueRings`]) or over in-memory rings served by an emulated zero-copy port
+//! ([`crate::memport::MemQueue`]: unit tests without root, and the benchmark of the whole
+//! userspace path that the veth testbed cannot show). Every method moves a batch or reads a
+//! producer/consumer index; none allocates.
+#![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
+
+use xdpilone::xdp::XdpDesc;
+
+use crate::mem::Area;
+
+/// Per-socket counters of the kind the kernel keeps (XDP_STATISTICS).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RingStats {
+    /// Frames dropped for lack of RX ring room or other reasons.
+    pub rx_dropped: u64,
+    /// Invalid RX descriptors.
+    pub rx_invalid_descs: u64,
+    /// Invalid TX descriptors.
+    pub tx_invalid_descs: u64,
+    /// RX ring full events.
+    pub rx_ring_full: u64,
+    /// Fill ring empty events.
+    pub rx_fill_ring_empty_descs: u64,
+    /// TX ring empty events.
+    pub tx_ring_empty_descs: u64,
+}
+
+/// The rings of one (port, queue): RX, TX, fill, completion, and the wakeups they may ask for.
+///
+/// `area` is the UMEM the descriptors point into. AF_XDP ignores it (the kernel writes the
+/// frames); the emulated port writes received frames into it and reads transmitted ones, as a
+/// zero-copy NIC's DMA would. Methods taking closures or iterators are generic, not `dyn`:
+/// the poller is monomorphised per backend, so nothing on the per-packet path is an indirect
+/// call.
+pub trait RingIo {
+    /// Port (interface index in the config) this queue is on.
+    fn port(&self) -> u16;
+    /// Queue id.
+    fn queue(&self) -> u32;
+    /// A descriptor for poll() (negative: none; poll() then only times out).
+    fn raw_fd(&self) -> i32;
+
+    /// Reads up to `out.len()` RX descriptors into `out`; returns how many.
+    fn rx_burst(&mut self, area: &mut Area, out: &mut [XdpDesc]) -> usize;
+    /// RX descriptors waiting.
+    fn rx_available(&self) -> u32;
+
+    /// Puts as many of `descs` on the TX ring as fit (one reservation); returns how many.
+    fn tx_burst(&mut self, descs: &[XdpDesc]) -> usize;
+    /// TX descriptors not yet taken by the device.
+    fn tx_pending(&self) -> u32;
+    /// Whether the device must be kicked to send.
+    fn tx_needs_wakeup(&self) -> bool;
+    /// Kicks the device to send.
+    fn tx_wake(&mut self, area: &Area);
+
+    /// Reaps up to `max` completions, handing each address to `each`; returns how many.
+    fn complete(&mut self, area: &Area, max: u32, each: impl FnMut(u64)) -> u32;
+    /// Completions waiting.
+    fn completions_available(&self) -> u32;
+
+    /// Posts up to `max` frames taken from `frames` to the fill ring (one reservation);
+    /// returns how many (only those are taken from the iterator).
+    fn fill(&mut self, max: u32, frames: impl Iterator<Item = u64>) -> u32;
+    /// Fill entries not yet used by the device.
+    fn fill_pending(&self) -> u32;
+    /// Whether the device must be woken to use new fill entries.
+    fn fill_needs_wakeup(&self) -> bool;
+    /// Wakes the device for the fill ring.
+    fn fill_wake(&mut self);
+
+    /// The device's counters for this queue, if it keeps any.
+    fn stats(&self) -> Option<RingStats>;
+}

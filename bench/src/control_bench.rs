@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use dataplane::config::Config;
 use dataplane::control::{self, netlink::Netlink, ControlSpec, ControlStatus, PortInfo};
-use dataplane::fib::{mask4, mask6};
+use dataplane::fib::mask4;
 use dataplane::forward::{Forwarder, Port};
 use dataplane::packet::build::{udp_v4, FrameSpec};
 use dataplane::types::Mode;
@@ -25,7 +25,9 @@ use rand::{Rng, SeedableRng};
 const NS: &str = "cbench";
 
 mod arg;
+mod routes;
 use arg::arg;
+use routes::prefixes;
 
 fn sh(args: &[&str]) {
     let ok = Command::new(args[0])
@@ -44,40 +46,6 @@ fn rss_kib() -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
-}
-
-/// BGP-like IPv4 prefixes (60% /24, 30% /16-/23, 5% /8-/15, 5% /25-/32) and IPv6 ones
-/// (mostly /48, some /32-/44 and /56-/64), distinct, none inside the link's own networks.
-/// IPv4 prefixes and IPv6 prefixes, each (address, length).
-type Prefixes = (Vec<(u32, u8)>, Vec<(u128, u8)>);
-
-fn prefixes(v4: usize, v6: usize) -> Prefixes {
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(42);
-    let mut seen4 = std::collections::HashSet::new();
-    while seen4.len() < v4 {
-        let len = match rng.gen_range(0..100) {
-            0..=59 => 24,
-            60..=89 => rng.gen_range(16..=23),
-            90..=94 => rng.gen_range(8..=15),
-            _ => rng.gen_range(25..=32),
-        };
-        let p = rng.gen::<u32>() & mask4(len);
-        // Unicast space outside 0/8, 10/8 (the link), 127/8 and 224/3.
-        if matches!(p >> 24, 1..=9 | 11..=126 | 128..=223) {
-            seen4.insert((p, len));
-        }
-    }
-    let mut seen6 = std::collections::HashSet::new();
-    while seen6.len() < v6 {
-        let len = match rng.gen_range(0..100) {
-            0..=79 => 48,
-            80..=89 => rng.gen_range(32..=44),
-            _ => rng.gen_range(56..=64),
-        };
-        let p = ((0x2400u128 << 112) | (rng.gen::<u128>() >> 8)) & mask6(len);
-        seen6.insert((p, len));
-    }
-    (seen4.into_iter().collect(), seen6.into_iter().collect())
 }
 
 fn main() {

@@ -7,7 +7,7 @@
 //! producer/consumer index; none allocates.
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
-use xdpilone::xdp::XdpDesc;
+pub use xdpilone::xdp::XdpDesc;
 
 use crate::mem::Area;
 

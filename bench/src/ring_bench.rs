@@ -1,0 +1,519 @@
+//! The whole userspace path on in-memory rings: the poller's own loop (rings, free list, parse,
+//! lookup, rewrite, TX batching, completions) over emulated zero-copy ports (`memport`), with
+//! no kernel in the way, next to DPDK testpmd on two `net_null` vdevs on one lcore.
+//!
+//! Cells: bounce, l2fwd and l3fwd (1M IPv4 + 200k IPv6 routes) with 1 / 1k / 1M flows, IPv4 or
+//! an IPv4/IPv6 mix, burst 32 or 64. Each cell builds one poller pinned to the last CPU (two
+//! pollers on two CPUs in the ablation), then repeats: run `--ms` milliseconds, count the
+//! frames the emulated ports transmitted and the poller thread's CPU time (schedstat). Reported:
+//! ns per packet (CPU time / packets) and Mpps per core, medians of `--reps` with min-max.
+//! `port alone` is the emulated ports' own cost (frames written in, completions), which is in
+//! every other figure, as net_null's mbuf handling is in testpmd's.
+//!
+//! Run (root not needed, but pinning to an idle CPU gives steadier figures):
+//!   cargo run --release -p dataplane-bench --bin ring-bench -- [--reps 5 --ms 1000
+//!   --ring 512 --v4 1000000 --v6 200000 --quick 1 --testpmd 0 --ablation 1]
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{mpsc, Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use dataplane::fib::{mask4, mask6, Capacity, HopKey, HopState, TableWriter};
+use dataplane::forward::{Forwarder, Port};
+use dataplane::mem::Area;
+use dataplane::memport::{MemQueue, Traffic};
+use dataplane::packet::build::{udp_v4, udp_v6, FrameSpec};
+use dataplane::poller::{MemPoller, PollerSpec};
+use dataplane::ring_io::{RingIo, XdpDesc};
+use dataplane::stats::PollerStats;
+use dataplane::sys::{self, MemPolicy};
+use dataplane::types::{Idle, Mode};
+use rand::{Rng, SeedableRng};
+
+mod arg;
+mod routes;
+use arg::arg;
+use routes::{prefixes, Prefixes};
+
+const PORTS: u16 = 2;
+
+fn port_mac(p: u16) -> [u8; 6] {
+    [2, 0, 0, 0, p as u8, 2]
+}
+
+/// One cell of the table.
+#[derive(Clone, Debug)]
+struct Cell {
+    mode: Mode,
+    flows: usize,
+    mix: bool,
+    burst: u32,
+    /// Pollers (one per CPU); 2 in the ablation.
+    pollers: usize,
+    /// Extra UMEM headroom (the alignment axis).
+    offset: u32,
+    shared_stats: bool,
+    interleave: bool,
+}
+
+impl Cell {
+    fn new(mode: Mode, flows: usize, mix: bool, burst: u32) -> Cell {
+        Cell {
+            mode,
+            flows,
+            mix,
+            burst,
+            pollers: 1,
+            offset: 0,
+            shared_stats: false,
+            interleave: false,
+        }
+    }
+    fn name(&self) -> String {
+        let mut s = format!(
+            "{} {} flows {} burst {}",
+            self.mode.name(),
+            self.flows,
+            if self.mix { "v4+v6" } else { "v4" },
+            self.burst
+        );
+        if self.pollers > 1 {
+            s.push_str(&format!(
+                " | {} pollers, {}, {}, {}",
+                self.pollers,
+                if self.interleave { "interleave" } else { "local" },
+                if self.offset == 0 {
+                    "cacheline".to_string()
+                } else {
+                    format!("offset:{}", self.offset)
+                },
+                if self.shared_stats { "shared" } else { "percpu" }
+            ));
+        }
+        s
+    }
+}
+
+/// The route table and where its destinations come from.
+struct Routes {
+    fwd: Arc<Forwarder>,
+    prefixes: Prefixes,
+    /// Kept for the run: it owns the writing side of the table.
+    _writer: TableWriter,
+}
+
+fn build_routes(n4: usize, n6: usize, readers: usize) -> Routes {
+    let prefixes = prefixes(n4, n6);
+    let mut w = TableWriter::new(PORTS as usize, readers, Capacity::default()).expect("table");
+    for p in 0..PORTS {
+        w.set_port(p, 1500, true);
+    }
+    let hops: Vec<u32> = (0..64u8)
+        .map(|i| {
+            let id = w
+                .hop(HopKey {
+                    port: u16::from(i % 2),
+                    addr: Some(std::net::IpAddr::V4([10, 0, u8::from(i % 2), i].into())),
+                })
+                .expect("hop");
+            w.set_hop(id, HopState::Reachable, [2, 0, 0, 1, i % 2, i]);
+            id
+        })
+        .collect();
+    for (i, &(p, l)) in prefixes.0.iter().enumerate() {
+        w.set_route(std::net::IpAddr::V4(p.into()), l, hops[i % 64])
+            .expect("v4 route");
+    }
+    for (i, &(p, l)) in prefixes.1.iter().enumerate() {
+        w.set_route(std::net::IpAddr::V6(p.into()), l, hops[i % 64])
+            .expect("v6 route");
+    }
+    let ports = (0..PORTS)
+        .map(|p| Port {
+            mac: port_mac(p),
+            v4: Some(0x0a00_0002 + (u32::from(p) << 8)),
+            v6: None,
+        })
+        .collect();
+    let fwd = Forwarder::new(Mode::L3fwd, w.table().clone(), vec![1, 0], ports);
+    Routes {
+        fwd: Arc::new(fwd),
+        prefixes,
+        _writer: w,
+    }
+}
+
+/// 64-byte frames to port `port`: `flows` destinations inside random table prefixes (every
+/// other one IPv6 with `mix`).
+fn traffic(routes: &Routes, port: u16, flows: usize, mix: bool) -> Arc<Traffic> {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(u64::from(port) + 7);
+    let (p4, p6) = &routes.prefixes;
+    let n = if mix { flows.max(2) } else { flows };
+    let frames: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            let mut spec = FrameSpec {
+                dst_mac: port_mac(port),
+                src_mac: [2, 0, 0, 2, port as u8, 1],
+                ttl: 64,
+                ident: i as u16,
+                sport: 1024 + (i % 60000) as u16,
+                ..FrameSpec::default()
+            };
+            if mix && i % 2 == 1 {
+                let (p, l) = p6[rng.gen_range(0..p6.len())];
+                spec.dst6 = (p | (rng.gen::<u128>() & !mask6(l))).into();
+                spec.payload_len = FrameSpec::v6_payload_for_wire_size(64);
+                udp_v6(&spec)
+            } else {
+                let (p, l) = p4[rng.gen_range(0..p4.len())];
+                spec.dst4 = (p | (rng.gen::<u32>() & !mask4(l))).into();
+                spec.payload_len = FrameSpec::v4_payload_for_wire_size(64);
+                udp_v4(&spec)
+            }
+        })
+        .collect();
+    Arc::new(Traffic::new(&frames))
+}
+
+/// One repeat of one poller: packets it sent, CPU ns its thread used.
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    packets: u64,
+    cpu_ns: u64,
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Runs `reps` repeats of `cell` and returns, per repeat, the pollers' samples summed.
+fn measure(cell: &Cell, routes: &Routes, traffics: &[Arc<Traffic>], opts: &Opts) -> Vec<Sample> {
+    let fwd = Arc::new(Forwarder::new(
+        cell.mode,
+        routes.fwd.table().clone(),
+        vec![1, 0],
+        (0..PORTS)
+            .map(|p| Port {
+                mac: port_mac(p),
+                v4: Some(0x0a00_0002 + (u32::from(p) << 8)),
+                v6: None,
+            })
+            .collect(),
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let quit = Arc::new(AtomicBool::new(false));
+    let barrier = Arc::new(Barrier::new(cell.pollers + 1));
+    let shared = Arc::new(PollerStats::new(true));
+    let (tx, rx) = mpsc::channel::<Sample>();
+    let n = cpus();
+    let mut handles = Vec::new();
+    for id in 0..cell.pollers {
+        // The last CPUs: CPU 0 keeps the main thread and the machine's chores.
+        let cpu = n.saturating_sub(cell.pollers - id).max(usize::from(n > 1));
+        let (fwd, stop, quit, barrier, tx) = (
+            fwd.clone(),
+            stop.clone(),
+            quit.clone(),
+            barrier.clone(),
+            tx.clone(),
+        );
+        let stats = if cell.shared_stats {
+            shared.clone()
+        } else {
+            Arc::new(PollerStats::with_queues(false, PORTS as usize))
+        };
+        let traffics = traffics.to_vec();
+        let cell = cell.clone();
+        let ring = opts.ring;
+        handles.push(std::thread::spawn(move || {
+            let _ = sys::pin_current_thread(cpu);
+            let queues: Vec<MemQueue> = (0..PORTS)
+                .map(|p| {
+                    MemQueue::new(p, id as u32, ring, Some(traffics[p as usize].clone()))
+                        .with_headroom(cell.offset)
+                })
+                .collect();
+            let spec = PollerSpec {
+                id,
+                cpu: Some(cpu),
+                sockets: Vec::new(),
+                ports: PORTS as usize,
+                frames: 2 * ring * u32::from(PORTS),
+                frame_size: 2048,
+                ring,
+                batch: cell.burst,
+                idle: Idle::Busy,
+                idle_spin: Duration::ZERO,
+                tx_kick_budget: 0,
+                headroom: cell.offset,
+                hugepages: false,
+                mem_policy: cell
+                    .interleave
+                    .then(|| (MemPolicy::Interleave, vec![0usize])),
+                icmp_rate: 0,
+                icmp_burst: 0,
+                resolve: None,
+            };
+            let mut p = MemPoller::new(&spec, queues, fwd, stats).expect("poller");
+            let (pid, tid) = (std::process::id(), sys::gettid() as u32);
+            let sent = |p: &MemPoller| -> u64 {
+                p.queues().iter().map(|q| q.counters().transmitted).sum()
+            };
+            loop {
+                barrier.wait();
+                if quit.load(Relaxed) {
+                    break;
+                }
+                let (c0, s0) = (sys::thread_cpu_ns(pid, tid).unwrap_or(0), sent(&p));
+                p.run(&stop);
+                let (c1, s1) = (sys::thread_cpu_ns(pid, tid).unwrap_or(0), sent(&p));
+                let _ = tx.send(Sample {
+                    packets: s1 - s0,
+                    cpu_ns: c1 - c0,
+                });
+            }
+            let report = p.finish();
+            assert_eq!(
+                report.frames.accounted(),
+                report.frames.total,
+                "every frame accounted"
+            );
+        }));
+    }
+    drop(tx);
+    let mut out = Vec::new();
+    // One unmeasured warm-up repeat (caches, page faults), then the repeats.
+    for rep in 0..=opts.reps {
+        stop.store(false, Relaxed);
+        barrier.wait();
+        std::thread::sleep(Duration::from_millis(opts.ms));
+        stop.store(true, Relaxed);
+        let mut sum = Sample::default();
+        for _ in 0..cell.pollers {
+            let s = rx.recv().expect("a poller's sample");
+            sum.packets += s.packets;
+            sum.cpu_ns += s.cpu_ns;
+        }
+        if rep > 0 {
+            out.push(sum);
+        }
+    }
+    quit.store(true, Relaxed);
+    barrier.wait();
+    for h in handles {
+        h.join().expect("poller thread");
+    }
+    out
+}
+
+/// The emulated ports alone: a loop that takes each received frame and posts it straight
+/// back to the fill ring (no parsing, no TX).
+fn port_alone(traffic: &Arc<Traffic>, opts: &Opts) -> Vec<Sample> {
+    let n = cpus();
+    let traffic = traffic.clone();
+    let (reps, ms, ring) = (opts.reps, opts.ms, opts.ring);
+    std::thread::spawn(move || {
+        let _ = sys::pin_current_thread(n.saturating_sub(1));
+        let mut area = Area::new(2 * ring, 2048, None, false).expect("area");
+        let mut q = MemQueue::new(0, 0, ring, Some(traffic));
+        let frames: Vec<u64> = (0..2 * ring).map(|i| u64::from(i) * 2048).collect();
+        let mut spare = frames.into_iter();
+        q.fill(ring, spare.by_ref());
+        let mut burst = [XdpDesc::default(); 64];
+        let (pid, tid) = (std::process::id(), sys::gettid() as u32);
+        (0..=reps)
+            .map(|_| {
+                let c0 = sys::thread_cpu_ns(pid, tid).unwrap_or(0);
+                let t = Instant::now();
+                let mut packets = 0u64;
+                while t.elapsed() < Duration::from_millis(ms) {
+                    for _ in 0..256 {
+                        let got = q.rx_burst(&mut area, &mut burst);
+                        q.fill(
+                            got as u32,
+                            burst.iter().take(got).map(|d| d.addr & !2047),
+                        );
+                        packets += got as u64;
+                    }
+                }
+                Sample {
+                    packets,
+                    cpu_ns: sys::thread_cpu_ns(pid, tid).unwrap_or(0) - c0,
+                }
+            })
+            .skip(1)
+            .collect()
+    })
+    .join()
+    .expect("port thread")
+}
+
+fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+struct Row {
+    name: String,
+    ns: (f64, f64, f64),
+    mpps: (f64, f64, f64),
+}
+
+fn row(name: String, samples: &[Sample], pollers: usize) -> Row {
+    let ns = median(
+        samples
+            .iter()
+            .map(|s| s.cpu_ns as f64 / s.packets.max(1) as f64)
+            .collect(),
+    );
+    // Mpps per core: packets per CPU-second of the pollers, divided by the pollers.
+    let mpps = median(
+        samples
+            .iter()
+            .map(|s| s.packets as f64 / (s.cpu_ns.max(1) as f64 / 1e9) / 1e6)
+            .collect(),
+    );
+    let _ = pollers;
+    Row { name, ns, mpps }
+}
+
+/// DPDK testpmd on two net_null vdevs on one lcore: its forwarded pps from its own periodic
+/// stats (Tx-pps of both ports, summed), one sample per second after the first.
+fn testpmd(mode: &str, burst: u32, secs: u64) -> Option<Vec<f64>> {
+    let n = cpus();
+    let lcores = format!("0,{}", n.saturating_sub(1).max(1));
+    let out = std::process::Command::new("timeout")
+        .args(["-s", "INT", &format!("{secs}"), "dpdk-testpmd", "-l", &lcores])
+        .args(["--main-lcore", "0", "--no-pci", "--no-huge", "-m", "1024"])
+        .args(["--file-prefix", &format!("ringbench{}", std::process::id())])
+        .args(["--vdev", "net_null0", "--vdev", "net_null1", "--"])
+        .arg(format!("--forward-mode={mode}"))
+        .args(["--nb-cores=1", &format!("--burst={burst}")])
+        .args(["--total-num-mbufs=16384", "--auto-start", "--stats-period", "1"])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Each stats print has one "Tx-pps:" line per port.
+    let pps: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("Tx-pps:"))
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    let per_print: Vec<f64> = pps.chunks_exact(2).map(|c| c[0] + c[1]).skip(2).collect();
+    (!per_print.is_empty()).then_some(per_print)
+}
+
+struct Opts {
+    reps: usize,
+    ms: u64,
+    ring: u32,
+}
+
+fn print(rows: &[Row]) {
+    println!("| cell | ns/packet | Mpps per core |");
+    println!("|---|---|---|");
+    for r in rows {
+        println!(
+            "| {} | {:.1} ({:.1}-{:.1}) | {:.1} ({:.1}-{:.1}) |",
+            r.name, r.ns.0, r.ns.1, r.ns.2, r.mpps.0, r.mpps.1, r.mpps.2
+        );
+    }
+}
+
+fn main() {
+    let opts = Opts {
+        reps: arg("--reps", 5),
+        ms: arg("--ms", 1000) as u64,
+        ring: arg("--ring", 512) as u32,
+    };
+    let quick = arg("--quick", 0) != 0;
+    let with_testpmd = arg("--testpmd", 1) != 0;
+    let ablation = arg("--ablation", 0) != 0;
+    let t = Instant::now();
+    let routes = build_routes(arg("--v4", 1_000_000), arg("--v6", 200_000), 2);
+    println!(
+        "ring-bench: {} IPv4 + {} IPv6 routes in {:.1} s; ring {}, {} repeats of {} ms, poller on CPU {}",
+        routes.prefixes.0.len(),
+        routes.prefixes.1.len(),
+        t.elapsed().as_secs_f64(),
+        opts.ring,
+        opts.reps,
+        opts.ms,
+        cpus() - 1
+    );
+    let mut cells = Vec::new();
+    let flows: &[usize] = if quick { &[1, 1 << 20] } else { &[1, 1024, 1 << 20] };
+    let bursts: &[u32] = if quick { &[32] } else { &[32, 64] };
+    for &burst in bursts {
+        for mode in [Mode::Bounce, Mode::L2fwd] {
+            cells.push(Cell::new(mode, 1, false, burst));
+        }
+        for &f in flows {
+            for mix in [false, true] {
+                cells.push(Cell::new(Mode::L3fwd, f, mix, burst));
+            }
+        }
+    }
+    if ablation {
+        cells.clear();
+        for interleave in [false, true] {
+            for offset in [0, 8] {
+                for shared_stats in [false, true] {
+                    cells.push(Cell {
+                        pollers: 2.min(cpus()),
+                        offset,
+                        shared_stats,
+                        interleave,
+                        ..Cell::new(Mode::L3fwd, 1024, false, 32)
+                    });
+                }
+            }
+        }
+    }
+    // `--cell K`: only the K-th cell (0-based, in the order printed), for profiling.
+    if let Some(k) = std::env::args().position(|a| a == "--cell").map(|_| arg("--cell", 0)) {
+        cells = cells.into_iter().skip(k).take(1).collect();
+    }
+    let mut rows = Vec::new();
+    let mut cache: Vec<((usize, bool), Vec<Arc<Traffic>>)> = Vec::new();
+    for cell in &cells {
+        let key = (cell.flows, cell.mix);
+        if !cache.iter().any(|(k, _)| *k == key) {
+            let t: Vec<Arc<Traffic>> = (0..PORTS)
+                .map(|p| traffic(&routes, p, cell.flows, cell.mix))
+                .collect();
+            cache.push((key, t));
+        }
+        let traffics = &cache.iter().find(|(k, _)| *k == key).expect("cached").1;
+        let samples = measure(cell, &routes, traffics, &opts);
+        let r = row(cell.name(), &samples, cell.pollers);
+        eprintln!("{}: {:.1} ns/packet", r.name, r.ns.0);
+        rows.push(r);
+    }
+    if !ablation {
+        let alone = port_alone(&cache[0].1[0], &opts);
+        rows.push(row("port alone (the emulated NIC's share)".into(), &alone, 1));
+    }
+    print(&rows);
+    if with_testpmd && !ablation {
+        println!();
+        println!("| DPDK 22.11 testpmd, 2 x net_null, 1 lcore | ns/packet | Mpps per core |");
+        println!("|---|---|---|");
+        for mode in ["io", "macswap"] {
+            for &burst in bursts {
+                match testpmd(mode, burst, 3 + opts.reps as u64) {
+                    Some(pps) => {
+                        let m = median(pps.iter().map(|p| p / 1e6).collect());
+                        let ns = median(pps.iter().map(|p| 1e9 / p).collect());
+                        println!(
+                            "| {mode} burst {burst} | {:.1} ({:.1}-{:.1}) | {:.1} ({:.1}-{:.1}) |",
+                            ns.0, ns.1, ns.2, m.0, m.1, m.2
+                        );
+                    }
+                    None => println!(
+                        "| {mode} burst {burst} | not run: dpdk-testpmd missing or printed no stats (Debian dpdk-dev) | |"
+                    ),
+                }
+            }
+        }
+    }
+}

@@ -245,7 +245,7 @@ fn measure(cell: &Cell, routes: &Routes, traffics: &[Arc<Traffic>], opts: &Opts)
                 idle_spin: Duration::ZERO,
                 tx_kick_budget: 0,
                 headroom: cell.offset,
-                hugepages: false,
+                hugepages: std::env::var_os("RB_HUGE").is_some(),
                 mem_policy: cell
                     .interleave
                     .then(|| (MemPolicy::Interleave, vec![0usize])),
@@ -489,7 +489,8 @@ fn main() {
         eprintln!("{}: {:.1} ns/packet", r.name, r.ns.0);
         rows.push(r);
     }
-    if !ablation {
+    let single = std::env::args().any(|a| a == "--cell");
+    if !ablation && !single {
         let alone = port_alone(&cache[0].1[0], &opts);
         rows.push(row("port alone (the emulated NIC's share)".into(), &alone, 1));
     }

@@ -121,8 +121,9 @@ impl Forwarder {
                     });
                 }
                 let l3 = packet::parse_l3(frame)?;
-                if let L3::V4 { dst, .. } = l3 {
-                    self.table.v4.prefetch(dst);
+                match l3 {
+                    L3::V4 { dst, .. } => self.table.v4.prefetch(dst),
+                    L3::V6 { dst, .. } => self.table.v6.prefetch(dst),
                 }
                 Ok(Parsed::L3(l3))
             }

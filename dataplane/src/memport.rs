@@ -110,11 +110,12 @@ impl Traffic {
         self.lens.is_empty()
     }
 
+    /// Frame `i` padded to the stride, and its length.
     #[inline(always)]
-    fn frame(&self, i: usize) -> &[u8] {
-        let len = self.lens.get(i).copied().unwrap_or(0) as usize;
+    fn frame(&self, i: usize) -> (&[u8], u32) {
+        let len = self.lens.get(i).copied().unwrap_or(0);
         let start = i * self.stride;
-        self.bytes.get(start..start + len).unwrap_or(&[])
+        (self.bytes.get(start..start + self.stride).unwrap_or(&[]), len)
     }
 }
 
@@ -234,14 +235,14 @@ impl MemQueue {
                 self.stats.rx_fill_ring_empty_descs += 1;
                 break;
             };
-            let template = traffic.frame(self.next);
+            let (template, len) = traffic.frame(self.next);
             self.next += 1;
             if self.next == traffic.len() {
                 self.next = 0;
             }
             let addr = base + u64::from(self.headroom);
-            // Template lengths fit a u32 (Traffic caps them).
-            let len = u32::try_from(template.len()).unwrap_or(0);
+            // The stride is at most 1792 bytes (Traffic caps it).
+            let stride = u32::try_from(template.len()).unwrap_or(0);
             self.counters.delivered += 1;
             made += 1;
             let bad =
@@ -264,12 +265,21 @@ impl MemQueue {
                     }
                 }
             } else {
-                if let Some(off) = area.check(addr, len) {
+                // The whole padded stride is written: a copy of a fixed 64 bytes is two
+                // vector stores, where a copy of the frame's own length is a memmove call.
+                if let Some(off) = area.check(addr, stride) {
                     // SAFETY: `base` came off the fill ring just above: the poller gave the
                     // frame to the port and reads it only after it comes back on the RX ring
                     // below, as with a NIC's DMA. `&mut Area` keeps any other view away.
-                    let frame = unsafe { area.frame_mut(off, len) };
-                    if frame.len() == template.len() {
+                    let frame = unsafe { area.frame_mut(off, stride) };
+                    if let (Some(dst), Some(src)) =
+                        (frame.first_chunk_mut::<64>(), template.first_chunk::<64>())
+                    {
+                        if stride == 64 {
+                            *dst = *src;
+                        }
+                    }
+                    if stride != 64 && frame.len() == template.len() {
                         frame.copy_from_slice(template);
                     }
                 }

@@ -1,6 +1,9 @@
 //! IPv6 longest-prefix match: one open-addressing hash table per prefix length present,
 //! probed from the longest. IPv6 tables on a box like this are small and their lengths few
-//! (/48, /64, /128 dominate), so a lookup is a handful of probes.
+//! (/48, /64, /128 dominate), so a lookup is a handful of probes. With many lengths present
+//! (a full table spreads over /32-/64), a probe per length would be a cache miss per length:
+//! a bit filter of (length, prefix) hashes, small enough to stay in cache, says which lengths
+//! can hold the address, and only those tables are probed.
 //!
 //! Updated in place by one writer while the pollers read: a slot's key is written once,
 //! before its value is published (release/acquire), and never changes afterwards; a removal
@@ -19,6 +22,19 @@ const EMPTY: u32 = 0;
 const TOMBSTONE: u32 = 1;
 /// Largest target a table holds (values store target + 2).
 pub const MAX_TARGET: u32 = u32::MAX - 2;
+/// Bits of the length filter (2^21 bits = 256 KiB: ~1 false probe per 10 lengths checked
+/// with 200k prefixes).
+const FILTER_SHIFT: u32 = 64 - 21;
+const FILTER_WORDS: usize = 1 << (21 - 6);
+
+/// The filter bit of a prefix of length `len` whose key hashes to `h`: the hash's top bits
+/// (the tables index by its low bits), mixed with the length.
+#[inline(always)]
+fn filter_bit(h: u64, len: usize) -> usize {
+    #[allow(clippy::cast_possible_truncation)] // 21 bits
+    let bit = ((h ^ (len as u64).wrapping_mul(0xd6e8_feb8_6659_fd93)) >> FILTER_SHIFT) as usize;
+    bit
+}
 
 struct Slot {
     hi: AtomicU64,
@@ -57,9 +73,15 @@ impl LenTable {
     #[inline(always)]
     fn get(&self, dst: u128) -> Option<u32> {
         let key = dst & self.mask;
+        self.get_hashed(key, hash(key))
+    }
+
+    /// Looks up `key` (already masked) whose hash is `h`.
+    #[inline(always)]
+    fn get_hashed(&self, key: u128, h: u64) -> Option<u32> {
         let m = self.slots.len() - 1;
         #[allow(clippy::cast_possible_truncation)] // masked to the table size
-        let mut i = hash(key) as usize & m;
+        let mut i = h as usize & m;
         #[allow(clippy::cast_possible_truncation)]
         let (hi, lo) = ((key >> 64) as u64, key as u64);
         for _ in 0..self.slots.len() {
@@ -113,6 +135,10 @@ pub struct Lpm6 {
     tables: Box<[AtomicPtr<LenTable>]>,
     /// Bit `len` set when a table for that length exists: lookups walk the set bits down.
     present: [AtomicU64; 3],
+    /// Bit [`filter_bit`] set when some prefix of that length hashes there: a clear bit means
+    /// that length's table cannot hold the address (set before an entry is published, cleared
+    /// after the last one using it is removed).
+    filter: Box<[AtomicU64]>,
 }
 
 impl Drop for Lpm6 {
@@ -135,6 +161,7 @@ impl Default for Lpm6 {
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
             present: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+            filter: (0..FILTER_WORDS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 }
@@ -148,7 +175,8 @@ impl Lpm6 {
             while bits != 0 {
                 let b = 63 - bits.leading_zeros() as usize;
                 bits &= !(1u64 << b);
-                let p = self.tables.get(w * 64 + b)?.load(Acquire);
+                let len = w * 64 + b;
+                let p = self.tables.get(len)?.load(Acquire);
                 if p.is_null() {
                     continue;
                 }
@@ -156,12 +184,57 @@ impl Lpm6 {
                 // quiescent state following its unpublishing; the caller (a poller between
                 // two quiescent states) may read it.
                 let t = unsafe { &*p };
-                if let Some(v) = t.get(dst) {
+                let key = dst & t.mask;
+                let h = hash(key);
+                if !self.maybe_holds(h, len) {
+                    continue;
+                }
+                if let Some(v) = t.get_hashed(key, h) {
                     return Some(v);
                 }
             }
         }
         None
+    }
+
+    /// Starts loading the slot of the longest length that may hold `dst` (the table probe a
+    /// lookup is most likely to need), so a burst's misses overlap (see `Forwarder::prepare`).
+    #[inline]
+    pub fn prefetch(&self, dst: u128) {
+        for (w, word) in self.present.iter().enumerate().rev() {
+            let mut bits = word.load(Acquire);
+            while bits != 0 {
+                let b = 63 - bits.leading_zeros() as usize;
+                bits &= !(1u64 << b);
+                let len = w * 64 + b;
+                let Some(p) = self.tables.get(len).map(|t| t.load(Acquire)) else {
+                    return;
+                };
+                if p.is_null() {
+                    continue;
+                }
+                // SAFETY: as in `lookup`: published tables outlive the caller's quiescent
+                // period.
+                let t = unsafe { &*p };
+                let h = hash(dst & t.mask);
+                if self.maybe_holds(h, len) {
+                    #[allow(clippy::cast_possible_truncation)] // masked to the table size
+                    if let Some(s) = t.slots.get(h as usize & (t.slots.len() - 1)) {
+                        crate::sys::prefetch(&s.value);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// False when no prefix of length `len` hashing to `h` is in the table.
+    #[inline(always)]
+    fn maybe_holds(&self, h: u64, len: usize) -> bool {
+        let bit = filter_bit(h, len);
+        self.filter
+            .get(bit / 64)
+            .is_some_and(|w| w.load(Acquire) & (1 << (bit % 64)) != 0)
     }
 
     fn table(&self, len: u8) -> Option<&LenTable> {
@@ -209,6 +282,8 @@ pub struct Lpm6Writer {
     used: Vec<usize>,
     retired: Retired<RetiredTable>,
     routes: usize,
+    /// Live prefixes behind each filter bit (saturating: a saturated bit stays set).
+    filter_counts: Vec<u16>,
 }
 
 impl Default for Lpm6Writer {
@@ -218,6 +293,7 @@ impl Default for Lpm6Writer {
             used: vec![0; 129],
             retired: Retired::default(),
             routes: 0,
+            filter_counts: vec![0; FILTER_WORDS * 64],
         }
     }
 }
@@ -280,6 +356,13 @@ impl Lpm6Writer {
         if was <= TOMBSTONE {
             self.live[l] += 1;
             self.routes += 1;
+            // The filter bit before the entry: a reader that finds the entry passed the bit.
+            let bit = filter_bit(hash(key), l);
+            let c = &mut self.filter_counts[bit];
+            if *c == 0 {
+                t.filter[bit / 64].fetch_or(1 << (bit % 64), Release);
+            }
+            *c = c.saturating_add(1);
         }
         s.value.store(target + 2, Release);
         t.set_present(len, true);
@@ -302,6 +385,14 @@ impl Lpm6Writer {
         s.value.store(TOMBSTONE, Release);
         self.live[l] -= 1;
         self.routes -= 1;
+        let bit = filter_bit(hash(prefix & mask6(len)), l);
+        let c = &mut self.filter_counts[bit];
+        if *c != u16::MAX {
+            *c -= 1;
+            if *c == 0 {
+                t.filter[bit / 64].fetch_and(!(1 << (bit % 64)), Release);
+            }
+        }
         if self.live[l] == 0 {
             t.set_present(len, false);
             let old = t.tables[l].swap(std::ptr::null_mut(), Release);

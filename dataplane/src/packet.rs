@@ -303,7 +303,12 @@ fn parse_v4(frame: &[u8]) -> Result<L3, DropReason> {
     if usize::from(total) < ihl || usize::from(total) > ip.len() {
         return Err(DropReason::BadLength);
     }
-    if checksum(ip.get(..ihl).ok_or(DropReason::BadIhl)?) != 0 {
+    let sum = if ihl == 20 {
+        checksum_v4_header(hdr)
+    } else {
+        checksum(ip.get(..ihl).ok_or(DropReason::BadIhl)?)
+    };
+    if sum != 0 {
         return Err(DropReason::BadChecksum);
     }
     if ihl > 20 {
@@ -458,6 +463,26 @@ pub fn checksum(data: &[u8]) -> u16 {
     while sum >> 16 != 0 {
         sum = (sum & 0xffff) + (sum >> 16);
     }
+    #[allow(clippy::cast_possible_truncation)] // folded above: sum < 2^16
+    let folded = sum as u16;
+    !folded
+}
+
+/// [`checksum`] of an option-less IPv4 header, as five 32-bit words (RFC 1071 2.(B): the sum
+/// may be taken in wider words and folded), inlined: the general loop was ~4 ns of a 35 ns
+/// forwarding path.
+#[inline(always)]
+pub fn checksum_v4_header(hdr: &[u8; 20]) -> u16 {
+    let mut sum: u64 = 0;
+    for w in hdr.chunks_exact(4) {
+        if let [a, b, c, d] = *w {
+            sum += u64::from(u32::from_be_bytes([a, b, c, d]));
+        }
+    }
+    sum = (sum & 0xffff_ffff) + (sum >> 32);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
     #[allow(clippy::cast_possible_truncation)] // folded above: sum < 2^16
     let folded = sum as u16;
     !folded

@@ -399,3 +399,24 @@ fn mac_words_write_both_macs_and_keep_the_ethertype() {
     set_macs_words(&mut short, d, s);
     assert_eq!(short, vec![0u8; 10], "too short: untouched");
 }
+
+#[test]
+fn the_header_checksum_fast_path_agrees_with_rfc_1071() {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1071);
+    let mut edges = vec![[0u8; 20], [0xff; 20]];
+    edges.push({
+        let mut h = [0xffu8; 20];
+        h[10] = 0;
+        h[11] = 0;
+        h
+    });
+    for h in edges
+        .into_iter()
+        .chain((0..100_000).map(|_| rng.gen::<[u8; 20]>()))
+    {
+        assert_eq!(checksum_v4_header(&h), checksum(&h), "{h:?}");
+    }
+    let f = udp_v4(&FrameSpec::default());
+    let hdr: &[u8; 20] = f[14..34].try_into().unwrap();
+    assert_eq!(checksum_v4_header(hdr), 0, "a built header verifies");
+}

@@ -123,6 +123,23 @@ fn main() {
         per_pass.push(t.elapsed().as_nanos() as f64 / frames as f64);
     }
     std::hint::black_box(forwarded);
+    // The IPv4 header checksum check alone, on the same frames (a NIC with RX checksum
+    // offload would spare it): what the path costs without it is the median minus this.
+    let mut csum_pass = Vec::new();
+    let mut bad = 0u64;
+    for _ in 0..passes {
+        let t = Instant::now();
+        for slot in buf.chunks_exact(FRAME) {
+            if let Some(h) = slot.get(14..34).and_then(|h| <&[u8; 20]>::try_from(h).ok()) {
+                bad +=
+                    u64::from(dataplane::packet::checksum_v4_header(std::hint::black_box(h)) != 0);
+            }
+        }
+        csum_pass.push(t.elapsed().as_nanos() as f64 / frames as f64);
+    }
+    std::hint::black_box(bad);
+    csum_pass.sort_by(f64::total_cmp);
+    let csum = csum_pass[csum_pass.len() / 2];
     let mut sorted = per_pass.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
@@ -137,8 +154,13 @@ fn main() {
         sorted[sorted.len() - 1]
     );
     println!(
+        "fwd-micro: of which the IPv4 header checksum check {:.1} ns/packet (median, measured alone): {:.1} ns/packet without it",
+        csum,
+        median - csum
+    );
+    println!(
         "{}",
-        serde_json::json!({"prefixes": prefixes, "frames": frames, "passes": passes, "median_ns_per_pkt": median,
+        serde_json::json!({"prefixes": prefixes, "frames": frames, "passes": passes, "median_ns_per_pkt": median, "checksum_ns_per_pkt": csum,
                            "min_ns_per_pkt": sorted[0], "max_ns_per_pkt": sorted[sorted.len() - 1]})
     );
 }

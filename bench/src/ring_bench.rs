@@ -80,13 +80,21 @@ impl Cell {
             s.push_str(&format!(
                 " | {} pollers, {}, {}, {}",
                 self.pollers,
-                if self.interleave { "interleave" } else { "local" },
+                if self.interleave {
+                    "interleave"
+                } else {
+                    "local"
+                },
                 if self.offset == 0 {
                     "cacheline".to_string()
                 } else {
                     format!("offset:{}", self.offset)
                 },
-                if self.shared_stats { "shared" } else { "percpu" }
+                if self.shared_stats {
+                    "shared"
+                } else {
+                    "percpu"
+                }
             ));
         }
         s
@@ -328,10 +336,7 @@ fn port_alone(traffic: &Arc<Traffic>, opts: &Opts) -> Vec<Sample> {
                 while t.elapsed() < Duration::from_millis(ms) {
                     for _ in 0..256 {
                         let got = q.rx_burst(&mut area, &mut burst);
-                        q.fill(
-                            got as u32,
-                            burst.iter().take(got).map(|d| d.addr & !2047),
-                        );
+                        q.fill(got as u32, burst.iter().take(got).map(|d| d.addr & !2047));
                         packets += got as u64;
                     }
                 }
@@ -382,13 +387,25 @@ fn testpmd(mode: &str, burst: u32, secs: u64) -> Option<Vec<f64>> {
     let n = cpus();
     let lcores = format!("0,{}", n.saturating_sub(1).max(1));
     let out = std::process::Command::new("timeout")
-        .args(["-s", "INT", &format!("{secs}"), "dpdk-testpmd", "-l", &lcores])
+        .args([
+            "-s",
+            "INT",
+            &format!("{secs}"),
+            "dpdk-testpmd",
+            "-l",
+            &lcores,
+        ])
         .args(["--main-lcore", "0", "--no-pci", "--no-huge", "-m", "1024"])
         .args(["--file-prefix", &format!("ringbench{}", std::process::id())])
         .args(["--vdev", "net_null0", "--vdev", "net_null1", "--"])
         .arg(format!("--forward-mode={mode}"))
         .args(["--nb-cores=1", &format!("--burst={burst}")])
-        .args(["--total-num-mbufs=16384", "--auto-start", "--stats-period", "1"])
+        .args([
+            "--total-num-mbufs=16384",
+            "--auto-start",
+            "--stats-period",
+            "1",
+        ])
         .output()
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -441,7 +458,11 @@ fn main() {
         cpus() - 1
     );
     let mut cells = Vec::new();
-    let flows: &[usize] = if quick { &[1, 1 << 20] } else { &[1, 1024, 1 << 20] };
+    let flows: &[usize] = if quick {
+        &[1, 1 << 20]
+    } else {
+        &[1, 1024, 1 << 20]
+    };
     let bursts: &[u32] = if quick { &[32] } else { &[32, 64] };
     for &burst in bursts {
         for mode in [Mode::Bounce, Mode::L2fwd] {
@@ -470,7 +491,10 @@ fn main() {
         }
     }
     // `--cell K`: only the K-th cell (0-based, in the order printed), for profiling.
-    if let Some(k) = std::env::args().position(|a| a == "--cell").map(|_| arg("--cell", 0)) {
+    if let Some(k) = std::env::args()
+        .position(|a| a == "--cell")
+        .map(|_| arg("--cell", 0))
+    {
         cells = cells.into_iter().skip(k).take(1).collect();
     }
     let mut rows = Vec::new();
@@ -492,7 +516,11 @@ fn main() {
     let single = std::env::args().any(|a| a == "--cell");
     if !ablation && !single {
         let alone = port_alone(&cache[0].1[0], &opts);
-        rows.push(row("port alone (the emulated NIC's share)".into(), &alone, 1));
+        rows.push(row(
+            "port alone (the emulated NIC's share)".into(),
+            &alone,
+            1,
+        ));
     }
     print(&rows);
     if with_testpmd && !ablation {

@@ -36,4 +36,3 @@ pub fn prefixes(v4: usize, v6: usize) -> Prefixes {
     }
     (seen4.into_iter().collect(), seen6.into_iter().collect())
 }
-

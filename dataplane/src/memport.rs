@@ -115,7 +115,10 @@ impl Traffic {
     fn frame(&self, i: usize) -> (&[u8], u32) {
         let len = self.lens.get(i).copied().unwrap_or(0);
         let start = i * self.stride;
-        (self.bytes.get(start..start + self.stride).unwrap_or(&[]), len)
+        (
+            self.bytes.get(start..start + self.stride).unwrap_or(&[]),
+            len,
+        )
     }
 }
 

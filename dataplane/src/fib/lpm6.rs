@@ -436,13 +436,7 @@ impl Lpm6Writer {
     }
 
     /// Replaces length `len`'s table by one of `capacity` slots holding its live entries.
-    fn rebuild(
-        &mut self,
-        t: &Lpm6,
-        qsbr: &Qsbr,
-        len: u8,
-        capacity: usize,
-    ) -> Result<(), FibError> {
+    fn rebuild(&mut self, t: &Lpm6, qsbr: &Qsbr, len: u8, capacity: usize) -> Result<(), FibError> {
         let l = usize::from(len);
         let fresh = LenTable::new(len, capacity.max(16))?;
         let mut used = 0;

@@ -24,6 +24,9 @@ bench: build
 		target/release/dataplane bench --matrix bench/matrices/$$m.toml --out bench/out/$$m || exit 1; \
 	done
 	target/release/fwd-micro
+	mkdir -p bench/out/ring bench/out/ring-ablation
+	target/release/ring-bench > bench/out/ring/summary.md
+	target/release/ring-bench --ablation 1 > bench/out/ring-ablation/summary.md
 
 lint: deps
 	python3 scripts/modgraph.py --self-test

@@ -36,6 +36,9 @@ use routes::{prefixes, Prefixes};
 
 const PORTS: u16 = 2;
 
+/// (flows, IPv4/IPv6 mix).
+type TrafficKey = (usize, bool);
+
 fn port_mac(p: u16) -> [u8; 6] {
     [2, 0, 0, 0, p as u8, 2]
 }
@@ -78,7 +81,7 @@ impl Cell {
         );
         if self.pollers > 1 {
             s.push_str(&format!(
-                " | {} pollers, {}, {}, {}",
+                "; {} pollers, {}, {}, {}",
                 self.pollers,
                 if self.interleave {
                     "interleave"
@@ -120,7 +123,7 @@ fn build_routes(n4: usize, n6: usize, readers: usize) -> Routes {
             let id = w
                 .hop(HopKey {
                     port: u16::from(i % 2),
-                    addr: Some(std::net::IpAddr::V4([10, 0, u8::from(i % 2), i].into())),
+                    addr: Some(std::net::IpAddr::V4([10, 0, i % 2, i].into())),
                 })
                 .expect("hop");
             w.set_hop(id, HopState::Reachable, [2, 0, 0, 1, i % 2, i]);
@@ -363,7 +366,7 @@ struct Row {
     mpps: (f64, f64, f64),
 }
 
-fn row(name: String, samples: &[Sample], pollers: usize) -> Row {
+fn row(name: String, samples: &[Sample]) -> Row {
     let ns = median(
         samples
             .iter()
@@ -377,7 +380,6 @@ fn row(name: String, samples: &[Sample], pollers: usize) -> Row {
             .map(|s| s.packets as f64 / (s.cpu_ns.max(1) as f64 / 1e9) / 1e6)
             .collect(),
     );
-    let _ = pollers;
     Row { name, ns, mpps }
 }
 
@@ -448,14 +450,14 @@ fn main() {
     let t = Instant::now();
     let routes = build_routes(arg("--v4", 1_000_000), arg("--v6", 200_000), 2);
     println!(
-        "ring-bench: {} IPv4 + {} IPv6 routes in {:.1} s; ring {}, {} repeats of {} ms, poller on CPU {}",
+        "ring-bench: {} IPv4 + {} IPv6 routes in {:.1} s; ring {}, {} repeats of {} ms, pollers on the last CPUs (of {})",
         routes.prefixes.0.len(),
         routes.prefixes.1.len(),
         t.elapsed().as_secs_f64(),
         opts.ring,
         opts.reps,
         opts.ms,
-        cpus() - 1
+        cpus()
     );
     let mut cells = Vec::new();
     let flows: &[usize] = if quick {
@@ -498,7 +500,8 @@ fn main() {
         cells = cells.into_iter().skip(k).take(1).collect();
     }
     let mut rows = Vec::new();
-    let mut cache: Vec<((usize, bool), Vec<Arc<Traffic>>)> = Vec::new();
+    // Traffic per (flows, mix), built once: the 1M-flow sets take a while.
+    let mut cache: Vec<(TrafficKey, Vec<Arc<Traffic>>)> = Vec::new();
     for cell in &cells {
         let key = (cell.flows, cell.mix);
         if !cache.iter().any(|(k, _)| *k == key) {
@@ -509,7 +512,7 @@ fn main() {
         }
         let traffics = &cache.iter().find(|(k, _)| *k == key).expect("cached").1;
         let samples = measure(cell, &routes, traffics, &opts);
-        let r = row(cell.name(), &samples, cell.pollers);
+        let r = row(cell.name(), &samples);
         eprintln!("{}: {:.1} ns/packet", r.name, r.ns.0);
         rows.push(r);
     }

@@ -14,7 +14,8 @@
 //!
 //! Module map (layers point down; `scripts/modgraph.py` checks it): `types` holds the plain
 //! values every layer shares and imports nothing; `packet`, `fib`, `forward`, `mem`, `xsk`,
-//! `poller` and `stats` are the per-packet path and never reach config, CLI, lab or runtime
+//! `ring_io` (the rings as the poller sees them), `memport` (in-memory rings behind an emulated
+//! zero-copy port, for tests and benchmarks), `poller` and `stats` are the per-packet path and never reach config, CLI, lab or runtime
 //! code; `sys` holds every raw syscall; `bpf` loads the XDP programs; `config` turns TOML into
 //! plain values; `control` owns the routing base and updates the table the pollers read; `runtime` wires a run together in steps; `topology` (with `nic_irqs`: each queue's IRQ by the driver's naming), `plan` and `irq` place
 //! pollers and interrupts; `testbed` builds netns testbeds; `gen` and `lab` are the measuring

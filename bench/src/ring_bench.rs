@@ -519,11 +519,7 @@ fn main() {
     let single = std::env::args().any(|a| a == "--cell");
     if !ablation && !single {
         let alone = port_alone(&cache[0].1[0], &opts);
-        rows.push(row(
-            "port alone (the emulated NIC's share)".into(),
-            &alone,
-            1,
-        ));
+        rows.push(row("port alone (the emulated NIC's share)".into(), &alone));
     }
     print(&rows);
     if with_testpmd && !ablation {

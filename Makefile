@@ -5,7 +5,7 @@ CARGO ?= cargo
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool iputils-ping \
 	procps util-linux python3 libhwloc-dev libudev-dev traceroute iperf3 man-db prometheus
 
-.PHONY: deps build test demo bench lint fmt clean fuzz install
+.PHONY: deps build test vmtest demo bench lint fmt clean fuzz install
 
 deps:
 	@scripts/deps.sh $(DEB_PACKAGES)
@@ -15,6 +15,14 @@ build: deps
 
 test: deps
 	$(CARGO) test --workspace  # builds the dataplane binary that tests/ runs
+
+# The real-driver testbed: a QEMU guest (TCG) with 2 NUMA nodes, SMT and two multi-queue
+# virtio-net NICs with MSI-X interrupts, traffic from the host's namespaces (scripts/vmtest/).
+VM_PACKAGES := qemu-system-x86 busybox-static cpio xz-utils kmod
+vmtest: build
+	@scripts/deps.sh $(VM_PACKAGES)
+	scripts/vmtest/build.sh
+	timeout 1800 python3 scripts/vmtest/host.py
 
 demo: build
 	scripts/demo.sh

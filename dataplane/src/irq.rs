@@ -215,7 +215,7 @@ impl IrqChanges {
             src = topology::queue_irq(ifname, queue);
         }
         match src {
-            Some(IrqSource::Irq { irq, cpus }) => {
+            Some(IrqSource::Irq { irq, cpus, .. }) => {
                 self.record(Change::Irq {
                     irq,
                     before: cpus,

@@ -70,7 +70,7 @@ impl Layout {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PlanError {
     /// The queue's interrupt CPU is unknown and the layout is defined relative to it.
-    #[error("layout {layout}: the interrupt CPU of queue {queue} is unknown (no IRQ found, no pinned NAPI thread; on veth the sender's CPU plays it): pass --irq-cpu {queue}:CPU")]
+    #[error("layout {layout}: the interrupt CPU of queue {queue} is unknown (no IRQ found that is pinned to, or delivered to, one CPU, and no pinned NAPI thread; on veth the sender's CPU plays it): pass --irq-cpu {queue}:CPU")]
     IrqUnknown {
         /// Layout name.
         layout: &'static str,
@@ -183,13 +183,15 @@ pub fn plan(
             .collect()
     };
     if layout == Layout::Spread {
-        let node = iface_node.or_else(|| m.nodes.first().copied());
+        // Over the interface's node; a NIC that names no node (a virtual device) is as near
+        // to every node, so over all of them.
+        let node = iface_node;
         let cpus = first_threads(&|p| node.is_none() || p.node == node);
         if queues.len() > cpus.len() {
             return Err(impossible(format!(
-                "{} queues but node {} has {} cores (one poller per core)",
+                "{} queues but {} has {} cores (one poller per core)",
                 queues.len(),
-                node.map_or("-".into(), |n| n.to_string()),
+                node.map_or("the machine".into(), |n| format!("node {n}")),
                 cpus.len()
             )));
         }

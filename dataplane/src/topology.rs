@@ -217,6 +217,11 @@ pub enum IrqSource {
         irq: u32,
         /// Allowed CPUs.
         cpus: Vec<usize>,
+        /// The CPUs the interrupt is delivered to now (`effective_affinity_list`: on x86 one
+        /// CPU of the allowed ones; empty where the kernel does not say, or in JSON written
+        /// before this field existed).
+        #[serde(default)]
+        effective: Vec<usize>,
     },
     /// A threaded-NAPI kernel thread (`napi/<dev>-<id>`), and the CPUs it may run on.
     NapiThread {
@@ -291,11 +296,17 @@ pub fn queue_irq(ifname: &str, queue: u32) -> Option<IrqSource> {
         .copied()
         .flatten();
     if let Some(irq) = irq {
-        let cpus = std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity_list"))
-            .ok()
-            .and_then(|s| parse_cpu_list(&s))
-            .unwrap_or_default();
-        return Some(IrqSource::Irq { irq, cpus });
+        let list = |file: &str| {
+            std::fs::read_to_string(format!("/proc/irq/{irq}/{file}"))
+                .ok()
+                .and_then(|s| parse_cpu_list(&s))
+                .unwrap_or_default()
+        };
+        return Some(IrqSource::Irq {
+            irq,
+            cpus: list("smp_affinity_list"),
+            effective: list("effective_affinity_list"),
+        });
     }
     let (tid, name) = napi_threads(ifname).into_iter().nth(queue as usize)?;
     Some(IrqSource::NapiThread {
@@ -311,12 +322,17 @@ pub fn interface_driver(ifname: &str) -> Option<String> {
 }
 
 impl IrqSource {
-    /// The single CPU this source is pinned to, if it is pinned to exactly one.
+    /// The CPU this source's work runs on: the one it is pinned to, or for an interrupt
+    /// allowed on several CPUs the one the kernel delivers it to now (a driver's default
+    /// spread, as virtio_net's, pins nothing but still lands on one CPU).
     pub fn cpu(&self) -> Option<usize> {
-        let cpus = match self {
-            IrqSource::Irq { cpus, .. } | IrqSource::NapiThread { cpus, .. } => cpus,
-        };
-        (cpus.len() == 1).then(|| cpus[0])
+        let one = |cpus: &[usize]| (cpus.len() == 1).then(|| cpus[0]);
+        match self {
+            IrqSource::Irq {
+                cpus, effective, ..
+            } => one(cpus).or_else(|| one(effective)),
+            IrqSource::NapiThread { cpus, .. } => one(cpus),
+        }
     }
 }
 

@@ -39,7 +39,11 @@ pub fn main(a: TopologyArgs) -> Result<()> {
         );
         for (q, src) in i.queue_irqs.iter().enumerate() {
             let what = match src {
-                Some(IrqSource::Irq { irq, cpus }) => format!("IRQ {irq} on cpus {cpus:?}"),
+                Some(IrqSource::Irq {
+                    irq,
+                    cpus,
+                    effective,
+                }) => format!("IRQ {irq} on cpus {cpus:?} (delivered to {effective:?})"),
                 Some(IrqSource::NapiThread { name, cpus, .. }) => {
                     format!("{name} on cpus {cpus:?}")
                 }

@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""make vmtest, the host side: boot the guest with real drivers and serve its traffic.
+
+Builds nothing itself (scripts/vmtest/build.sh makes the kernel and initramfs, `make build` the
+binaries). It creates two namespaces (gen, sink) and two multi-queue taps, boots QEMU (TCG: no
+KVM needed) with the chosen topology and one virtio-net NIC per tap, moves the taps' host ends
+into the namespaces, and then does what the guest asks over its second serial port (a unix
+socket here):
+
+  guest: READY <name> <count> <flows>   host: sends <count> UDP frames over <flows> flows from
+                                         gen into the guest's first NIC, counts what the sink
+                                         receives from its second, answers SENT <sent> <received>
+  guest: RESULT PASS|FAIL <text>        host: prints it
+  guest: DONE <passed> <failed>         host: tears down, exits 0 only when all passed
+
+  guest: RAN <layout>                   host: notes that the layout forwarded traffic
+
+It boots once per topology (default: 2 sockets x 1 core x 2 threads, then 2 x 2 x 1; one NUMA
+node per socket): some layouts exist only on some topologies (same-package needs two cores in
+a package, smt-sibling needs SMT), and every layout must have run on one of them.
+Everything is torn down at the end (QEMU, taps, namespaces), also on error or timeout.
+Usage: scripts/vmtest/host.py [--timeout S] [--topologies 2x1x2,2x2x1]
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+VM = os.path.join(REPO, "target", "vm")
+DATAPLANE = os.path.join(REPO, "target", "release", "dataplane")
+GUEST_MACS = ("52:54:00:00:00:0a", "52:54:00:00:00:0b")
+# Extra virtio-net-pci properties, e.g. ",disable-legacy=on,iommu_platform=on" (the DMA API
+# in the guest: what virtio_net's AF_XDP zero-copy would map through).
+VIRTIO_EXTRA = os.environ.get("VMTEST_VIRTIO", "")
+LAYOUTS = {"irq-core", "smt-sibling", "same-package", "remote-node", "spread", "unpinned"}
+# The host ends of the taps: the gen side's and the sink side's, as the guest's neighbours.
+HOST_MACS = ("02:00:00:00:0a:01", "02:00:00:00:0b:01")
+
+
+def run(*args, check=True, ns=None):
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+    return r.stdout
+
+
+class Bed:
+    """Namespaces, taps and the QEMU process of one vmtest run (unique names)."""
+
+    def __init__(self, args):
+        self.tag = f"vt{os.getpid() % 100000}"
+        self.gen, self.sink = f"{self.tag}g", f"{self.tag}s"
+        self.taps = (f"{self.tag}a", f"{self.tag}b")
+        self.dir = tempfile.mkdtemp(prefix=f"{self.tag}-")
+        self.ctl_path = os.path.join(self.dir, "ctl.sock")
+        self.console = os.path.join(self.dir, "console.log")
+        self.qemu = None
+        self.args = args
+
+    def up(self):
+        for ns in (self.gen, self.sink):
+            run("ip", "netns", "add", ns)
+        for tap, mac in zip(self.taps, HOST_MACS):
+            run("ip", "tuntap", "add", tap, "mode", "tap", "multi_queue")
+            run("ip", "link", "set", tap, "address", mac)
+        a = self.args
+        cpus = a.sockets * a.cores * a.threads
+        per_node = cpus // a.nodes
+        cmd = [
+            "qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max",
+            "-m", f"{256 * a.nodes * 2}",
+            "-smp", f"{cpus},sockets={a.sockets},cores={a.cores},threads={a.threads}",
+        ]
+        for n in range(a.nodes):
+            cmd += ["-object", f"memory-backend-ram,id=m{n},size=512M",
+                    "-numa", f"node,nodeid={n},cpus={n * per_node}-{(n + 1) * per_node - 1},memdev=m{n}"]
+        cmd += [
+            "-kernel", os.path.join(VM, "vmlinuz"), "-initrd", os.path.join(VM, "initramfs.gz"),
+            "-append", f"console=ttyS0 quiet panic=-1 vmtest.repo={REPO} "
+                       f"vmtest.topo={a.sockets}x{a.cores}x{a.threads} vmtest.nodes={a.nodes}",
+            "-display", "none", "-monitor", "none", "-no-reboot",
+            "-serial", f"file:{self.console}",
+            "-serial", f"unix:{self.ctl_path},server=on,wait=off",
+            "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+        ]
+        for i, (tap, mac) in enumerate(zip(self.taps, GUEST_MACS)):
+            cmd += ["-netdev", f"tap,id=n{i},ifname={tap},script=no,downscript=no,queues=2,vhost=off",
+                    "-device", f"virtio-net-pci,netdev=n{i},mq=on,vectors=6,mac={mac}{VIRTIO_EXTRA}"]
+        self.qemu = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                     stderr=open(os.path.join(self.dir, "qemu.err"), "w"))
+        # QEMU has the taps open once its control socket exists; then their host ends go into
+        # the namespaces (the open queues follow the device).
+        deadline = time.time() + 20
+        while not os.path.exists(self.ctl_path):
+            if self.qemu.poll() is not None or time.time() > deadline:
+                raise RuntimeError("QEMU did not start: " + open(os.path.join(self.dir, "qemu.err")).read())
+            time.sleep(0.1)
+        for tap, ns, addr in zip(self.taps, (self.gen, self.sink), ("198.18.0.1/16", "198.19.0.1/16")):
+            run("ip", "link", "set", tap, "netns", ns)
+            run("ip", "addr", "add", addr, "dev", tap, ns=ns)
+            run("sysctl", "-qw", f"net.ipv6.conf.{tap}.disable_ipv6=1", ns=ns)
+            run("ip", "link", "set", tap, "up", ns=ns)
+            run("ip", "link", "set", "lo", "up", ns=ns)
+
+    def down(self, keep_logs):
+        if self.qemu and self.qemu.poll() is None:
+            self.qemu.kill()
+            self.qemu.wait()
+        if not keep_logs:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        for tap, ns in zip(self.taps, (self.gen, self.sink)):
+            run("ip", "link", "del", tap, ns=ns, check=False)
+            run("ip", "link", "del", tap, check=False)
+        for ns in (self.gen, self.sink):
+            run("ip", "netns", "del", ns, check=False)
+
+    def burst(self, count, flows):
+        """Sends `count` frames over `flows` flows into the guest; returns (sent, received)."""
+        sink_json = os.path.join(self.dir, "sink.json")
+        gen_json = os.path.join(self.dir, "gen.json")
+        rate = 2000
+        sink = subprocess.Popen(
+            ["ip", "netns", "exec", self.sink, DATAPLANE, "sink", "--iface", self.taps[1],
+             "--duration", str(int(count / rate) + 8), "--json", sink_json],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        run(DATAPLANE, "gen", "--iface", self.taps[0], "--count", str(count), "--rate", str(rate),
+            "--flows", str(flows), "--dst-mac", GUEST_MACS[0], "--src-mac", HOST_MACS[0],
+            "--src", "198.18.0.1", "--dst", "198.19.0.100", "--duration", str(int(count / rate) + 5),
+            "--json", gen_json, ns=self.gen)
+        _, err = sink.communicate(timeout=60)
+        sent = json.load(open(gen_json))["packets"]
+        received = json.load(open(sink_json))["matched"] if os.path.exists(sink_json) else -1
+        if received < 0:
+            print(f"vmtest: sink failed: {err}", file=sys.stderr)
+        return sent, received
+
+
+def serve(bed, timeout, ran):
+    deadline = time.time() + timeout
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(bed.ctl_path)
+    sock.settimeout(1.0)
+    buf = b""
+    passed = failed = 0
+    while True:
+        if time.time() > deadline:
+            print(f"vmtest: FAIL: no verdict from the guest within {timeout} s", flush=True)
+            return False
+        if bed.qemu.poll() is not None and b"\n" not in buf:
+            print("vmtest: FAIL: the guest powered off before reporting DONE", flush=True)
+            return False
+        try:
+            chunk = sock.recv(4096)
+            if not chunk and bed.qemu.poll() is not None:
+                continue
+            buf += chunk
+        except socket.timeout:
+            continue
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            line = line.decode(errors="replace").strip()
+            if not line:
+                continue
+            word = line.split()[0]
+            if word == "READY":
+                _, name, count, flows = line.split()
+                sent, received = bed.burst(int(count), int(flows))
+                print(f"vmtest: {name}: sent {sent}, the sink received {received}", flush=True)
+                sock.sendall(f"SENT {sent} {received}\n".encode())
+            elif word == "RESULT":
+                print("vmtest:", line[len("RESULT "):], flush=True)
+                passed += line.split()[1] == "PASS"
+                failed += line.split()[1] == "FAIL"
+            elif word == "DONE":
+                print(f"vmtest: {passed} passed, {failed} failed", flush=True)
+                return failed == 0 and passed > 0
+            elif word == "RAN":
+                ran.add(line.split()[1])
+            elif word == "LOG":
+                print("vmtest: guest:", line[4:], flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--timeout", type=int, default=600, help="per boot, seconds")
+    p.add_argument("--topologies", default="2x1x2,2x2x1",
+                   help="SOCKETSxCORESxTHREADS, comma-separated; one NUMA node per socket")
+    a = p.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("vmtest: needs root (namespaces, taps)")
+    for f in (os.path.join(VM, "vmlinuz"), os.path.join(VM, "initramfs.gz"), DATAPLANE):
+        if not os.path.exists(f):
+            sys.exit(f"vmtest: {f} missing: run make vmtest (it builds the guest and the binaries)")
+    t0 = time.time()
+    ran = set()
+    all_ok = True
+    for topo in a.topologies.split(","):
+        s, c, t = map(int, topo.split("x"))
+        print(f"vmtest: booting {s} socket(s) x {c} core(s) x {t} thread(s), {s} NUMA node(s)", flush=True)
+        bed = Bed(argparse.Namespace(sockets=s, cores=c, threads=t, nodes=s))
+        ok = False
+        t1 = time.time()
+        try:
+            bed.up()
+            ok = serve(bed, a.timeout, ran)
+            if bed.qemu.poll() is None:
+                try:
+                    bed.qemu.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    pass
+        except Exception as e:  # a clear message, then the teardown below
+            print(f"vmtest: FAIL: {e}", flush=True)
+        finally:
+            bed.down(keep_logs=not ok)
+        if not ok:
+            print(f"vmtest: guest console: {bed.console}", flush=True)
+            try:
+                print("".join(open(bed.console, errors="replace").readlines()[-40:]))
+            except OSError:
+                pass
+        print(f"vmtest: {topo}: {'passed' if ok else 'FAILED'} in {time.time() - t1:.0f} s", flush=True)
+        all_ok &= ok
+    missing = LAYOUTS - ran
+    if missing:
+        print(f"vmtest: FAIL: layouts that forwarded on no topology: {sorted(missing)}", flush=True)
+        all_ok = False
+    print(f"vmtest: {'passed' if all_ok else 'FAILED'} in {time.time() - t0:.0f} s", flush=True)
+    sys.exit(0 if all_ok else 1)
+
+
+if __name__ == "__main__":
+    main()

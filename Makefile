@@ -5,7 +5,7 @@ CARGO ?= cargo
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool iputils-ping \
 	procps util-linux python3 libhwloc-dev libudev-dev traceroute iperf3 man-db prometheus
 
-.PHONY: deps build test vmtest demo bench lint fmt clean fuzz install
+.PHONY: deps build test vmtest vmbench demo bench lint fmt clean fuzz install
 
 deps:
 	@scripts/deps.sh $(DEB_PACKAGES)
@@ -23,6 +23,12 @@ vmtest: build
 	@scripts/deps.sh $(VM_PACKAGES)
 	scripts/vmtest/build.sh
 	timeout 1800 python3 scripts/vmtest/host.py
+
+# The layouts matrix in the same guest (functional figures: the guest's CPUs are emulated).
+vmbench: build
+	@scripts/deps.sh $(VM_PACKAGES)
+	scripts/vmtest/build.sh
+	timeout 1800 python3 scripts/vmtest/host.py --bench bench/out/vm-layouts
 
 demo: build
 	scripts/demo.sh

@@ -319,6 +319,70 @@ def layout_test(ctl, dp, ports, irqs, layout, cfg_path, topo):
     return s, modes
 
 
+def cpu_irq_ns():
+    """Time all CPUs spent in hard and soft interrupts (ns, from /proc/stat)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    f = open("/proc/stat").readline().split()
+    return (int(f[6]) + int(f[7])) * 1_000_000_000 // hz
+
+
+def thread_ns(pid, tid):
+    return int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0])
+
+
+def pollers(pid):
+    return [t for t in os.listdir(f"/proc/{pid}/task")
+            if open(f"/proc/{pid}/task/{t}/comm").read().startswith("dp-poll")]
+
+
+def bench_layout(ctl, dp, layout, cfg_path, topo, rate, seconds):
+    """One row of the layouts matrix: forwarded rate and CPU cost under a paced load."""
+    node1 = min(p["cpu"] for p in topo["machine"]["pus"] if p["node"] == 1)
+    irq_args = ["--irq-cpu", "0:0", "--irq-cpu", f"1:{node1}"]
+    s_, c_, t_, _ = booted_topology()
+    name = f"{s_}x{c_}x{t_}"
+    r = subprocess.run([dp, "plan", "--config", cfg_path, "--layout", layout, "--json"] + irq_args,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        why = r.stderr.strip().split("not possible on this machine: ")[-1]
+        ctl.send(f"ROW {name} | {layout} | not possible here: {why} | | | |")
+        return ctl.check(f"bench {layout}: refusal explained", bool(why), why)
+    entries = json.loads(r.stdout)["entries"]
+    summary_path = f"/run/bench-{layout}.json"
+    err_path = f"/run/bench-{layout}.err"
+    proc = subprocess.Popen(
+        [dp, "run", "--config", cfg_path, "--layout", layout, "--apply-irq", "--duration", "300",
+         "--interval", "0", "--json", summary_path] + irq_args,
+        stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
+    deadline = time.time() + 120
+    while "attached" not in open(err_path).read():
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            return ctl.check(f"bench {layout}: starts", False, open(err_path).read()[-300:])
+        time.sleep(0.5)
+    tids = pollers(proc.pid)
+    p0 = sum(thread_ns(proc.pid, t) for t in tids)
+    i0 = cpu_irq_ns()
+    ctl.send(f"LOAD {layout} {seconds} {rate}")
+    sent, received = map(int, ctl.recv(seconds + 120).split()[1:3])
+    p1 = sum(thread_ns(proc.pid, t) for t in tids)
+    i1 = cpu_irq_ns()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    s = json.load(open(summary_path))
+    by_reason = sorted(((v, k) for k, v in s["drops_by_reason"].items() if v), reverse=True)
+    drops = f"{sum(v for v, _ in by_reason)}" + (f" (mostly {by_reason[0][1]})" if by_reason else "")
+    cpus = ", ".join(str(e["poller_cpu"]) if e["poller_cpu"] is not None else "any" for e in entries)
+    irq_cpus = ", ".join(str(e["irq_cpu"]) for e in entries)
+    nodes = ", ".join("/".join(str(n) for n, _ in st["umem_nodes"]) for st in s["setup"])
+    per = max(received, 1)
+    ctl.send(f"ROW {name} | {layout} | {cpus} ({irq_cpus}) | {nodes} | {received / seconds / 1000:.1f} | "
+             f"{drops} | {(p1 - p0 + i1 - i0) / per / 1000:.1f} ({(p1 - p0) / per / 1000:.1f} / "
+             f"{(i1 - i0) / per / 1000:.1f})")
+    ctl.send(f"RAN {layout}")
+    return ctl.check(f"bench {layout}: forwarded under load", received > 0, f"{received} of {sent}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--repo", required=True)
@@ -337,6 +401,16 @@ def main():
         irqs = queue_irqs(topo, ports)
         cfg_path = "/run/vmtest.toml"
         open(cfg_path, "w").write(config(ports))
+        args = dict(x.split("=", 1) for x in open("/proc/cmdline").read().split() if "=" in x)
+        if "vmtest.bench" in args:
+            rate, seconds = map(int, args["vmtest.bench"].split("x"))
+            for layout in LAYOUTS:
+                try:
+                    bench_layout(ctl, dp, layout, cfg_path, topo, rate, seconds)
+                except Exception as e:
+                    ctl.check(f"bench {layout}: ran", False, repr(e))
+            ctl.send(f"DONE {ctl.passed} {ctl.failed}")
+            return
         modes = set()
         for layout in LAYOUTS:
             try:

@@ -513,7 +513,12 @@ fn main() {
         let traffics = &cache.iter().find(|(k, _)| *k == key).expect("cached").1;
         let samples = measure(cell, &routes, traffics, &opts);
         let r = row(cell.name(), &samples);
-        eprintln!("{}: {:.1} ns/packet", r.name, r.ns.0);
+        eprintln!(
+            "{}: {:.1} ns/packet, {} packets in the measured repeats",
+            r.name,
+            r.ns.0,
+            samples.iter().map(|s| s.packets).sum::<u64>()
+        );
         rows.push(r);
     }
     let single = std::env::args().any(|a| a == "--cell");

@@ -121,11 +121,14 @@ impl Forwarder {
                     });
                 }
                 let l3 = packet::parse_l3(frame)?;
-                match l3 {
-                    L3::V4 { dst, .. } => self.table.v4.prefetch(dst),
+                let longest = match l3 {
+                    L3::V4 { dst, .. } => {
+                        self.table.v4.prefetch(dst);
+                        32
+                    }
                     L3::V6 { dst, .. } => self.table.v6.prefetch(dst),
-                }
-                Ok(Parsed::L3(l3))
+                };
+                Ok(Parsed::L3 { l3, longest })
             }
             Mode::L2fwd if frame.len() < packet::ETH_HLEN => Err(DropReason::Truncated),
             Mode::L2fwd | Mode::Bounce => Ok(Parsed::L2),
@@ -149,14 +152,21 @@ impl Forwarder {
                 }
                 Ok(self.peer(in_port))
             }
-            Parsed::L3(L3::V4 { dst, len }) => self.rewrite(
+            Parsed::L3 {
+                l3: L3::V4 { dst, len },
+                ..
+            } => self.rewrite(
                 self.table.route_v4(dst, || packet::flow_hash(frame)),
                 u32::from(len),
                 frame,
                 packet::decrement_ttl_v4,
             ),
-            Parsed::L3(L3::V6 { dst, len }) => self.rewrite(
-                self.table.route_v6(dst, || packet::flow_hash(frame)),
+            Parsed::L3 {
+                l3: L3::V6 { dst, len },
+                longest,
+            } => self.rewrite(
+                self.table
+                    .route_v6_from(dst, longest, || packet::flow_hash(frame)),
                 len,
                 frame,
                 packet::decrement_hop_limit_v6,
@@ -256,7 +266,14 @@ pub enum Parsed {
     /// Forward at layer 2 (l2fwd, bounce).
     L2,
     /// Route this destination.
-    L3(L3),
+    L3 {
+        /// The network header's facts.
+        l3: L3,
+        /// The longest prefix length that can match the destination (IPv6: the length whose
+        /// table probe `prepare` prefetched; the lookup starts there instead of walking the
+        /// longer lengths again).
+        longest: u8,
+    },
 }
 
 #[cfg(test)]

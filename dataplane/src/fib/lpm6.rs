@@ -190,8 +190,24 @@ impl Lpm6 {
     /// Longest-prefix match: the target, or None.
     #[inline]
     pub fn lookup(&self, dst: u128) -> Option<u32> {
+        self.lookup_from(dst, 128)
+    }
+
+    /// [`Lpm6::lookup`] over the lengths up to `longest` only: the caller knows no longer
+    /// prefix can match (the filter said so in [`Lpm6::prefetch`], moments before).
+    #[inline]
+    pub fn lookup_from(&self, dst: u128, longest: u8) -> Option<u32> {
+        let top = usize::from(longest.min(128));
         for (w, word) in self.present.iter().enumerate().rev() {
-            let mut bits = word.load(Acquire);
+            if w * 64 > top {
+                continue;
+            }
+            // The lengths of this word up to `top`.
+            let keep = match top - w * 64 {
+                t if t >= 63 => u64::MAX,
+                t => (1u64 << (t + 1)) - 1,
+            };
+            let mut bits = word.load(Acquire) & keep;
             while bits != 0 {
                 let b = 63 - bits.leading_zeros() as usize;
                 bits &= !(1u64 << b);
@@ -218,9 +234,11 @@ impl Lpm6 {
     }
 
     /// Starts loading the slot of the longest length that may hold `dst` (the table probe a
-    /// lookup is most likely to need), so a burst's misses overlap (see `Forwarder::prepare`).
+    /// lookup is most likely to need), so a burst's misses overlap (see `Forwarder::prepare`),
+    /// and returns that length: the lookup may start there ([`Lpm6::lookup_from`]). With no
+    /// candidate at all it returns 0 (only a default route could still match).
     #[inline]
-    pub fn prefetch(&self, dst: u128) {
+    pub fn prefetch(&self, dst: u128) -> u8 {
         for (w, word) in self.present.iter().enumerate().rev() {
             let mut bits = word.load(Acquire);
             while bits != 0 {
@@ -228,7 +246,7 @@ impl Lpm6 {
                 bits &= !(1u64 << b);
                 let len = w * 64 + b;
                 let Some(p) = self.tables.get(len).map(|t| t.load(Acquire)) else {
-                    return;
+                    return 128;
                 };
                 if p.is_null() {
                     continue;
@@ -242,10 +260,12 @@ impl Lpm6 {
                     if let Some(s) = t.slots().get(h as usize & (t.slots - 1)) {
                         crate::sys::prefetch(&s.value);
                     }
-                    return;
+                    #[allow(clippy::cast_possible_truncation)] // a length, at most 128
+                    return len as u8;
                 }
             }
         }
+        0
     }
 
     /// False when no prefix of length `len` hashing to `h` is in the table.

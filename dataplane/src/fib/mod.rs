@@ -286,6 +286,18 @@ impl Table {
         self.resolve(self.v6.lookup(dst), flow)
     }
 
+    /// [`Table::route_v6`] with no prefix longer than `longest` (what [`Lpm6::prefetch`]
+    /// returned for this destination).
+    #[inline(always)]
+    pub fn route_v6_from(
+        &self,
+        dst: u128,
+        longest: u8,
+        flow: impl FnOnce() -> u32,
+    ) -> Result<Hop, Miss> {
+        self.resolve(self.v6.lookup_from(dst, longest), flow)
+    }
+
     /// True when port `p`'s interface was deleted (its sockets are dead: pollers skip them).
     #[inline(always)]
     pub fn port_gone(&self, p: u16) -> bool {

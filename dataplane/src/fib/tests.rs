@@ -107,7 +107,16 @@ fn ipv6_matches_brute_force_through_adds_and_removes() {
         }
         for _ in 0..10 {
             let dst = top | (u128::from(rng.gen::<u16>()) << 64) | u128::from(rng.gen::<u8>());
-            assert_eq!(w.table().v6.lookup(dst), brute6(&rules, dst), "step {step}");
+            let want = brute6(&rules, dst);
+            assert_eq!(w.table().v6.lookup(dst), want, "step {step}");
+            // The poller's way: the prefetch names the longest length worth probing, and the
+            // lookup starts there.
+            let longest = w.table().v6.prefetch(dst);
+            assert_eq!(
+                w.table().v6.lookup_from(dst, longest),
+                want,
+                "step {step}, from /{longest}"
+            );
         }
     }
     assert_eq!(w.size().v6, rules.len());

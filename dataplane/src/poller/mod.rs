@@ -129,8 +129,14 @@ fn ask_resolve(
     parsed: &Result<Parsed, DropReason>,
 ) {
     let dst = match parsed {
-        Ok(Parsed::L3(L3::V4 { dst, .. })) => IpAddr::V4((*dst).into()),
-        Ok(Parsed::L3(L3::V6 { dst, .. })) => IpAddr::V6((*dst).into()),
+        Ok(Parsed::L3 {
+            l3: L3::V4 { dst, .. },
+            ..
+        }) => IpAddr::V4((*dst).into()),
+        Ok(Parsed::L3 {
+            l3: L3::V6 { dst, .. },
+            ..
+        }) => IpAddr::V6((*dst).into()),
         _ => return,
     };
     if *last == Some(dst) {

@@ -12,7 +12,7 @@ pub use xdpilone::xdp::XdpDesc;
 use crate::mem::Area;
 
 /// Per-socket counters of the kind the kernel keeps (XDP_STATISTICS).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RingStats {
     /// Frames dropped for lack of RX ring room or other reasons.
     pub rx_dropped: u64,

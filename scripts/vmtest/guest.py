@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import re
+import select
 import signal
 import socket
 import struct
@@ -48,8 +49,6 @@ class Ctl:
         while b"\n" not in self.buf:
             if time.time() > deadline:
                 raise TimeoutError("no answer from the host")
-            import select
-
             r, _, _ = select.select([self.fd], [], [], 1.0)
             if r:
                 self.buf += os.read(self.fd, 4096)
@@ -246,15 +245,40 @@ def expected_refusal(topo, layout):
     return None
 
 
+def irq_args(topo):
+    """Queue 0's interrupts on CPU 0 (node 0), queue 1's on node 1's first CPU: the layouts
+    are then planned from a known place (the kernel's own choice drifts from run to run)."""
+    node1 = min(p["cpu"] for p in topo["machine"]["pus"] if p["node"] == 1)
+    return ["--irq-cpu", "0:0", "--irq-cpu", f"1:{node1}"]
+
+
+def plan(dp, layout, cfg_path, topo):
+    return subprocess.run([dp, "plan", "--config", cfg_path, "--layout", layout, "--json"]
+                          + irq_args(topo), capture_output=True, text=True)
+
+
+def start_run(dp, layout, cfg_path, topo, tag):
+    """Starts `dataplane run --layout L --apply-irq`; returns (process, summary path), or
+    (None, the end of its log) when it did not get as far as attaching within 120 s."""
+    summary_path = f"/run/{tag}-{layout}.json"
+    err_path = f"/run/{tag}-{layout}.err"
+    proc = subprocess.Popen(
+        [dp, "run", "--config", cfg_path, "--layout", layout, "--apply-irq", "--duration", "300",
+         "--interval", "0", "--json", summary_path] + irq_args(topo),
+        stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
+    deadline = time.time() + 120
+    while "attached" not in open(err_path).read():
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            return None, open(err_path).read()[-500:]
+        time.sleep(0.5)
+    return proc, summary_path
+
+
 def layout_test(ctl, dp, ports, irqs, layout, cfg_path, topo):
     all_irqs = sorted(set(irqs.values()))
     before = {irq: irq_affinity(irq) for irq in all_irqs}
-    # Queue 0's interrupts on CPU 0 (node 0), queue 1's on node 1's first CPU: the layouts are
-    # then planned from a known place (the kernel's own choice drifts from run to run).
-    node1 = min(p["cpu"] for p in topo["machine"]["pus"] if p["node"] == 1)
-    irq_args = ["--irq-cpu", "0:0", "--irq-cpu", f"1:{node1}"]
-    r = subprocess.run([dp, "plan", "--config", cfg_path, "--layout", layout, "--json"] + irq_args,
-                       capture_output=True, text=True)
+    r = plan(dp, layout, cfg_path, topo)
     why = expected_refusal(topo, layout)
     if why is not None:
         return ctl.check(f"{layout}: refused on this topology ({why})",
@@ -262,18 +286,9 @@ def layout_test(ctl, dp, ports, irqs, layout, cfg_path, topo):
     if r.returncode != 0:
         return ctl.check(f"{layout}: planned", False, r.stderr.strip())
     entries = json.loads(r.stdout)["entries"]
-    summary_path = f"/run/{layout}.json"
-    err_path = f"/run/{layout}.err"
-    proc = subprocess.Popen(
-        [dp, "run", "--config", cfg_path, "--layout", layout, "--apply-irq", "--duration", "300",
-         "--interval", "0", "--json", summary_path] + irq_args,
-        stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
-    deadline = time.time() + 120
-    while "attached" not in open(err_path).read():
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            return ctl.check(f"{layout}: starts", False, open(err_path).read()[-500:])
-        time.sleep(0.5)
+    proc, summary_path = start_run(dp, layout, cfg_path, topo, "test")
+    if proc is None:
+        return ctl.check(f"{layout}: starts", False, summary_path)
     # While running: pollers on the planned CPUs, each moved IRQ on its planned CPU.
     got = poller_cpus(proc.pid)
     ncpu = os.cpu_count()
@@ -337,29 +352,17 @@ def pollers(pid):
 
 def bench_layout(ctl, dp, layout, cfg_path, topo, rate, seconds):
     """One row of the layouts matrix: forwarded rate and CPU cost under a paced load."""
-    node1 = min(p["cpu"] for p in topo["machine"]["pus"] if p["node"] == 1)
-    irq_args = ["--irq-cpu", "0:0", "--irq-cpu", f"1:{node1}"]
     s_, c_, t_, _ = booted_topology()
     name = f"{s_}x{c_}x{t_}"
-    r = subprocess.run([dp, "plan", "--config", cfg_path, "--layout", layout, "--json"] + irq_args,
-                       capture_output=True, text=True)
+    r = plan(dp, layout, cfg_path, topo)
     if r.returncode != 0:
         why = r.stderr.strip().split("not possible on this machine: ")[-1]
         ctl.send(f"ROW {name} | {layout} | not possible here: {why} | | | |")
         return ctl.check(f"bench {layout}: refusal explained", bool(why), why)
     entries = json.loads(r.stdout)["entries"]
-    summary_path = f"/run/bench-{layout}.json"
-    err_path = f"/run/bench-{layout}.err"
-    proc = subprocess.Popen(
-        [dp, "run", "--config", cfg_path, "--layout", layout, "--apply-irq", "--duration", "300",
-         "--interval", "0", "--json", summary_path] + irq_args,
-        stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
-    deadline = time.time() + 120
-    while "attached" not in open(err_path).read():
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            return ctl.check(f"bench {layout}: starts", False, open(err_path).read()[-300:])
-        time.sleep(0.5)
+    proc, summary_path = start_run(dp, layout, cfg_path, topo, "bench")
+    if proc is None:
+        return ctl.check(f"bench {layout}: starts", False, summary_path)
     tids = pollers(proc.pid)
     p0 = sum(thread_ns(proc.pid, t) for t in tids)
     i0 = cpu_irq_ns()

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use super::Poller;
-use crate::ring_io::RingIo;
+use crate::ring_io::{RingIo, RingStats};
 
 /// Where every UMEM frame was when the poller stopped.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
@@ -41,18 +41,9 @@ pub struct SocketStats {
     pub port: u16,
     /// Queue.
     pub queue: u32,
-    /// Dropped by the kernel for lack of RX ring room or other reasons.
-    pub rx_dropped: u64,
-    /// Invalid RX descriptors.
-    pub rx_invalid_descs: u64,
-    /// Invalid TX descriptors.
-    pub tx_invalid_descs: u64,
-    /// RX ring full events.
-    pub rx_ring_full: u64,
-    /// Fill ring empty events.
-    pub rx_fill_ring_empty_descs: u64,
-    /// TX ring empty events.
-    pub tx_ring_empty_descs: u64,
+    /// The counters (in JSON, beside port and queue).
+    #[serde(flatten)]
+    pub kernel: RingStats,
 }
 
 /// What a poller returns when it stops.
@@ -123,16 +114,10 @@ impl<Q: RingIo> Poller<Q> {
             frames.completion += u64::from(q.completions_available());
             frames.tx += u64::from(q.tx_pending());
             frames.rx += u64::from(q.rx_available());
-            let k = q.stats().unwrap_or_default();
             sockets.push(SocketStats {
                 port: q.port(),
                 queue: q.queue(),
-                rx_dropped: k.rx_dropped,
-                rx_invalid_descs: k.rx_invalid_descs,
-                tx_invalid_descs: k.tx_invalid_descs,
-                rx_ring_full: k.rx_ring_full,
-                rx_fill_ring_empty_descs: k.rx_fill_ring_empty_descs,
-                tx_ring_empty_descs: k.tx_ring_empty_descs,
+                kernel: q.stats().unwrap_or_default(),
             });
         }
         PollerReport {

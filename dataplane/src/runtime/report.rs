@@ -359,7 +359,7 @@ impl RunSummary {
             for k in &r.sockets {
                 s.push_str(&format!(
                     "  socket port {} queue {}: kernel rx_dropped {} rx_ring_full {} fill_empty {} invalid rx/tx {}/{}\n",
-                    k.port, k.queue, k.rx_dropped, k.rx_ring_full, k.rx_fill_ring_empty_descs, k.rx_invalid_descs, k.tx_invalid_descs
+                    k.port, k.queue, k.kernel.rx_dropped, k.kernel.rx_ring_full, k.kernel.rx_fill_ring_empty_descs, k.kernel.rx_invalid_descs, k.kernel.tx_invalid_descs
                 ));
             }
         }

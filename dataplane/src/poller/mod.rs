@@ -265,8 +265,10 @@ impl<Q: RingIo> Poller<Q> {
         let mut bytes = 0u64;
         // Pass 0: start loading every frame's headers. The kernel wrote them moments ago from
         // whichever CPU ran the receive (NAPI), so they usually sit in another core's cache;
-        // touching them one by one would serialise those transfers.
-        for d in self.burst.iter().take(n) {
+        // touching them one by one would serialise those transfers. Bounce never reads a
+        // frame, so it skips this.
+        let reads_frames = self.fwd.mode() != crate::types::Mode::Bounce;
+        for d in self.burst.iter().take(if reads_frames { n } else { 0 }) {
             if let Some(off) = self.area.check(d.addr, d.len.min(64)) {
                 // SAFETY: the frame came off the RX ring just above and is this poller's.
                 if let Some(b) = unsafe { self.area.frame(off, 1) }.first() {
@@ -293,8 +295,11 @@ impl<Q: RingIo> Poller<Q> {
         let mut now = None;
         for (d, p) in self.burst.iter().zip(self.parsed.iter()).take(n) {
             let base = d.addr & self.frame_mask;
-            let verdict = match (*p, self.area.check(d.addr, d.len)) {
-                (Ok(parsed), Some(off)) => {
+            let verdict = match *p {
+                Ok(parsed) => {
+                    // Pass 1 parsed only frames whose descriptor `Area::check` passed, and its
+                    // offset is the address; an address out of range would give an empty view.
+                    let off = usize::try_from(d.addr).unwrap_or(usize::MAX);
                     // SAFETY: as in pass 0; it is staged for TX or freed only after this view.
                     let frame = unsafe { self.area.frame_mut(off, d.len) };
                     self.fwd
@@ -302,8 +307,7 @@ impl<Q: RingIo> Poller<Q> {
                         // The view is d.len bytes long (a u32), and finish keeps its length.
                         .map(|out| (out, u32::try_from(frame.len()).unwrap_or(d.len)))
                 }
-                (Err(r), _) => Err(r),
-                (Ok(_), None) => Err(DropReason::InvalidDescriptor),
+                Err(r) => Err(r),
             };
             if verdict == Err(DropReason::Resolving) {
                 ask_resolve(&mut self.last_resolve, self.resolve.as_deref(), p);

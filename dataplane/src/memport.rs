@@ -80,7 +80,10 @@ pub struct Traffic {
 }
 
 impl Traffic {
-    /// Packs `frames` (each at most 2048 - 256 bytes; longer ones are cut) one after another.
+    /// Packs `frames` (each at most 2048 - 256 bytes; longer ones are cut) one after another,
+    /// each padded to a stride of a multiple of 64 bytes. The port writes the whole stride
+    /// after the headroom, so headroom + stride must fit a UMEM frame, or the frame is
+    /// delivered unwritten (64-byte frames fit any headroom the config allows).
     pub fn new(frames: &[Vec<u8>]) -> Traffic {
         let longest = frames.iter().map(Vec::len).max().unwrap_or(0);
         let stride = longest.clamp(1, 1792).next_multiple_of(64);

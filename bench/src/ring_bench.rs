@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use dataplane::fib::{mask4, mask6, Capacity, HopKey, HopState, TableWriter};
+use dataplane::fib::{mask4, mask6, Capacity, HopKey, HopState, Table, TableWriter};
 use dataplane::forward::{Forwarder, Port};
 use dataplane::mem::Area;
 use dataplane::memport::{MemQueue, Traffic};
@@ -106,7 +106,7 @@ impl Cell {
 
 /// The route table and where its destinations come from.
 struct Routes {
-    fwd: Arc<Forwarder>,
+    table: Arc<Table>,
     prefixes: Prefixes,
     /// Kept for the run: it owns the writing side of the table.
     _writer: TableWriter,
@@ -138,16 +138,8 @@ fn build_routes(n4: usize, n6: usize, readers: usize) -> Routes {
         w.set_route(std::net::IpAddr::V6(p.into()), l, hops[i % 64])
             .expect("v6 route");
     }
-    let ports = (0..PORTS)
-        .map(|p| Port {
-            mac: port_mac(p),
-            v4: Some(0x0a00_0002 + (u32::from(p) << 8)),
-            v6: None,
-        })
-        .collect();
-    let fwd = Forwarder::new(Mode::L3fwd, w.table().clone(), vec![1, 0], ports);
     Routes {
-        fwd: Arc::new(fwd),
+        table: w.table().clone(),
         prefixes,
         _writer: w,
     }
@@ -198,17 +190,18 @@ fn cpus() -> usize {
 
 /// Runs `reps` repeats of `cell` and returns, per repeat, the pollers' samples summed.
 fn measure(cell: &Cell, routes: &Routes, traffics: &[Arc<Traffic>], opts: &Opts) -> Vec<Sample> {
+    let ports = (0..PORTS)
+        .map(|p| Port {
+            mac: port_mac(p),
+            v4: Some(0x0a00_0002 + (u32::from(p) << 8)),
+            v6: None,
+        })
+        .collect();
     let fwd = Arc::new(Forwarder::new(
         cell.mode,
-        routes.fwd.table().clone(),
+        routes.table.clone(),
         vec![1, 0],
-        (0..PORTS)
-            .map(|p| Port {
-                mac: port_mac(p),
-                v4: Some(0x0a00_0002 + (u32::from(p) << 8)),
-                v6: None,
-            })
-            .collect(),
+        ports,
     ));
     let stop = Arc::new(AtomicBool::new(false));
     let quit = Arc::new(AtomicBool::new(false));

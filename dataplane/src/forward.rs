@@ -65,6 +65,12 @@ impl Forwarder {
         self.mode
     }
 
+    /// Whether [`Forwarder::prepare`] reads a frame's bytes (bounce and drop decide without
+    /// looking at them, so there is nothing to prefetch).
+    pub fn reads_frames(&self) -> bool {
+        !matches!(self.mode, Mode::Bounce | Mode::Drop)
+    }
+
     /// The routing table.
     pub fn table(&self) -> &Arc<Table> {
         &self.table
@@ -389,6 +395,10 @@ pub(crate) mod tests {
         let orig = p.clone();
         assert_eq!(fwd(Mode::Bounce).process(0, &mut p), Ok(1));
         assert_eq!(p, orig);
+        let reads: Vec<bool> = [Mode::Bounce, Mode::Drop, Mode::L2fwd, Mode::L3fwd]
+            .map(|m| fwd(m).reads_frames())
+            .to_vec();
+        assert_eq!(reads, [false, false, true, true], "what prepare looks at");
         assert_eq!(fwd(Mode::L2fwd).process(1, &mut p), Ok(0));
         assert_eq!(&p[..6], &orig[6..12]);
         assert_eq!(

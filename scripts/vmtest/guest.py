@@ -19,9 +19,8 @@ import termios
 import time
 import tty
 
-GUEST_MACS = ("52:54:00:00:00:0a", "52:54:00:00:00:0b")
-HOST_MACS = ("02:00:00:00:0a:01", "02:00:00:00:0b:01")
-LAYOUTS = ["irq-core", "smt-sibling", "same-package", "remote-node", "spread", "unpinned"]
+from wire import GUEST_MACS, HOST_MACS, LAYOUTS
+
 BURST = 2000
 FLOWS = 64
 # Positions in the summary's counter arrays (dataplane::stats::Counter).

@@ -31,16 +31,14 @@ import sys
 import tempfile
 import time
 
+from wire import GUEST_MACS, HOST_MACS, LAYOUTS
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 VM = os.path.join(REPO, "target", "vm")
 DATAPLANE = os.path.join(REPO, "target", "release", "dataplane")
-GUEST_MACS = ("52:54:00:00:00:0a", "52:54:00:00:00:0b")
 # Extra virtio-net-pci properties, e.g. ",disable-legacy=on,iommu_platform=on" (the DMA API
 # in the guest: what virtio_net's AF_XDP zero-copy would map through).
 VIRTIO_EXTRA = os.environ.get("VMTEST_VIRTIO", "")
-LAYOUTS = {"irq-core", "smt-sibling", "same-package", "remote-node", "spread", "unpinned"}
-# The host ends of the taps: the gen side's and the sink side's, as the guest's neighbours.
-HOST_MACS = ("02:00:00:00:0a:01", "02:00:00:00:0b:01")
 
 
 def run(*args, check=True, ns=None):
@@ -266,7 +264,7 @@ def main():
         all_ok &= ok
     if a.bench:
         write_summary(a, rows)
-    missing = LAYOUTS - ran
+    missing = set(LAYOUTS) - ran
     if missing and not a.bench:
         print(f"vmtest: FAIL: layouts that forwarded on no topology: {sorted(missing)}", flush=True)
         all_ok = False

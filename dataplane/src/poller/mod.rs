@@ -265,10 +265,10 @@ impl<Q: RingIo> Poller<Q> {
         let mut bytes = 0u64;
         // Pass 0: start loading every frame's headers. The kernel wrote them moments ago from
         // whichever CPU ran the receive (NAPI), so they usually sit in another core's cache;
-        // touching them one by one would serialise those transfers. Bounce never reads a
-        // frame, so it skips this.
-        let reads_frames = self.fwd.mode() != crate::types::Mode::Bounce;
-        for d in self.burst.iter().take(if reads_frames { n } else { 0 }) {
+        // touching them one by one would serialise those transfers. Modes that never read
+        // a frame skip this.
+        let prefetch = if self.fwd.reads_frames() { n } else { 0 };
+        for d in self.burst.iter().take(prefetch) {
             if let Some(off) = self.area.check(d.addr, d.len.min(64)) {
                 // SAFETY: the frame came off the RX ring just above and is this poller's.
                 if let Some(b) = unsafe { self.area.frame(off, 1) }.first() {

@@ -183,18 +183,21 @@ fn main() {
         std::thread::spawn(move || {
             let start = Instant::now();
             let mut n = 0u64;
+            let mut reader = table.reader(0).expect("reader slot 0");
+            let mut online = reader.online();
             while !done.load(Relaxed) {
-                table.qsbr.quiescent(0);
+                online.quiescent();
+                let rt = online.routes();
                 // Each frame from its pristine copy (the rewrite changes TTL and checksum).
                 for f in &frames {
                     let mut work = [0u8; 64];
                     let n = f.len().min(64);
                     work[..n].copy_from_slice(&f[..n]);
-                    let _ = std::hint::black_box(fwd.process(0, &mut work[..n]));
+                    let _ = std::hint::black_box(fwd.process(rt, 0, &mut work[..n]));
                 }
                 n += frames.len() as u64;
             }
-            table.qsbr.offline(0);
+            drop(online);
             start.elapsed().as_nanos() as f64 / n as f64
         })
     };
@@ -205,8 +208,10 @@ fn main() {
     let quiet_ns = quiet_loop.join().expect("forwarding loop");
     {
         let mut probe = frames[0].clone();
+        let mut reader = table.reader(0).expect("reader slot 0");
+        let online = reader.online();
         assert!(
-            fwd.process(0, &mut probe).is_ok(),
+            fwd.process(online.routes(), 0, &mut probe).is_ok(),
             "the loop's frames are forwarded"
         );
     }

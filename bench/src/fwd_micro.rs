@@ -67,7 +67,9 @@ fn main() {
             v6: None,
         })
         .collect();
+    let mut reader = table.reader(0).expect("reader slot 0");
     let fwd = Forwarder::new(Mode::L3fwd, table, vec![1, 0], ports);
+    let mut online = reader.online();
 
     const FRAME: usize = 64;
     const BURST: usize = 64;
@@ -107,15 +109,17 @@ fn main() {
         for slot in buf.chunks_exact_mut(FRAME) {
             slot[..6].copy_from_slice(&dst_mac);
         }
+        online.quiescent();
+        let rt = online.routes();
         let t = Instant::now();
         // Bursts of BURST frames, as the poller does them: prepare all, then finish all.
         for burst in buf.chunks_mut(FRAME * BURST) {
             let mut parsed = [Err(dataplane::packet::DropReason::Truncated); BURST];
             for (p, slot) in parsed.iter_mut().zip(burst.chunks_exact(FRAME)) {
-                *p = fwd.prepare(ingress, &slot[..len]);
+                *p = fwd.prepare(rt, ingress, &slot[..len]);
             }
             for (p, slot) in parsed.iter().zip(burst.chunks_exact_mut(FRAME)) {
-                if let Ok(port) = p.and_then(|p| fwd.finish(0, p, &mut slot[..len])) {
+                if let Ok(port) = p.and_then(|p| fwd.finish(rt, 0, p, &mut slot[..len])) {
                     forwarded += u64::from(port) + 1;
                 }
             }

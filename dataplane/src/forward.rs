@@ -3,7 +3,7 @@
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use std::sync::Arc;
 
-use crate::fib::{mac_key, Hop, Miss, Table};
+use crate::fib::{mac_key, Hop, Miss, Routes, Table};
 use crate::packet::icmp::{self, IcmpError};
 use crate::packet::{self, DropReason, L3};
 use crate::types::{MacAddr, Mode, PortId};
@@ -106,10 +106,16 @@ impl Forwarder {
     /// First half of the per-frame work: parse and check the headers and start loading the
     /// route entry (prefetch), without writing. Run it over a whole burst before [`finish`]ing
     /// any frame, so the burst's table misses overlap instead of queueing one after another.
+    /// `rt`: the lookups of the poller's online reader of the table.
     ///
     /// [`finish`]: Forwarder::finish
     #[inline(always)]
-    pub fn prepare(&self, ingress: Ingress, frame: &[u8]) -> Result<Parsed, DropReason> {
+    pub fn prepare(
+        &self,
+        rt: Routes<'_>,
+        ingress: Ingress,
+        frame: &[u8],
+    ) -> Result<Parsed, DropReason> {
         match self.mode {
             Mode::L3fwd => {
                 // RFC 1812 5.3.4: a router forwards only link-layer unicast addressed to it.
@@ -127,14 +133,11 @@ impl Forwarder {
                     });
                 }
                 let l3 = packet::parse_l3(frame)?;
-                let longest = match l3 {
-                    L3::V4 { dst, .. } => {
-                        self.table.v4.prefetch(dst);
-                        32
-                    }
-                    L3::V6 { dst, .. } => self.table.v6.prefetch(dst),
-                };
-                Ok(Parsed::L3 { l3, longest })
+                match l3 {
+                    L3::V4 { dst, .. } => rt.prefetch_v4(dst),
+                    L3::V6 { dst, .. } => rt.prefetch_v6(dst),
+                }
+                Ok(Parsed::L3(l3))
             }
             Mode::L2fwd if frame.len() < packet::ETH_HLEN => Err(DropReason::Truncated),
             Mode::L2fwd | Mode::Bounce => Ok(Parsed::L2),
@@ -147,6 +150,7 @@ impl Forwarder {
     #[inline(always)]
     pub fn finish(
         &self,
+        rt: Routes<'_>,
         in_port: PortId,
         parsed: Parsed,
         frame: &mut [u8],
@@ -158,21 +162,14 @@ impl Forwarder {
                 }
                 Ok(self.peer(in_port))
             }
-            Parsed::L3 {
-                l3: L3::V4 { dst, len },
-                ..
-            } => self.rewrite(
-                self.table.route_v4(dst, || packet::flow_hash(frame)),
+            Parsed::L3(L3::V4 { dst, len }) => self.rewrite(
+                rt.route_v4(dst, || packet::flow_hash(frame)),
                 u32::from(len),
                 frame,
                 packet::decrement_ttl_v4,
             ),
-            Parsed::L3 {
-                l3: L3::V6 { dst, len },
-                longest,
-            } => self.rewrite(
-                self.table
-                    .route_v6_from(dst, longest, || packet::flow_hash(frame)),
+            Parsed::L3(L3::V6 { dst, len }) => self.rewrite(
+                rt.route_v6(dst, || packet::flow_hash(frame)),
                 len,
                 frame,
                 packet::decrement_hop_limit_v6,
@@ -183,9 +180,14 @@ impl Forwarder {
     /// Decides one frame received on `in_port`: the egress port, with the frame rewritten, or
     /// the reason it is dropped. Same as `prepare` then `finish`.
     #[inline(always)]
-    pub fn process(&self, in_port: PortId, frame: &mut [u8]) -> Result<PortId, DropReason> {
-        let parsed = self.prepare(self.ingress(in_port), frame)?;
-        self.finish(in_port, parsed, frame)
+    pub fn process(
+        &self,
+        rt: Routes<'_>,
+        in_port: PortId,
+        frame: &mut [u8],
+    ) -> Result<PortId, DropReason> {
+        let parsed = self.prepare(rt, self.ingress(in_port), frame)?;
+        self.finish(rt, in_port, parsed, frame)
     }
 
     /// Applies a routing decision: the egress MTU check, then hop-count decrement and MACs
@@ -215,7 +217,12 @@ impl Forwarder {
     /// The ICMP error a drop calls for, or None when none may be sent: the reason calls for
     /// none (IPv4 too big without DF is only dropped: the dataplane does not fragment), or
     /// the packet may not be answered ([`icmp::answerable`]). `frame` is the unmodified frame.
-    pub fn icmp_error_for(&self, reason: DropReason, frame: &[u8]) -> Option<IcmpError> {
+    pub fn icmp_error_for(
+        &self,
+        rt: Routes<'_>,
+        reason: DropReason,
+        frame: &[u8],
+    ) -> Option<IcmpError> {
         if !reason.calls_for_icmp() || !icmp::answerable(frame) {
             return None;
         }
@@ -230,9 +237,9 @@ impl Forwarder {
                 let flow = || packet::flow_hash(frame);
                 let out = match packet::parse_l3(frame) {
                     Ok(L3::V4 { dst, .. }) if packet::dont_fragment_v4(frame) => {
-                        self.table.route_v4(dst, flow)
+                        rt.route_v4(dst, flow)
                     }
-                    Ok(L3::V6 { dst, .. }) => self.table.route_v6(dst, flow),
+                    Ok(L3::V6 { dst, .. }) => rt.route_v6(dst, flow),
                     _ => return None,
                 };
                 IcmpError::TooBig { mtu: out.ok()?.mtu }
@@ -271,15 +278,8 @@ pub struct Ingress {
 pub enum Parsed {
     /// Forward at layer 2 (l2fwd, bounce).
     L2,
-    /// Route this destination.
-    L3 {
-        /// The network header's facts.
-        l3: L3,
-        /// The longest prefix length that can match the destination (IPv6: the length whose
-        /// table probe `prepare` prefetched; the lookup starts there instead of walking the
-        /// longer lengths again).
-        longest: u8,
-    },
+    /// Route this destination (the network header's facts).
+    L3(L3),
 }
 
 #[cfg(test)]
@@ -324,6 +324,17 @@ pub(crate) mod tests {
     }
 
     /// The testbed's DUT ports: in (gen side) and out (sink side).
+    /// `f.process` for one frame, as a registered, online reader (slot 0) of its table.
+    pub(crate) fn process(
+        f: &Forwarder,
+        in_port: PortId,
+        frame: &mut [u8],
+    ) -> Result<PortId, DropReason> {
+        let mut reader = f.table().reader(0).expect("reader slot 0 is free");
+        let online = reader.online();
+        f.process(online.routes(), in_port, frame)
+    }
+
     pub(crate) fn test_ports() -> Vec<Port> {
         vec![
             Port {
@@ -347,18 +358,18 @@ pub(crate) mod tests {
     fn l3fwd_rewrites_v4_and_v6() {
         let f = fwd(Mode::L3fwd);
         let mut p = udp_v4(&FrameSpec::default());
-        assert_eq!(f.process(0, &mut p), Ok(1));
+        assert_eq!(process(&f, 0, &mut p), Ok(1));
         assert_eq!(&p[..12], &[2, 0, 0, 0, 1, 1, 2, 0, 0, 0, 1, 2]);
         assert_eq!(p[22], 63);
         assert_eq!(packet::checksum(&p[14..34]), 0);
         let mut p6 = udp_v6(&FrameSpec::default());
-        assert_eq!(f.process(0, &mut p6), Ok(1));
+        assert_eq!(process(&f, 0, &mut p6), Ok(1));
         assert_eq!(p6[21], 63);
         let mut unroutable = udp_v4(&FrameSpec {
             dst4: "8.8.8.8".parse().unwrap(),
             ..FrameSpec::default()
         });
-        assert_eq!(f.process(0, &mut unroutable), Err(DropReason::NoRoute));
+        assert_eq!(process(&f, 0, &mut unroutable), Err(DropReason::NoRoute));
     }
 
     #[test]
@@ -367,23 +378,23 @@ pub(crate) mod tests {
         let good = udp_v4(&FrameSpec::default());
         let mut other = good.clone();
         other[5] = 9;
-        assert_eq!(f.process(0, &mut other), Err(DropReason::NotForUs));
+        assert_eq!(process(&f, 0, &mut other), Err(DropReason::NotForUs));
         let mut broadcast = good.clone();
         broadcast[..6].copy_from_slice(&[0xff; 6]);
-        assert_eq!(f.process(0, &mut broadcast), Err(DropReason::NotForUs));
+        assert_eq!(process(&f, 0, &mut broadcast), Err(DropReason::NotForUs));
         let mut group_source = good.clone();
         group_source[6] |= 1;
         assert_eq!(
-            f.process(0, &mut group_source),
+            process(&f, 0, &mut group_source),
             Err(DropReason::MulticastSource)
         );
         assert_eq!(
-            f.process(0, &mut good[..7].to_vec()),
+            process(&f, 0, &mut good[..7].to_vec()),
             Err(DropReason::Truncated)
         );
         let mut on_port_1 = good.clone();
         assert_eq!(
-            f.process(1, &mut on_port_1),
+            process(&f, 1, &mut on_port_1),
             Err(DropReason::NotForUs),
             "port 1's MAC differs"
         );
@@ -393,20 +404,20 @@ pub(crate) mod tests {
     fn other_modes() {
         let mut p = udp_v4(&FrameSpec::default());
         let orig = p.clone();
-        assert_eq!(fwd(Mode::Bounce).process(0, &mut p), Ok(1));
+        assert_eq!(process(&fwd(Mode::Bounce), 0, &mut p), Ok(1));
         assert_eq!(p, orig);
         let reads: Vec<bool> = [Mode::Bounce, Mode::Drop, Mode::L2fwd, Mode::L3fwd]
             .map(|m| fwd(m).reads_frames())
             .to_vec();
         assert_eq!(reads, [false, false, true, true], "what prepare looks at");
-        assert_eq!(fwd(Mode::L2fwd).process(1, &mut p), Ok(0));
+        assert_eq!(process(&fwd(Mode::L2fwd), 1, &mut p), Ok(0));
         assert_eq!(&p[..6], &orig[6..12]);
         assert_eq!(
-            fwd(Mode::Drop).process(0, &mut p),
+            process(&fwd(Mode::Drop), 0, &mut p),
             Err(DropReason::DropMode)
         );
         assert_eq!(
-            fwd(Mode::L2fwd).process(0, &mut p[..10]),
+            process(&fwd(Mode::L2fwd), 0, &mut p[..10]),
             Err(DropReason::Truncated)
         );
     }

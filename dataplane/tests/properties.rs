@@ -158,8 +158,11 @@ fn check_icmp(orig: &[u8], out: &[u8], reason: DropReason) {
 
 /// The whole decision for one frame, as the poller makes it: forward, or the ICMP error.
 fn decide(fwd: &Forwarder, frame: &[u8]) {
+    let mut reader = fwd.table().reader(0).expect("reader slot 0");
+    let online = reader.online();
+    let rt = online.routes();
     let mut f = frame.to_vec();
-    match fwd.process(0, &mut f) {
+    match fwd.process(rt, 0, &mut f) {
         Ok(out) => {
             assert_eq!(out, 1, "everything routable here leaves by port 1");
             assert_eq!(f.len(), frame.len());
@@ -177,7 +180,7 @@ fn decide(fwd: &Forwarder, frame: &[u8]) {
             }
         }
         Err(reason) => {
-            if let Some(err) = fwd.icmp_error_for(reason, frame) {
+            if let Some(err) = fwd.icmp_error_for(rt, reason, frame) {
                 let mut room = frame.to_vec();
                 room.resize(2048, 0xee);
                 if let Some(len) = fwd.build_icmp(0, err, &mut room, frame.len()) {
@@ -199,10 +202,13 @@ proptest! {
     #[test]
     fn raw_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200), port in 0u16..3) {
         let fwd = forwarder();
+        let mut reader = fwd.table().reader(0).expect("reader slot 0");
+        let online = reader.online();
+        let rt = online.routes();
         let mut f = bytes.clone();
-        let verdict = fwd.process(port, &mut f);
+        let verdict = fwd.process(rt, port, &mut f);
         if let Err(reason) = verdict {
-            if let Some(err) = fwd.icmp_error_for(reason, &bytes) {
+            if let Some(err) = fwd.icmp_error_for(rt, reason, &bytes) {
                 let mut room = bytes.clone();
                 room.resize(2048, 0);
                 let _ = fwd.build_icmp(port, err, &mut room, bytes.len());
@@ -215,6 +221,9 @@ proptest! {
 fn every_icmp_class_is_reached_by_the_generator() {
     // The strategy is only useful if it reaches the errors: check a few by hand.
     let fwd = forwarder();
+    let mut reader = fwd.table().reader(0).expect("reader slot 0");
+    let online = reader.online();
+    let rt = online.routes();
     let base = FrameRecipe {
         dst_mac: PORT0_MAC,
         src_mac: GEN_MAC,
@@ -258,8 +267,10 @@ fn every_icmp_class_is_reached_by_the_generator() {
     for (r, want) in cases {
         let frame = r.build();
         let mut f = frame.clone();
-        assert_eq!(fwd.process(0, &mut f), Err(want));
-        let err = fwd.icmp_error_for(want, &frame).expect("an error is due");
+        assert_eq!(fwd.process(rt, 0, &mut f), Err(want));
+        let err = fwd
+            .icmp_error_for(rt, want, &frame)
+            .expect("an error is due");
         let mut room = frame.clone();
         room.resize(2048, 0);
         let len = fwd
@@ -274,6 +285,9 @@ fn the_generator_reaches_forwarding_and_every_error() {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
     let fwd = forwarder();
+    let mut reader = fwd.table().reader(0).expect("reader slot 0");
+    let online = reader.online();
+    let rt = online.routes();
     let mut runner = TestRunner::deterministic();
     let strategy = recipe();
     let mut seen = std::collections::BTreeMap::new();
@@ -284,9 +298,9 @@ fn the_generator_reaches_forwarding_and_every_error() {
             .current()
             .build();
         let mut f = frame.clone();
-        let key = match fwd.process(0, &mut f) {
+        let key = match fwd.process(rt, 0, &mut f) {
             Ok(_) => "forwarded",
-            Err(r) if fwd.icmp_error_for(r, &frame).is_some() => r.name(),
+            Err(r) if fwd.icmp_error_for(rt, r, &frame).is_some() => r.name(),
             Err(_) => "dropped",
         };
         *seen.entry(key).or_insert(0u32) += 1;

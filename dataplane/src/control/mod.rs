@@ -297,7 +297,7 @@ impl Control {
         let rib = &self.spec.rib;
         self.spec
             .status
-            .publish(rib.size(), rib.changes(), rib.table().qsbr.generation());
+            .publish(rib.size(), rib.changes(), rib.table().generation());
         self.spec
             .status
             .foreign_routes

@@ -2,20 +2,37 @@
 //! and port state, read by the pollers and updated in place by one writer (the control
 //! thread) while they run.
 //!
-//! - IPv4: DIR-24-8 with per-entry prefix lengths ([`lpm4`]), one or two loads per lookup.
-//! - IPv6: one hash table per prefix length present ([`lpm6`]), probed from the longest.
+//! - IPv4 and IPv6: one multibit trie ([`dir`]) with per-entry prefix lengths: a 24-bit
+//!   first stride, then 8-bit strides (DIR-24-8 for IPv4, as DPDK's rte_lpm; 24-8-...-8 for
+//!   IPv6, as rte_fib6's trie): one or two loads per IPv4 lookup, four for an IPv6 /48.
 //! - A prefix maps to a *target*: a next hop, or a multipath group of up to [`MAX_PATHS`]
 //!   next hops (one chosen per flow by a hash, so a flow keeps its path).
-//! - A next hop is one `AtomicU64`: the neighbour's MAC, the egress port and a state
+//! - A next hop is one `AtomicU64`: the neighbour's MAC, the egress port (12 bits: at most
+//!   [`MAX_PORTS`] ports) and a state
 //!   (reachable, being resolved, failed, or a route type: blackhole, unreachable, prohibit,
 //!   or an egress that is not a dataplane port). A neighbour update is one store: every
 //!   route through that neighbour follows at once, with no repaint.
 //! - A port is one `AtomicU64`: its MTU and whether its link is up; its next hops carry both
 //!   too (a `LinkDown` state, the MTU beside the word), so a packet reads one slot.
 //!
-//! Readers never lock or wait; memory the writer unpublishes (IPv4 extension groups, IPv6
-//! length tables, next-hop and group ids) is reused only after every poller has passed a
-//! quiescent state ([`qsbr`]).
+//! Readers never lock or wait; what the writer unpublishes (extension groups, next-hop and
+//! multipath group ids) is reused only after every poller has passed a quiescent state
+//! ([`qsbr`]). A lookup needs an [`OnlineTable`] token: only a registered reader that is
+//! online holds one ([`Table::reader`]). Nothing is ever freed while the table lives, so a
+//! lookup is memory-safe whatever happens; QSBR is what makes its answer right.
+//!
+//! # Orderings, writer to reader
+//! - Route entries (the trie): see [`dir`]; every entry is loaded `Acquire`, so a reader that
+//!   sees a route pointing at a next hop or group id sees that id's slot as the writer filled
+//!   it before painting the route (`Release`). That is what keeps a reused id's previous
+//!   neighbour from ever being seen, not address dependency.
+//! - Multipath groups: members are stored, then the length (`Release`); loads are `Acquire`.
+//!   A group's members never change while it is in use.
+//! - A next-hop slot is a word (MAC, port, state) and its port's MTU, two stores. The MTU is
+//!   read only when the word is reachable, so the writer stores the MTU only on the way to a
+//!   reachable word, before it (`Release`); a word that stops being reachable is stored alone.
+//!   A reader that loads a reachable word (`Acquire`) then reads an MTU its port had while up
+//!   during the lookup, never the 0 of a deleted port.
 //!
 //! Connected routes (no next hop) are expanded by the [`rib`]: each neighbour inside the
 //! prefix gets a host route to itself (the adjacency model of VPP and of the kernel's FIB);
@@ -24,18 +41,33 @@
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::Arc;
 
-pub mod lpm4;
-pub mod lpm6;
+pub mod dir;
+#[cfg(all(test, feature = "loom"))]
+mod loom_tests;
 pub mod qsbr;
 pub mod resolve;
 pub mod rib;
+mod sync;
 
-pub use lpm4::{Lpm4, Lpm4Writer};
-pub use lpm6::{Lpm6, Lpm6Writer};
-pub use qsbr::Qsbr;
+pub use qsbr::{Online, Qsbr, QsbrOwner, Reader};
+use sync::{AtomicU32, AtomicU64};
+
+/// Strides of the tries: 24 then 8 bits (DIR-24-8). Built for the model checker they are
+/// 4 and 4, so a model explores a table of a few dozen entries with the same code.
+#[cfg(not(feature = "loom"))]
+const STRIDES: (u32, u32) = (24, 8);
+#[cfg(feature = "loom")]
+const STRIDES: (u32, u32) = (4, 4);
+
+/// IPv4 longest-prefix match.
+pub type Lpm4 = dir::Dir<{ STRIDES.0 }, { STRIDES.1 }, 32>;
+/// IPv6 longest-prefix match.
+pub type Lpm6 = dir::Dir<{ STRIDES.0 }, { STRIDES.1 }, 128>;
+type Lpm4Writer = dir::DirWriter<{ STRIDES.0 }, { STRIDES.1 }, 32>;
+type Lpm6Writer = dir::DirWriter<{ STRIDES.0 }, { STRIDES.1 }, 128>;
 pub use resolve::{build_table, Neighbour, Route};
 
 /// Errors changing a table.
@@ -52,7 +84,18 @@ pub enum FibError {
     /// More next hops, groups or extension groups than the table was sized for.
     #[error("table full: {0}")]
     Full(&'static str),
+    /// More ports than a next hop's word can name.
+    #[error("{ports} ports: a table holds at most {max}")]
+    TooManyPorts {
+        /// Ports asked for.
+        ports: usize,
+        /// The most a table holds.
+        max: usize,
+    },
 }
+
+/// Most ports a table (and so a dataplane) handles: a next hop's word has 12 bits for one.
+pub const MAX_PORTS: usize = 1 << 12;
 
 /// Mask of the top `len` bits of a u32.
 pub fn mask4(len: u8) -> u32 {
@@ -133,10 +176,15 @@ pub fn mac_key(mac: [u8; 6]) -> u64 {
     u64::from_le_bytes([a, b, c, d, e, f, 0, 0])
 }
 
+/// A next hop's word: the MAC (bits 0..48), the port (48..60), the state (60..64).
 #[inline(always)]
 fn hop_word(state: HopState, port: u16, mac: [u8; 6]) -> u64 {
-    mac_key(mac) | (u64::from(port & 0xff) << 48) | ((state as u64) << 56)
+    mac_key(mac) | (u64::from(port & PORT_BITS) << 48) | ((state as u64) << STATE_SHIFT)
 }
+
+const STATE_SHIFT: u32 = 60;
+#[allow(clippy::cast_possible_truncation)] // 12 bits
+const PORT_BITS: u16 = (MAX_PORTS - 1) as u16;
 
 /// A usable next hop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,6 +239,10 @@ pub struct Capacity {
     pub groups: u32,
     /// IPv4 extension groups (prefixes longer than /24 under distinct /24s).
     pub v4_groups: u32,
+    /// IPv6 extension groups (one per distinct /24, /32, /40, ... with a longer prefix
+    /// under it: a BGP-like table of 200k prefixes uses about 380k). Reserved, backed only
+    /// as used: 1 KiB each.
+    pub v6_groups: u32,
 }
 
 impl Default for Capacity {
@@ -199,6 +251,7 @@ impl Default for Capacity {
             hops: 1 << 16,
             groups: 1 << 12,
             v4_groups: 1 << 16,
+            v6_groups: 1 << 20,
         }
     }
 }
@@ -206,7 +259,7 @@ impl Default for Capacity {
 /// Why a next hop that is not reachable drops (off the per-packet fast path).
 #[cold]
 fn miss(word: u64) -> Miss {
-    match HopState::from_bits(word >> 56) {
+    match HopState::from_bits(word >> STATE_SHIFT) {
         HopState::Incomplete | HopState::Reachable => Miss::Resolving,
         HopState::Failed => Miss::Failed,
         HopState::Blackhole => Miss::Blackhole,
@@ -218,38 +271,146 @@ fn miss(word: u64) -> Miss {
 }
 
 /// One next hop as the pollers read it: its word (MAC, port, state) and its port's MTU, on
-/// one 16-byte slot of a cache line. The two are written independently (a neighbour update
-/// touches the word, an MTU change the MTU), so reading them apart never mixes two states.
+/// one 16-byte slot of a cache line. See the module's orderings for why two stores are
+/// enough.
 #[repr(C, align(16))]
-#[derive(Default)]
 struct HopSlot {
     word: AtomicU64,
     mtu: AtomicU64,
 }
 
+impl HopSlot {
+    fn new() -> HopSlot {
+        HopSlot {
+            word: AtomicU64::new(0),
+            mtu: AtomicU64::new(0),
+        }
+    }
+
+    /// Writer: publishes `word` with `mtu`. The MTU goes first, and only with a reachable
+    /// word: a reader that loads a reachable word never reads an MTU of another state.
+    fn publish(&self, word: u64, mtu: u32) {
+        if word >> STATE_SHIFT == HopState::Reachable as u64 {
+            self.mtu.store(u64::from(mtu), Release);
+        }
+        self.word.store(word, Release);
+    }
+
+    /// Reader: the next hop, or why not.
+    #[inline(always)]
+    fn read(&self) -> Result<Hop, Miss> {
+        let w = self.word.load(Acquire);
+        if w >> STATE_SHIFT != HopState::Reachable as u64 {
+            return Err(miss(w));
+        }
+        #[allow(clippy::cast_possible_truncation)] // twelve bits
+        let port = ((w >> 48) as u16) & PORT_BITS;
+        Ok(Hop {
+            port,
+            mac: w & 0xffff_ffff_ffff,
+            #[allow(clippy::cast_possible_truncation)] // written from a u32
+            mtu: self.mtu.load(Relaxed) as u32,
+        })
+    }
+}
+
 /// The table the pollers read.
 pub struct Table {
-    /// IPv4 LPM.
-    pub v4: Lpm4,
-    /// IPv6 LPM.
-    pub v6: Lpm6,
+    v4: Lpm4,
+    v6: Lpm6,
     hops: Box<[HopSlot]>,
     group_len: Box<[AtomicU32]>,
     group_members: Box<[AtomicU32]>,
     ports: Box<[AtomicU64]>,
-    /// Reclamation: each poller marks its quiescent states here.
-    pub qsbr: Qsbr,
+    qsbr: Qsbr,
+}
+
+impl QsbrOwner for Table {
+    fn qsbr(&self) -> &Qsbr {
+        &self.qsbr
+    }
+}
+
+/// A registered reader of a table (a poller's): see [`Table::reader`].
+pub type TableReader = Reader<Arc<Table>>;
+/// An online reader of a table: the token every lookup needs.
+pub type OnlineTable<'a> = Online<'a, Arc<Table>>;
+
+impl Online<'_, Arc<Table>> {
+    /// The lookups this online reader may make.
+    #[inline(always)]
+    pub fn routes(&self) -> Routes<'_> {
+        Routes {
+            table: self.owner(),
+        }
+    }
+}
+
+/// The lookups of an online reader ([`OnlineTable::routes`]): it cannot outlive the token,
+/// and the token cannot pass a quiescent state while it lives.
+#[derive(Clone, Copy)]
+pub struct Routes<'a> {
+    table: &'a Table,
+}
+
+impl Routes<'_> {
+    /// Routes an IPv4 destination (host order).
+    #[inline(always)]
+    pub fn route_v4(&self, dst: u32, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
+        self.table.resolve(self.table.v4.lookup(dst), flow)
+    }
+
+    /// Routes an IPv6 destination (host order).
+    #[inline(always)]
+    pub fn route_v6(&self, dst: u128, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
+        self.table.resolve(self.table.v6.lookup(dst), flow)
+    }
+
+    /// The IPv4 target (next hop or `GROUP | group`) of `dst`, before resolution.
+    #[inline(always)]
+    pub fn target_v4(&self, dst: u32) -> Option<u32> {
+        self.table.v4.lookup(dst)
+    }
+
+    /// The IPv6 target of `dst`, before resolution.
+    #[inline(always)]
+    pub fn target_v6(&self, dst: u128) -> Option<u32> {
+        self.table.v6.lookup(dst)
+    }
+
+    /// Starts loading the first-level entry of an IPv4 destination (a burst's lookups then
+    /// overlap their misses).
+    #[inline(always)]
+    pub fn prefetch_v4(&self, dst: u32) {
+        self.table.v4.prefetch(dst);
+    }
+
+    /// Likewise for IPv6.
+    #[inline(always)]
+    pub fn prefetch_v6(&self, dst: u128) {
+        self.table.v6.prefetch(dst);
+    }
 }
 
 impl Table {
+    /// Registers reader slot `slot` (one per poller): None when out of range or taken.
+    pub fn reader(self: &Arc<Table>, slot: usize) -> Option<TableReader> {
+        Reader::register(self.clone(), slot)
+    }
+
+    /// The generation of its reclamation (how many retirements so far, plus one).
+    pub fn generation(&self) -> u64 {
+        self.qsbr.generation()
+    }
+
     /// Resolves a lookup's target to a next hop; `flow` is the packet's flow hash, asked
     /// for only when the target is a multipath group.
     #[inline(always)]
-    pub fn resolve(&self, target: Option<u32>, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
+    fn resolve(&self, target: Option<u32>, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
         let mut t = target.ok_or(Miss::NoRoute)?;
         if t & GROUP != 0 {
             let g = (t & !GROUP) as usize;
-            let n = self.group_len.get(g).map_or(0, |n| n.load(Relaxed));
+            let n = self.group_len.get(g).map_or(0, |n| n.load(Acquire));
             if n == 0 {
                 return Err(Miss::NoRoute);
             }
@@ -257,45 +418,9 @@ impl Table {
             t = self
                 .group_members
                 .get(g * MAX_PATHS + k as usize)
-                .map_or(HOP_BLACKHOLE, |m| m.load(Relaxed));
+                .map_or(HOP_BLACKHOLE, |m| m.load(Acquire));
         }
-        let slot = self.hops.get(t as usize).ok_or(Miss::NoRoute)?;
-        let w = slot.word.load(Relaxed);
-        if w >> 56 != HopState::Reachable as u64 {
-            return Err(miss(w));
-        }
-        #[allow(clippy::cast_possible_truncation)] // eight bits
-        let port = ((w >> 48) & 0xff) as u16;
-        Ok(Hop {
-            port,
-            mac: w & 0xffff_ffff_ffff,
-            #[allow(clippy::cast_possible_truncation)] // written from a u32
-            mtu: slot.mtu.load(Relaxed) as u32,
-        })
-    }
-
-    /// Routes an IPv4 destination (host order).
-    #[inline(always)]
-    pub fn route_v4(&self, dst: u32, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
-        self.resolve(self.v4.lookup(dst), flow)
-    }
-
-    /// Routes an IPv6 destination (host order).
-    #[inline(always)]
-    pub fn route_v6(&self, dst: u128, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
-        self.resolve(self.v6.lookup(dst), flow)
-    }
-
-    /// [`Table::route_v6`] with no prefix longer than `longest` (what [`Lpm6::prefetch`]
-    /// returned for this destination).
-    #[inline(always)]
-    pub fn route_v6_from(
-        &self,
-        dst: u128,
-        longest: u8,
-        flow: impl FnOnce() -> u32,
-    ) -> Result<Hop, Miss> {
-        self.resolve(self.v6.lookup_from(dst, longest), flow)
+        self.hops.get(t as usize).ok_or(Miss::NoRoute)?.read()
     }
 
     /// True when port `p`'s interface was deleted (its sockets are dead: pollers skip them).
@@ -311,6 +436,23 @@ impl Table {
         let w = self.ports.get(usize::from(p))?.load(Relaxed);
         #[allow(clippy::cast_possible_truncation)]
         Some((w as u32, w & PORT_UP != 0))
+    }
+}
+
+#[cfg(test)]
+impl Table {
+    /// Tests: one lookup as a one-off registered, online reader (slot 0, which must be free).
+    pub(crate) fn route_v4(self: &Arc<Self>, dst: u32, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
+        let mut r = self.reader(0).expect("reader slot 0 is free");
+        let on = r.online();
+        on.routes().route_v4(dst, flow)
+    }
+
+    /// Tests: [`Table::route_v4`] for IPv6.
+    pub(crate) fn route_v6(self: &Arc<Self>, dst: u128, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
+        let mut r = self.reader(0).expect("reader slot 0 is free");
+        let on = r.online();
+        on.routes().route_v6(dst, flow)
     }
 }
 
@@ -369,18 +511,20 @@ pub struct TableSize {
     pub groups: usize,
 }
 
-impl Drop for TableWriter {
-    fn drop(&mut self) {
-        self.reclaim();
-        self.v6.forget_pending();
-    }
-}
-
 impl TableWriter {
     /// An empty table for `ports` ports (all down, MTU 0) and `readers` pollers.
     pub fn new(ports: usize, readers: usize, cap: Capacity) -> Result<TableWriter, FibError> {
+        if ports > MAX_PORTS {
+            return Err(FibError::TooManyPorts {
+                ports,
+                max: MAX_PORTS,
+            });
+        }
+        if cap.hops >= GROUP || cap.groups >= GROUP {
+            return Err(FibError::Full("capacity: next hops and groups stay below 2^22"));
+        }
         let hops: Box<[HopSlot]> = (0..cap.hops.max(FIRST_HOP))
-            .map(|_| HopSlot::default())
+            .map(|_| HopSlot::new())
             .collect();
         for (id, state) in [
             (HOP_BLACKHOLE, HopState::Blackhole),
@@ -389,12 +533,12 @@ impl TableWriter {
             (HOP_FOREIGN, HopState::Foreign),
         ] {
             if let Some(h) = hops.get(id as usize) {
-                h.word.store(hop_word(state, 0, [0; 6]), Relaxed);
+                h.publish(hop_word(state, 0, [0; 6]), 0);
             }
         }
         let table = Table {
             v4: Lpm4::new(cap.v4_groups)?,
-            v6: Lpm6::default(),
+            v6: Lpm6::new(cap.v6_groups)?,
             hops,
             group_len: (0..cap.groups).map(|_| AtomicU32::new(0)).collect(),
             group_members: (0..cap.groups as usize * MAX_PATHS)
@@ -405,7 +549,7 @@ impl TableWriter {
         };
         Ok(TableWriter {
             table: Arc::new(table),
-            v4: Lpm4Writer::new(),
+            v4: Lpm4Writer::default(),
             v6: Lpm6Writer::default(),
             hop_ids: HashMap::new(),
             hop_keys: HashMap::new(),
@@ -435,6 +579,11 @@ impl TableWriter {
             hops: self.hop_ids.len(),
             groups: self.group_ids.len(),
         }
+    }
+
+    /// Bytes the IPv4 and IPv6 tries use (first levels and the groups handed out).
+    pub fn memory(&self) -> (usize, usize) {
+        (self.v4.memory_bytes(), self.v6.memory_bytes())
     }
 
     /// Sets port `p`'s MTU and link state, and republishes its next hops (a port change
@@ -476,11 +625,10 @@ impl TableWriter {
         let word = if up {
             word
         } else {
-            (word & !(0xff << 56)) | ((HopState::LinkDown as u64) << 56)
+            (word & !(0xf << STATE_SHIFT)) | ((HopState::LinkDown as u64) << STATE_SHIFT)
         };
         if let Some(h) = self.table.hops.get(id as usize) {
-            h.mtu.store(u64::from(mtu), Relaxed);
-            h.word.store(word, Release);
+            h.publish(word, mtu);
         }
     }
 
@@ -496,7 +644,7 @@ impl TableWriter {
     pub fn set_route(&mut self, prefix: IpAddr, len: u8, target: u32) -> Result<(), FibError> {
         let t = &*self.table;
         match prefix {
-            IpAddr::V4(a) => self.v4.insert(&t.v4, u32::from(a), len, target),
+            IpAddr::V4(a) => self.v4.insert(&t.v4, &t.qsbr, u32::from(a).into(), len, target),
             IpAddr::V6(a) => self.v6.insert(&t.v6, &t.qsbr, u128::from(a), len, target),
         }
     }
@@ -505,7 +653,7 @@ impl TableWriter {
     pub fn remove_route(&mut self, prefix: IpAddr, len: u8) -> Option<u32> {
         let t = &*self.table;
         match prefix {
-            IpAddr::V4(a) => self.v4.remove(&t.v4, &t.qsbr, u32::from(a), len),
+            IpAddr::V4(a) => self.v4.remove(&t.v4, &t.qsbr, u32::from(a).into(), len),
             IpAddr::V6(a) => self.v6.remove(&t.v6, &t.qsbr, u128::from(a), len),
         }
     }
@@ -513,8 +661,8 @@ impl TableWriter {
     /// The target `prefix/len` has, if present.
     pub fn route(&self, prefix: IpAddr, len: u8) -> Option<u32> {
         match prefix {
-            IpAddr::V4(a) => self.v4.get(u32::from(a), len),
-            IpAddr::V6(a) => self.v6.get(&self.table.v6, u128::from(a), len),
+            IpAddr::V4(a) => self.v4.get(u32::from(a).into(), len),
+            IpAddr::V6(a) => self.v6.get(u128::from(a), len),
         }
     }
 
@@ -574,10 +722,24 @@ impl TableWriter {
 
     /// A target spreading flows over `hops` (ids with a reference each, which the group now
     /// holds): the one hop itself, or a multipath group shared by routes with the same set.
+    /// On an error every reference passed in is given back.
     pub fn multipath(&mut self, mut hops: Vec<u32>) -> Result<u32, FibError> {
         hops.sort_unstable();
+        // A hop named twice holds two references: the group keeps one.
+        let before = hops.clone();
         hops.dedup();
+        let mut kept = hops.iter().peekable();
+        for h in before {
+            if kept.peek() == Some(&&h) {
+                kept.next();
+            } else {
+                self.release_hop(h);
+            }
+        }
         if hops.len() > MAX_PATHS {
+            for h in hops {
+                self.release_hop(h);
+            }
             return Err(FibError::Full("paths in one route (16)"));
         }
         match hops.as_slice() {
@@ -600,12 +762,17 @@ impl TableWriter {
                 self.next_group += 1;
                 self.next_group - 1
             }
-            None => return Err(FibError::Full("multipath groups")),
+            None => {
+                for h in hops {
+                    self.release_hop(h);
+                }
+                return Err(FibError::Full("multipath groups"));
+            }
         };
         let base = g as usize * MAX_PATHS;
         for (k, h) in hops.iter().enumerate() {
             if let Some(m) = self.table.group_members.get(base + k) {
-                m.store(*h, Relaxed);
+                m.store(*h, Release);
             }
         }
         if let Some(n) = self.table.group_len.get(g as usize) {
@@ -647,11 +814,18 @@ impl TableWriter {
         self.v4.reclaim(q);
         self.v6.reclaim(q);
         let hops = self.retired_hops.collect(q);
+        for id in &hops {
+            // No reader can reach the slot now: clear it, so nothing of its last neighbour
+            // survives into its next use.
+            if let Some(h) = self.table.hops.get(*id as usize) {
+                h.publish(hop_word(HopState::Incomplete, 0, [0; 6]), 0);
+            }
+        }
         self.free_hops.extend(hops);
         let groups = self.retired_groups.collect(q);
         self.free_groups.extend(groups);
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests;

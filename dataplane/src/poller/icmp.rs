@@ -6,6 +6,7 @@ use std::time::Instant;
 use xdpilone::xdp::XdpDesc;
 
 use super::ratelimit::TokenBucket;
+use crate::fib::Routes;
 use crate::forward::Forwarder;
 use crate::mem::Area;
 use crate::packet::DropReason;
@@ -38,6 +39,7 @@ impl IcmpReply {
 pub(super) fn icmp_reply(
     area: &mut Area,
     fwd: &Forwarder,
+    rt: Routes<'_>,
     bucket: &mut TokenBucket,
     now: &mut Option<Instant>,
     (in_port, reason, d): (u16, DropReason, &XdpDesc),
@@ -46,7 +48,7 @@ pub(super) fn icmp_reply(
         return IcmpReply::NotSent;
     };
     // SAFETY: the frame came off this burst's RX ring and is still this poller's.
-    let Some(err) = fwd.icmp_error_for(reason, unsafe { area.frame(off, d.len) }) else {
+    let Some(err) = fwd.icmp_error_for(rt, reason, unsafe { area.frame(off, d.len) }) else {
         return IcmpReply::NotSent;
     };
     if !bucket.take(*now.get_or_insert_with(Instant::now)) {

@@ -35,7 +35,7 @@ impl MemPoller {
                     source,
                 }
             })?;
-        let mut inner = Poller::assemble(spec, queues, Box::new(()), area, fwd, stats);
+        let mut inner = Poller::assemble(spec, queues, Box::new(()), area, fwd, stats)?;
         inner.prefill();
         Ok(MemPoller { inner })
     }

@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use crossbeam_queue::ArrayQueue;
 use xdpilone::xdp::XdpDesc;
 
+use crate::fib::{Routes, TableReader};
 use crate::forward::{Forwarder, Parsed};
 use crate::mem::{Area, FreeList};
 use crate::packet::{DropReason, L3};
@@ -72,6 +73,8 @@ struct Poller<Q: RingIo> {
     icmp_bucket: TokenBucket,
     /// Index in the table's quiescent-state slots.
     id: usize,
+    /// This poller's registration as a reader of the table (taken by the loop while it runs).
+    reader: Option<TableReader>,
     resolve: Option<Arc<ArrayQueue<IpAddr>>>,
     /// The last destination sent for resolution (a burst to one host asks once).
     last_resolve: Option<IpAddr>,
@@ -129,14 +132,8 @@ fn ask_resolve(
     parsed: &Result<Parsed, DropReason>,
 ) {
     let dst = match parsed {
-        Ok(Parsed::L3 {
-            l3: L3::V4 { dst, .. },
-            ..
-        }) => IpAddr::V4((*dst).into()),
-        Ok(Parsed::L3 {
-            l3: L3::V6 { dst, .. },
-            ..
-        }) => IpAddr::V6((*dst).into()),
+        Ok(Parsed::L3(L3::V4 { dst, .. })) => IpAddr::V4((*dst).into()),
+        Ok(Parsed::L3(L3::V6 { dst, .. })) => IpAddr::V6((*dst).into()),
         _ => return,
     };
     if *last == Some(dst) {
@@ -162,6 +159,12 @@ impl<Q: RingIo> Poller<Q> {
         // so an idle busy-polling loop does not write its counter line on every pass.
         let mut passes = [0u64; 2];
         let table = self.fwd.table().clone();
+        let Some(mut reader) = self.reader.take() else {
+            return;
+        };
+        // Online (a full fence) at start and after each sleep; offline while asleep and
+        // when the loop ends (the token's drop).
+        let mut online = reader.online();
         // Adaptive idling: empty passes in a row, when the quiet spell began, and whether the
         // last pass with work took a full burst somewhere (more is likely on its way).
         let mut empty = 0u32;
@@ -170,11 +173,12 @@ impl<Q: RingIo> Poller<Q> {
         while !stop.load(Relaxed) {
             // A batch boundary: nothing of the table is held here, so memory the control
             // thread unpublished before now may be reused.
-            table.qsbr.quiescent(self.id);
+            online.quiescent();
+            let rt = online.routes();
             let mut work = 0usize;
             let mut full = false;
             for i in 0..self.queues.len() {
-                let n = self.receive(i);
+                let n = self.receive(i, rt);
                 full |= n == self.batch as usize;
                 work += n;
                 self.flush();
@@ -185,16 +189,17 @@ impl<Q: RingIo> Poller<Q> {
             if passes[0] == 256 {
                 self.add_passes(&mut passes);
             }
+            let mut nap = false;
             if work == 0 {
                 match self.idle {
                     Idle::Busy => std::hint::spin_loop(),
-                    Idle::Sleep => self.sleep(&table),
+                    Idle::Sleep => nap = true,
                     // Spinning pays only while the rings fill faster than the poller drains
                     // them (full bursts): then the next frames are microseconds away. After a
                     // partial burst the poller has caught up, and where it shares a core with
                     // the kernel's receive work spinning would only slow that work down.
                     Idle::Adaptive if !last_full => {
-                        self.sleep(&table);
+                        nap = true;
                         quiet_since = None;
                     }
                     Idle::Adaptive => {
@@ -204,7 +209,7 @@ impl<Q: RingIo> Poller<Q> {
                             let now = std::time::Instant::now();
                             let since = *quiet_since.get_or_insert(now);
                             if now.duration_since(since) >= self.idle_spin {
-                                self.sleep(&table);
+                                nap = true;
                                 quiet_since = None;
                                 last_full = false;
                             }
@@ -218,16 +223,21 @@ impl<Q: RingIo> Poller<Q> {
                 quiet_since = None;
                 last_full = full;
             }
+            if nap {
+                drop(online);
+                self.sleep();
+                online = reader.online();
+            }
         }
         self.add_passes(&mut passes);
-        table.qsbr.offline(self.id);
+        drop(online);
+        self.reader = Some(reader);
     }
 
     /// Sleeps in poll() until a socket has frames (bounded so the stop flag is seen within
-    /// 50 ms); holds nothing of the table meanwhile.
+    /// 50 ms); the caller holds nothing of the table meanwhile (offline).
     #[cold]
-    fn sleep(&mut self, table: &crate::fib::Table) {
-        table.qsbr.offline(self.id);
+    fn sleep(&mut self) {
         sys::poll_readable(&mut self.pollfds, 50);
         self.stats.add(Counter::IdleSleeps, 1);
     }
@@ -247,7 +257,7 @@ impl<Q: RingIo> Poller<Q> {
     /// for TX or pushed back on the free list, after its last view.
     #[inline]
     #[allow(unsafe_code)]
-    fn receive(&mut self, i: usize) -> usize {
+    fn receive(&mut self, i: usize, rt: Routes<'_>) -> usize {
         let Some(q) = self.queues.get_mut(i) else {
             return 0;
         };
@@ -285,7 +295,7 @@ impl<Q: RingIo> Poller<Q> {
                 // SAFETY: as in pass 0, a frame received in this burst, not yet handed on.
                 Some(off) => self
                     .fwd
-                    .prepare(ingress, unsafe { self.area.frame(off, d.len) }),
+                    .prepare(rt, ingress, unsafe { self.area.frame(off, d.len) }),
                 None => Err(DropReason::InvalidDescriptor),
             };
         }
@@ -303,7 +313,7 @@ impl<Q: RingIo> Poller<Q> {
                     // SAFETY: as in pass 0; it is staged for TX or freed only after this view.
                     let frame = unsafe { self.area.frame_mut(off, d.len) };
                     self.fwd
-                        .finish(in_port, parsed, frame)
+                        .finish(rt, in_port, parsed, frame)
                         // The view is d.len bytes long (a u32), and finish keeps its length.
                         .map(|out| (out, u32::try_from(frame.len()).unwrap_or(d.len)))
                 }
@@ -321,6 +331,7 @@ impl<Q: RingIo> Poller<Q> {
                     let reply = icmp_reply(
                         &mut self.area,
                         &self.fwd,
+                        rt,
                         &mut self.icmp_bucket,
                         &mut now,
                         (in_port, r, d),

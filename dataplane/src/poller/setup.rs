@@ -88,6 +88,12 @@ pub struct Ready {
 /// Setup failures inside a poller thread.
 #[derive(Debug, thiserror::Error)]
 pub enum PollerError {
+    /// The table has no free reader slot of this poller's number.
+    #[error("poller {id}: the forwarding table has no free reader slot {id}")]
+    ReaderSlot {
+        /// Poller.
+        id: usize,
+    },
     /// Pinning failed.
     #[error("poller {id}: pinning to CPU {cpu}")]
     Pin {
@@ -178,7 +184,7 @@ pub(super) fn setup(
         umem_nodes,
         hugepages: area.on_hugepages(),
     };
-    let poller = Poller::assemble(spec, queues, registration, area, fwd, stats);
+    let poller = Poller::assemble(spec, queues, registration, area, fwd, stats)?;
     Ok((poller, ready))
 }
 
@@ -192,7 +198,11 @@ impl<Q: RingIo> Poller<Q> {
         area: Area,
         fwd: Arc<Forwarder>,
         stats: Arc<PollerStats>,
-    ) -> Poller<Q> {
+    ) -> Result<Poller<Q>, PollerError> {
+        let reader = fwd
+            .table()
+            .reader(spec.id)
+            .ok_or(PollerError::ReaderSlot { id: spec.id })?;
         let pollfds = queues.iter().map(|q| sys::pollfd_in(q.raw_fd())).collect();
         let stages = (0..queues.len())
             .map(|_| Stage {
@@ -200,7 +210,7 @@ impl<Q: RingIo> Poller<Q> {
                 len: 0,
             })
             .collect();
-        Poller {
+        Ok(Poller {
             queues,
             _registration: registration,
             free: area.full_free_list(),
@@ -222,6 +232,7 @@ impl<Q: RingIo> Poller<Q> {
             id: spec.id,
             resolve: spec.resolve.clone(),
             last_resolve: None,
-        }
+            reader: Some(reader),
+        })
     }
 }

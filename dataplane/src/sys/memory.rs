@@ -13,8 +13,10 @@ pub struct Mmap {
 // SAFETY: the mapping is plain memory owned by this value; moving the owner between threads is
 // fine, and access is governed by the borrow rules of the methods below.
 unsafe impl Send for Mmap {}
-// SAFETY: through `&Mmap` the memory is only read (`as_u32s`, pointers handed to the kernel);
-// every write goes through `&mut self`, so shared references never race with a write.
+// SAFETY: through `&Mmap` the memory is reached only atomically (`as_atomic_u32s`) or through
+// raw pointers (`as_ptr`, `as_raw_slice`: the UMEM shared with the kernel), whose users are
+// unsafe code with its own argument; no plain `&` or `&mut` to the memory is made from `&self`,
+// so sharing the owner between threads creates no data race by itself.
 unsafe impl Sync for Mmap {}
 
 impl Mmap {
@@ -82,18 +84,12 @@ impl Mmap {
         Ok(Mmap { ptr, len })
     }
 
-    /// The mapping as zero-initialised `u32`s (anonymous memory starts zeroed).
-    pub fn as_u32s(&self) -> &[u32] {
-        // SAFETY: the mapping is page-aligned (so u32-aligned), `len / 4` u32s fit inside it,
-        // any bit pattern is a valid u32, and `&self` keeps it mapped and unaliased by `&mut`.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<u32>(), self.len / 4) }
-    }
-
     /// The mapping as zero-initialised `AtomicU32`s: tables one thread updates in place while
     /// others read them.
     pub fn as_atomic_u32s(&self) -> &[std::sync::atomic::AtomicU32] {
-        // SAFETY: as in `as_u32s`; AtomicU32 has the size and alignment of u32, and every
-        // access through the result is atomic, so shared references may write.
+        // SAFETY: the mapping is page-aligned (so 4-byte aligned), `len / 4` cells fit inside
+        // it, zeroed memory is a valid AtomicU32, `&self` keeps it mapped, and every access
+        // through the result is atomic, so shared references may write.
         unsafe {
             std::slice::from_raw_parts(
                 self.ptr.as_ptr().cast::<std::sync::atomic::AtomicU32>(),
@@ -102,11 +98,6 @@ impl Mmap {
         }
     }
 
-    /// Mutable view of [`Mmap::as_u32s`].
-    pub fn as_u32s_mut(&mut self) -> &mut [u32] {
-        // SAFETY: as in `as_u32s`; `&mut self` guarantees exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<u32>(), self.len / 4) }
-    }
 
     /// Base address.
     pub fn as_ptr(&self) -> NonNull<u8> {

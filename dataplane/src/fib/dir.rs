@@ -1,0 +1,432 @@
+//! Longest-prefix match as a multibit trie with a wide first stride (DIR-24-8 of Gupta et
+//! al., as DPDK's rte_lpm for IPv4, and its IPv6 extension, rte_fib6's "trie": 24 bits,
+//! then 8-bit strides), updated in place by one writer while the pollers read.
+//!
+//! The first level is indexed by the key's top `FIRST` bits; an entry there, or in any
+//! group below, is either a *leaf* (a target and the length of the prefix that painted it)
+//! or a link to a *group* of `2^STRIDE` entries indexed by the next `STRIDE` bits. A lookup
+//! is one dependent load per level it descends: IPv4 one or two, IPv6 at most
+//! `1 + (128 - 24) / 8` = 14, and for a BGP table's /48 four, whatever the table's size.
+//!
+//! # The protocol (one writer, many readers that never wait)
+//! - **Entries** are single `AtomicU32` stores: a reader sees each entry before or after a
+//!   change, never torn. An insert repaints only the entries the new prefix now owns (those
+//!   painted by a prefix no longer than it); a removal repaints the removed prefix's entries
+//!   with its longest shorter cover. Either way each address's answer moves from the old
+//!   version's to the new version's in one store.
+//! - **Groups are published filled**: the writer fills a group (a copy of the leaf it
+//!   replaces) and then stores the link with `Release`; readers load every entry with
+//!   `Acquire`, so a reader that follows a link sees the group's contents.
+//! - **Groups are folded bottom-up and never written once unlinked**: when a removal leaves
+//!   a group uniform with nothing longer than its parent's level, the parent's link is
+//!   replaced by that leaf (`Release`) and the group is retired; a reader already inside it
+//!   reads the very leaf the fold published, an answer of the version current at the fold.
+//!   The group is reused only after every reader has passed a quiescent state
+//!   ([`super::qsbr`]).
+//!
+//! So every lookup returns the longest match of a table version that existed while it ran
+//! (tested by the churn oracle in `fib::tests` and model-checked in `fib::loom_tests`).
+#![allow(clippy::indexing_slicing)] // writer side only: indices are in range by construction
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+use super::qsbr::{Qsbr, Retired};
+use super::sync::{AtomicU32, Cells};
+use super::FibError;
+
+/// A link to a group (bits 0..31: its index); otherwise a leaf.
+const EXT: u32 = 1 << 31;
+/// A leaf's prefix length: bits 23..31.
+const DEPTH_SHIFT: u32 = 23;
+const VALUE_MASK: u32 = (1 << DEPTH_SHIFT) - 1;
+/// Largest target a table holds (the value field stores target + 1; 0 is "no route").
+pub const MAX_TARGET: u32 = VALUE_MASK - 1;
+
+/// A leaf for `target` painted by a prefix of length `len`.
+#[inline(always)]
+fn leaf(target: u32, len: u8) -> u32 {
+    (u32::from(len) << DEPTH_SHIFT) | (target + 1)
+}
+
+#[inline(always)]
+fn depth(e: u32) -> u8 {
+    #[allow(clippy::cast_possible_truncation)] // eight bits
+    let d = ((e >> DEPTH_SHIFT) & 0xff) as u8;
+    d
+}
+
+/// A key the trie is indexed by: IPv4 (u32) or IPv6 (u128) addresses, host order.
+pub trait Key: Copy {
+    /// `width` bits of the key starting `shift` bits above its lowest.
+    fn field(self, shift: u32, width: u32) -> usize;
+}
+
+impl Key for u32 {
+    #[inline(always)]
+    fn field(self, shift: u32, width: u32) -> usize {
+        ((self >> shift) & ((1u32 << width) - 1)) as usize
+    }
+}
+
+impl Key for u128 {
+    #[inline(always)]
+    fn field(self, shift: u32, width: u32) -> usize {
+        #[allow(clippy::cast_possible_truncation)] // masked to `width` (< 32) bits
+        let f = ((self >> shift) as u32 & ((1u32 << width) - 1)) as usize;
+        f
+    }
+}
+
+/// The trie the pollers read: `BITS`-bit keys, a first level of `2^FIRST` entries, groups of
+/// `2^STRIDE`.
+pub struct Dir<const FIRST: u32, const STRIDE: u32, const BITS: u32> {
+    top: Cells,
+    groups: Cells,
+    capacity: u32,
+}
+
+impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BITS> {
+    /// Levels below the first.
+    const DEEPER: u32 = {
+        assert!(FIRST < 32 && STRIDE < 32 && FIRST <= BITS);
+        assert!((BITS - FIRST) % STRIDE == 0, "strides must tile the key");
+        (BITS - FIRST) / STRIDE
+    };
+
+    /// An empty trie with room for `groups` groups (the first level always exists).
+    pub fn new(groups: u32) -> Result<Self, FibError> {
+        let groups = groups.clamp(1, EXT - 1);
+        Ok(Dir {
+            top: Cells::new(1 << FIRST, FIRST >= 16, "memory for the first-level table")?,
+            groups: Cells::new(
+                (groups as usize) << STRIDE,
+                false,
+                "memory for the extension groups",
+            )?,
+            capacity: groups,
+        })
+    }
+
+    /// Longest-prefix match: the target, or None. At most `1 + (BITS - FIRST) / STRIDE`
+    /// dependent loads.
+    #[inline(always)]
+    pub fn lookup<K: Key>(&self, key: K) -> Option<u32> {
+        let mut e = self
+            .top
+            .get()
+            .get(key.field(BITS - FIRST, FIRST))?
+            .load(Acquire);
+        let groups = self.groups.get();
+        let mut end = FIRST;
+        for _ in 0..Self::DEEPER {
+            if e & EXT == 0 {
+                break;
+            }
+            end += STRIDE;
+            let i = (((e & !EXT) as usize) << STRIDE) | key.field(BITS - end, STRIDE);
+            e = groups.get(i)?.load(Acquire);
+        }
+        if e & EXT != 0 {
+            return None; // a link below the last level: never written
+        }
+        (e & VALUE_MASK).checked_sub(1)
+    }
+
+    /// Starts loading the first-level entry for `key` into the cache.
+    #[inline(always)]
+    pub fn prefetch<K: Key>(&self, key: K) {
+        if let Some(e) = self.top.get().get(key.field(BITS - FIRST, FIRST)) {
+            crate::sys::prefetch(e);
+        }
+    }
+
+    /// The entries of group `g`.
+    fn group(&self, g: u32) -> &[AtomicU32] {
+        let start = (g as usize) << STRIDE;
+        &self.groups.get()[start..start + (1 << STRIDE)]
+    }
+
+    /// Bytes reserved for the table (virtual; pages are backed as they are first written).
+    pub fn reserved_bytes(&self) -> usize {
+        self.top.bytes() + self.groups.bytes()
+    }
+}
+
+/// The last key bit (exclusive, counted from the top) of level `l` (0: the first level).
+const fn level_end(first: u32, stride: u32, l: u32) -> u32 {
+    first + l * stride
+}
+
+/// The single writer's bookkeeping: the rules (prefix -> target per length) and the groups.
+#[derive(Debug)]
+pub struct DirWriter<const FIRST: u32, const STRIDE: u32, const BITS: u32> {
+    rules: Vec<HashMap<u128, u32>>,
+    free_groups: Vec<u32>,
+    next_group: u32,
+    retired: Retired<u32>,
+    routes: usize,
+}
+
+impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Default
+    for DirWriter<FIRST, STRIDE, BITS>
+{
+    fn default() -> Self {
+        DirWriter {
+            rules: vec![HashMap::new(); BITS as usize + 1],
+            free_groups: Vec::new(),
+            next_group: 0,
+            retired: Retired::default(),
+            routes: 0,
+        }
+    }
+}
+
+impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRIDE, BITS> {
+    /// Mask of the top `len` of `BITS` bits.
+    fn mask(len: u8) -> u128 {
+        let keep = u32::from(len).min(BITS);
+        let all = u128::MAX >> (128 - BITS);
+        match keep {
+            0 => 0,
+            k if k == BITS => all,
+            k => all & !(all >> k),
+        }
+    }
+
+    /// The level a prefix of length `len` is painted at.
+    fn level_of(len: u8) -> u32 {
+        let len = u32::from(len);
+        if len <= FIRST {
+            0
+        } else {
+            1 + (len - FIRST - 1) / STRIDE
+        }
+    }
+
+    /// Number of prefixes in the table.
+    pub fn len(&self) -> usize {
+        self.routes
+    }
+
+    /// True when the table holds no prefix.
+    pub fn is_empty(&self) -> bool {
+        self.routes == 0
+    }
+
+    /// Groups in use (linked, or retired and not yet reusable).
+    pub fn groups_in_use(&self) -> usize {
+        self.next_group as usize - self.free_groups.len()
+    }
+
+    /// Bytes the table uses: the first level and the groups handed out so far.
+    pub fn memory_bytes(&self) -> usize {
+        ((1usize << FIRST) + ((self.next_group as usize) << STRIDE)) * 4
+    }
+
+    /// The target of exactly this prefix, if present.
+    pub fn get(&self, prefix: u128, len: u8) -> Option<u32> {
+        self.rules
+            .get(usize::from(len))?
+            .get(&(prefix & Self::mask(len)))
+            .copied()
+    }
+
+    /// The entry of level `l` on `key`'s path inside `container` (the first level, or a
+    /// group at level `l`).
+    fn slot(container: &[AtomicU32], key: u128, l: u32) -> &AtomicU32 {
+        let end = level_end(FIRST, STRIDE, l);
+        let width = if l == 0 { FIRST } else { STRIDE };
+        &container[key.field(BITS - end, width)]
+    }
+
+    /// The entries of `key`'s path from the first level down to level `last` (or to the
+    /// first leaf above it).
+    fn path(t: &Dir<FIRST, STRIDE, BITS>, key: u128, last: u32) -> Vec<&AtomicU32> {
+        let mut out = Vec::with_capacity(last as usize + 1);
+        let mut slot = Self::slot(t.top.get(), key, 0);
+        out.push(slot);
+        for l in 1..=last {
+            let e = slot.load(Relaxed);
+            if e & EXT == 0 {
+                break;
+            }
+            slot = Self::slot(t.group(e & !EXT), key, l);
+            out.push(slot);
+        }
+        out
+    }
+
+    /// Adds `prefix/len -> target`, or replaces its target.
+    pub fn insert(
+        &mut self,
+        t: &Dir<FIRST, STRIDE, BITS>,
+        qsbr: &Qsbr,
+        prefix: u128,
+        len: u8,
+        target: u32,
+    ) -> Result<(), FibError> {
+        if u32::from(len) > BITS {
+            #[allow(clippy::cast_possible_truncation)] // 32 or 128
+            return Err(FibError::PrefixTooLong {
+                len,
+                max: BITS as u8,
+            });
+        }
+        if target > MAX_TARGET {
+            return Err(FibError::Full("target index"));
+        }
+        let prefix = prefix & Self::mask(len);
+        let level = Self::level_of(len);
+        // Links down to the prefix's level: each new group a copy of the leaf it replaces,
+        // linked (Release) once filled.
+        let mut container = t.top.get();
+        for l in 0..level {
+            let slot = Self::slot(container, prefix, l);
+            let e = slot.load(Relaxed);
+            let g = if e & EXT != 0 {
+                e & !EXT
+            } else {
+                match self.new_group(t) {
+                    Ok(g) => {
+                        for s in t.group(g) {
+                            s.store(e, Relaxed);
+                        }
+                        slot.store(EXT | g, Release);
+                        g
+                    }
+                    Err(err) => {
+                        // Fold back the copies linked so far: they hold nothing new.
+                        self.fold_path(t, qsbr, prefix, l);
+                        return Err(err);
+                    }
+                }
+            };
+            container = t.group(g);
+        }
+        if self.rules[usize::from(len)]
+            .insert(prefix, target)
+            .is_none()
+        {
+            self.routes += 1;
+        }
+        self.paint(t, container, prefix, len, leaf(target, len), |e| {
+            depth(e) <= len
+        });
+        Ok(())
+    }
+
+    /// Removes `prefix/len`; its addresses fall back to the next shorter covering prefix.
+    /// Returns its target, or None if it was not there.
+    pub fn remove(
+        &mut self,
+        t: &Dir<FIRST, STRIDE, BITS>,
+        qsbr: &Qsbr,
+        prefix: u128,
+        len: u8,
+    ) -> Option<u32> {
+        let prefix = prefix & Self::mask(len);
+        let old = self.rules.get_mut(usize::from(len))?.remove(&prefix)?;
+        self.routes -= 1;
+        let cover = (0..len).rev().find_map(|l| {
+            let p = prefix & Self::mask(l);
+            self.rules[usize::from(l)].get(&p).map(|&tg| leaf(tg, l))
+        });
+        let level = Self::level_of(len);
+        let path = Self::path(t, prefix, level);
+        if path.len() == level as usize + 1 {
+            let container = if level == 0 {
+                t.top.get()
+            } else {
+                let e = path[level as usize - 1].load(Relaxed);
+                t.group(e & !EXT)
+            };
+            self.paint(t, container, prefix, len, cover.unwrap_or(0), |e| {
+                depth(e) == len && e & VALUE_MASK != 0
+            });
+        }
+        self.fold_path(t, qsbr, prefix, level);
+        Some(old)
+    }
+
+    /// Folds the groups on `key`'s path below level `level` that no longer hold anything
+    /// longer than their parent's level, bottom-up, retiring each.
+    fn fold_path(&mut self, t: &Dir<FIRST, STRIDE, BITS>, qsbr: &Qsbr, key: u128, level: u32) {
+        let path = Self::path(t, key, level);
+        // path[i] is the entry at level i; a link there leads to a group at level i + 1.
+        for (i, slot) in path.iter().enumerate().rev() {
+            let e = slot.load(Relaxed);
+            if e & EXT == 0 {
+                continue;
+            }
+            let g = e & !EXT;
+            let group = t.group(g);
+            let first = group[0].load(Relaxed);
+            #[allow(clippy::cast_possible_truncation)] // levels are few
+            let parent_end = level_end(FIRST, STRIDE, i as u32);
+            if first & EXT != 0
+                || u32::from(depth(first)) > parent_end
+                || group.iter().any(|s| s.load(Relaxed) != first)
+            {
+                return; // this group stays, so every group above it does too
+            }
+            slot.store(first, Release);
+            // Readers may still be inside the group: it is reused only after they move on.
+            self.retired.push(qsbr.retire_point(), g);
+        }
+    }
+
+    /// Writes `value` into every entry of `prefix/len` (inside `container`, the level it is
+    /// painted at) for which `overwrite(entry)` holds, descending into linked groups.
+    fn paint(
+        &self,
+        t: &Dir<FIRST, STRIDE, BITS>,
+        container: &[AtomicU32],
+        prefix: u128,
+        len: u8,
+        value: u32,
+        overwrite: impl Fn(u32) -> bool + Copy,
+    ) {
+        let level = Self::level_of(len);
+        let end = level_end(FIRST, STRIDE, level);
+        let width = if level == 0 { FIRST } else { STRIDE };
+        let start = prefix.field(BITS - end, width);
+        let count = 1usize << (end - u32::from(len));
+        for slot in &container[start..start + count] {
+            Self::paint_entry(t, slot, value, overwrite);
+        }
+    }
+
+    fn paint_entry(
+        t: &Dir<FIRST, STRIDE, BITS>,
+        slot: &AtomicU32,
+        value: u32,
+        overwrite: impl Fn(u32) -> bool + Copy,
+    ) {
+        let e = slot.load(Relaxed);
+        if e & EXT != 0 {
+            for s in t.group(e & !EXT) {
+                Self::paint_entry(t, s, value, overwrite);
+            }
+        } else if overwrite(e) {
+            slot.store(value, Release);
+        }
+    }
+
+    /// A free group: one reclaimed, or a fresh one.
+    fn new_group(&mut self, t: &Dir<FIRST, STRIDE, BITS>) -> Result<u32, FibError> {
+        match self.free_groups.pop() {
+            Some(g) => Ok(g),
+            None if self.next_group < t.capacity => {
+                self.next_group += 1;
+                Ok(self.next_group - 1)
+            }
+            None => Err(FibError::Full("extension groups")),
+        }
+    }
+
+    /// Returns groups retired long enough ago to the free pool.
+    pub fn reclaim(&mut self, qsbr: &Qsbr) {
+        let back = self.retired.collect(qsbr);
+        self.free_groups.extend(back);
+    }
+}

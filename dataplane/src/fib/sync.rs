@@ -1,0 +1,64 @@
+//! The atomics the table's lock-free protocol is written with, and the zeroed arrays of them
+//! it lives in. Built normally they are `std`'s, over anonymous mappings; built with the
+//! `loom` feature they are loom's, over heap arrays, so the model checker explores every
+//! interleaving of the very code the pollers run (`make loom`, [`super::loom_tests`]).
+#[cfg(feature = "loom")]
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64};
+#[cfg(not(feature = "loom"))]
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64};
+
+use super::FibError;
+
+/// A zero-filled array of `AtomicU32` shared by the writer and the readers: every access
+/// is atomic, so shared references may write.
+pub(crate) struct Cells {
+    #[cfg(not(feature = "loom"))]
+    map: crate::sys::Mmap,
+    #[cfg(feature = "loom")]
+    cells: Box<[AtomicU32]>,
+    len: usize,
+}
+
+impl Cells {
+    /// `len` zeroed cells; `huge`: on transparent huge pages (large tables read at random).
+    /// Pages are backed only once touched, so a large, mostly unused array costs little.
+    pub(crate) fn new(len: usize, huge: bool, what: &'static str) -> Result<Cells, FibError> {
+        #[cfg(not(feature = "loom"))]
+        {
+            let bytes = len.max(1) * 4;
+            let map = if huge {
+                crate::sys::Mmap::anonymous_huge(bytes)
+            } else {
+                crate::sys::Mmap::anonymous(bytes)
+            }
+            .map_err(|_| FibError::Full(what))?;
+            Ok(Cells { map, len })
+        }
+        #[cfg(feature = "loom")]
+        {
+            let _ = (huge, what);
+            Ok(Cells {
+                cells: (0..len).map(|_| AtomicU32::new(0)).collect(),
+                len,
+            })
+        }
+    }
+
+    /// The cells.
+    #[inline(always)]
+    pub(crate) fn get(&self) -> &[AtomicU32] {
+        #[cfg(not(feature = "loom"))]
+        {
+            self.map.as_atomic_u32s()
+        }
+        #[cfg(feature = "loom")]
+        {
+            &self.cells
+        }
+    }
+
+    /// Bytes reserved (virtual: only touched pages are backed).
+    pub(crate) fn bytes(&self) -> usize {
+        self.len * 4
+    }
+}

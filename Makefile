@@ -5,7 +5,7 @@ CARGO ?= cargo
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool iputils-ping \
 	procps util-linux python3 libhwloc-dev libudev-dev traceroute iperf3 man-db prometheus
 
-.PHONY: deps build test vmtest vmbench demo bench lint fmt clean fuzz install
+.PHONY: deps build test loom stress sanitize vmtest vmbench demo bench lint fmt clean fuzz install
 
 deps:
 	@scripts/deps.sh $(DEB_PACKAGES)
@@ -15,6 +15,21 @@ build: deps
 
 test: deps
 	$(CARGO) test --workspace  # builds the dataplane binary that tests/ runs
+	$(MAKE) loom
+
+# The forwarding table's lock-free protocol under the loom model checker (fib::loom_tests:
+# QSBR online/offline against reclaim, next-hop slots, extension and multipath groups).
+loom:
+	LOOM_MAX_PREEMPTIONS=3 $(CARGO) test --release -p dataplane --features loom --lib fib::loom_tests
+
+# The churn oracle (readers against a BGP-like update stream, every answer checked against
+# the versions its lookup spanned) for 10 minutes; make test runs it for 10 s.
+stress:
+	CHURN_SECS=$${CHURN_SECS:-600} $(CARGO) test --release -p dataplane --lib fib::churn -- --nocapture
+
+# Miri on the table's unit tests, ThreadSanitizer on the churn oracle (nightly toolchain).
+sanitize:
+	scripts/sanitize.sh
 
 # The real-driver testbed: a QEMU guest (TCG) with 2 NUMA nodes, SMT and two multi-queue
 # virtio-net NICs with MSI-X interrupts, traffic from the host's namespaces (scripts/vmtest/).
@@ -47,6 +62,7 @@ lint: deps
 	python3 scripts/modgraph.py --check docs/ARCHITECTURE.md
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy -p dataplane --features loom --lib --tests -- -D warnings
 
 # The per-packet decision under libFuzzer (cargo-fuzz, nightly): 10 million executions by
 # default (RUNS=..., SECONDS_MAX=... to change).

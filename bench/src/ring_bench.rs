@@ -2,13 +2,16 @@
 //! lookup, rewrite, TX batching, completions) over emulated zero-copy ports (`memport`), with
 //! no kernel in the way, next to DPDK testpmd on two `net_null` vdevs on one lcore.
 //!
-//! Cells: bounce, l2fwd and l3fwd (1M IPv4 + 200k IPv6 routes) with 1 / 1k / 1M flows, IPv4 or
-//! an IPv4/IPv6 mix, burst 32 or 64. Each cell builds one poller pinned to the last CPU (two
+//! Cells: bounce, l2fwd and l3fwd (1M IPv4 + 200k IPv6 routes) with 1 / 1k / 1M flows, IPv4,
+//! an IPv4/IPv6 mix or IPv6, burst 32 or 64. Each cell builds one poller pinned to the last CPU (two
 //! pollers on two CPUs in the ablation), then repeats: run `--ms` milliseconds, count the
 //! frames the emulated ports transmitted and the poller thread's CPU time (schedstat). Reported:
 //! ns per packet (CPU time / packets) and Mpps per core, medians of `--reps` with min-max.
 //! `port alone` is the emulated ports' own cost (frames written in, completions), which is in
-//! every other figure, as net_null's mbuf handling is in testpmd's.
+//! every other figure, as net_null's mbuf handling is in testpmd's; it is measured for each
+//! traffic set, since the port writes each frame from a template and 1M flows' templates no
+//! longer fit in the caches. Before the cells: how fast the table takes the routes (IPv4, IPv6,
+//! and IPv6 through the RIB) and the memory the tries use.
 //!
 //! Run (root not needed, but pinning to an idle CPU gives steadier figures):
 //!   cargo run --release -p dataplane-bench --bin ring-bench -- [--reps 5 --ms 1000
@@ -36,8 +39,27 @@ use routes::{prefixes, Prefixes};
 
 const PORTS: u16 = 2;
 
-/// (flows, IPv4/IPv6 mix).
-type TrafficKey = (usize, bool);
+/// (flows, address families).
+type TrafficKey = (usize, Family);
+
+/// The address families of a cell's traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    V4,
+    /// Every other frame IPv6.
+    Mix,
+    V6,
+}
+
+impl Family {
+    fn name(self) -> &'static str {
+        match self {
+            Family::V4 => "v4",
+            Family::Mix => "v4+v6",
+            Family::V6 => "v6",
+        }
+    }
+}
 
 fn port_mac(p: u16) -> [u8; 6] {
     [2, 0, 0, 0, p as u8, 2]
@@ -48,7 +70,7 @@ fn port_mac(p: u16) -> [u8; 6] {
 struct Cell {
     mode: Mode,
     flows: usize,
-    mix: bool,
+    family: Family,
     burst: u32,
     /// Pollers (one per CPU); 2 in the ablation.
     pollers: usize,
@@ -59,11 +81,11 @@ struct Cell {
 }
 
 impl Cell {
-    fn new(mode: Mode, flows: usize, mix: bool, burst: u32) -> Cell {
+    fn new(mode: Mode, flows: usize, family: Family, burst: u32) -> Cell {
         Cell {
             mode,
             flows,
-            mix,
+            family,
             burst,
             pollers: 1,
             offset: 0,
@@ -76,7 +98,7 @@ impl Cell {
             "{} {} flows {} burst {}",
             self.mode.name(),
             self.flows,
-            if self.mix { "v4+v6" } else { "v4" },
+            self.family.name(),
             self.burst
         );
         if self.pollers > 1 {
@@ -114,6 +136,7 @@ struct Routes {
 
 fn build_routes(n4: usize, n6: usize, readers: usize) -> Routes {
     let prefixes = prefixes(n4, n6);
+    rib_rate(&prefixes.1);
     let mut w = TableWriter::new(PORTS as usize, readers, Capacity::default()).expect("table");
     for p in 0..PORTS {
         w.set_port(p, 1500, true);
@@ -130,14 +153,28 @@ fn build_routes(n4: usize, n6: usize, readers: usize) -> Routes {
             id
         })
         .collect();
+    let t = Instant::now();
     for (i, &(p, l)) in prefixes.0.iter().enumerate() {
         w.set_route(std::net::IpAddr::V4(p.into()), l, hops[i % 64])
             .expect("v4 route");
     }
+    let t4 = t.elapsed().as_secs_f64();
+    let t = Instant::now();
     for (i, &(p, l)) in prefixes.1.iter().enumerate() {
         w.set_route(std::net::IpAddr::V6(p.into()), l, hops[i % 64])
             .expect("v6 route");
     }
+    let t6 = t.elapsed().as_secs_f64();
+    let (m4, m6) = w.memory();
+    println!(
+        "table: {} IPv4 routes at {:.2} M/s, {} IPv6 routes at {:.2} M/s; tries use {:.0} MiB (IPv4) and {:.0} MiB (IPv6)",
+        prefixes.0.len(),
+        prefixes.0.len() as f64 / t4 / 1e6,
+        prefixes.1.len(),
+        prefixes.1.len() as f64 / t6.max(1e-9) / 1e6,
+        m4 as f64 / (1 << 20) as f64,
+        m6 as f64 / (1 << 20) as f64
+    );
     Routes {
         table: w.table().clone(),
         prefixes,
@@ -145,12 +182,56 @@ fn build_routes(n4: usize, n6: usize, readers: usize) -> Routes {
     }
 }
 
-/// 64-byte frames to port `port`: `flows` destinations inside random table prefixes (every
-/// other one IPv6 with `mix`).
-fn traffic(routes: &Routes, port: u16, flows: usize, mix: bool) -> Arc<Traffic> {
+/// IPv6 updates through the RIB (the control thread's path: a route via a gateway, its next
+/// hop reference counted): adds, then replaces to another gateway, then removes.
+fn rib_rate(p6: &[(u128, u8)]) {
+    use dataplane::fib::rib::{Rib, RouteKind};
+    use std::net::IpAddr;
+    let mut rib = Rib::new(PORTS as usize, 1, Capacity::default(), false).expect("rib");
+    let gw = |i: u8| {
+        IpAddr::V6(std::net::Ipv6Addr::new(
+            0xfe80,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            u16::from(i),
+        ))
+    };
+    let t = Instant::now();
+    for round in 0..3u8 {
+        for &(p, l) in p6 {
+            let prefix = IpAddr::V6(p.into());
+            if round < 2 {
+                rib.set_route(prefix, l, RouteKind::Via(vec![(1, gw(round + 1))]))
+                    .expect("v6 route");
+            } else {
+                rib.remove_route(prefix, l);
+            }
+        }
+        rib.reclaim();
+    }
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "RIB: {} IPv6 updates (add, replace, remove each of {} prefixes) at {:.2} M/s",
+        3 * p6.len(),
+        p6.len(),
+        3.0 * p6.len() as f64 / secs.max(1e-9) / 1e6
+    );
+}
+
+/// 64-byte frames to port `port`: `flows` destinations inside random table prefixes, of the
+/// `family` asked for (every other one IPv6 for the mix).
+fn traffic(routes: &Routes, port: u16, flows: usize, family: Family) -> Arc<Traffic> {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(u64::from(port) + 7);
     let (p4, p6) = &routes.prefixes;
-    let n = if mix { flows.max(2) } else { flows };
+    let n = if family == Family::Mix {
+        flows.max(2)
+    } else {
+        flows
+    };
     let frames: Vec<Vec<u8>> = (0..n)
         .map(|i| {
             let mut spec = FrameSpec {
@@ -161,7 +242,7 @@ fn traffic(routes: &Routes, port: u16, flows: usize, mix: bool) -> Arc<Traffic> 
                 sport: 1024 + (i % 60000) as u16,
                 ..FrameSpec::default()
             };
-            if mix && i % 2 == 1 {
+            if family == Family::V6 || (family == Family::Mix && i % 2 == 1) {
                 let (p, l) = p6[rng.gen_range(0..p6.len())];
                 spec.dst6 = (p | (rng.gen::<u128>() & !mask6(l))).into();
                 spec.payload_len = FrameSpec::v6_payload_for_wire_size(64);
@@ -461,11 +542,11 @@ fn main() {
     let bursts: &[u32] = if quick { &[32] } else { &[32, 64] };
     for &burst in bursts {
         for mode in [Mode::Bounce, Mode::L2fwd] {
-            cells.push(Cell::new(mode, 1, false, burst));
+            cells.push(Cell::new(mode, 1, Family::V4, burst));
         }
         for &f in flows {
-            for mix in [false, true] {
-                cells.push(Cell::new(Mode::L3fwd, f, mix, burst));
+            for family in [Family::V4, Family::Mix, Family::V6] {
+                cells.push(Cell::new(Mode::L3fwd, f, family, burst));
             }
         }
     }
@@ -479,7 +560,7 @@ fn main() {
                         offset,
                         shared_stats,
                         interleave,
-                        ..Cell::new(Mode::L3fwd, 1024, false, 32)
+                        ..Cell::new(Mode::L3fwd, 1024, Family::V4, 32)
                     });
                 }
             }
@@ -496,10 +577,10 @@ fn main() {
     // Traffic per (flows, mix), built once: the 1M-flow sets take a while.
     let mut cache: Vec<(TrafficKey, Vec<Arc<Traffic>>)> = Vec::new();
     for cell in &cells {
-        let key = (cell.flows, cell.mix);
+        let key = (cell.flows, cell.family);
         if !cache.iter().any(|(k, _)| *k == key) {
             let t: Vec<Arc<Traffic>> = (0..PORTS)
-                .map(|p| traffic(&routes, p, cell.flows, cell.mix))
+                .map(|p| traffic(&routes, p, cell.flows, cell.family))
                 .collect();
             cache.push((key, t));
         }
@@ -516,8 +597,17 @@ fn main() {
     }
     let single = std::env::args().any(|a| a == "--cell");
     if !ablation && !single {
-        let alone = port_alone(&cache[0].1[0], &opts);
-        rows.push(row("port alone (the emulated NIC's share)".into(), &alone));
+        // The emulated port's own share, for each traffic set the cells used.
+        for ((flows, family), t) in &cache {
+            let alone = port_alone(&t[0], &opts);
+            rows.push(row(
+                format!(
+                    "port alone, {flows} flows {} (the emulated NIC's share)",
+                    family.name()
+                ),
+                &alone,
+            ));
+        }
     }
     print(&rows);
     if with_testpmd && !ablation {

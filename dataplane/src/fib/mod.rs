@@ -44,6 +44,8 @@ use std::net::IpAddr;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::Arc;
 
+#[cfg(all(test, not(feature = "loom")))]
+mod churn;
 pub mod dir;
 #[cfg(all(test, feature = "loom"))]
 mod loom_tests;
@@ -55,11 +57,11 @@ mod sync;
 pub use qsbr::{Online, Qsbr, QsbrOwner, Reader};
 use sync::{AtomicU32, AtomicU64};
 
-/// Strides of the tries: 24 then 8 bits (DIR-24-8). Built for the model checker they are
-/// 4 and 4, so a model explores a table of a few dozen entries with the same code.
-#[cfg(not(feature = "loom"))]
+/// Strides of the tries: 24 then 8 bits (DIR-24-8). Built for the model checker (and Miri)
+/// they are 4 and 4, so a model explores a table of a few dozen entries with the same code.
+#[cfg(not(any(feature = "loom", miri)))]
 const STRIDES: (u32, u32) = (24, 8);
-#[cfg(feature = "loom")]
+#[cfg(any(feature = "loom", miri))]
 const STRIDES: (u32, u32) = (4, 4);
 
 /// IPv4 longest-prefix match.
@@ -250,8 +252,9 @@ impl Default for Capacity {
         Capacity {
             hops: 1 << 16,
             groups: 1 << 12,
-            v4_groups: 1 << 16,
-            v6_groups: 1 << 20,
+            // Under Miri the groups are heap arrays of 16 entries, built one by one.
+            v4_groups: if cfg!(miri) { 1 << 10 } else { 1 << 16 },
+            v6_groups: if cfg!(miri) { 1 << 12 } else { 1 << 20 },
         }
     }
 }
@@ -442,14 +445,22 @@ impl Table {
 #[cfg(test)]
 impl Table {
     /// Tests: one lookup as a one-off registered, online reader (slot 0, which must be free).
-    pub(crate) fn route_v4(self: &Arc<Self>, dst: u32, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
+    pub(crate) fn route_v4(
+        self: &Arc<Self>,
+        dst: u32,
+        flow: impl FnOnce() -> u32,
+    ) -> Result<Hop, Miss> {
         let mut r = self.reader(0).expect("reader slot 0 is free");
         let on = r.online();
         on.routes().route_v4(dst, flow)
     }
 
     /// Tests: [`Table::route_v4`] for IPv6.
-    pub(crate) fn route_v6(self: &Arc<Self>, dst: u128, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
+    pub(crate) fn route_v6(
+        self: &Arc<Self>,
+        dst: u128,
+        flow: impl FnOnce() -> u32,
+    ) -> Result<Hop, Miss> {
         let mut r = self.reader(0).expect("reader slot 0 is free");
         let on = r.online();
         on.routes().route_v6(dst, flow)
@@ -521,7 +532,9 @@ impl TableWriter {
             });
         }
         if cap.hops >= GROUP || cap.groups >= GROUP {
-            return Err(FibError::Full("capacity: next hops and groups stay below 2^22"));
+            return Err(FibError::Full(
+                "capacity: next hops and groups stay below 2^22",
+            ));
         }
         let hops: Box<[HopSlot]> = (0..cap.hops.max(FIRST_HOP))
             .map(|_| HopSlot::new())
@@ -644,7 +657,9 @@ impl TableWriter {
     pub fn set_route(&mut self, prefix: IpAddr, len: u8, target: u32) -> Result<(), FibError> {
         let t = &*self.table;
         match prefix {
-            IpAddr::V4(a) => self.v4.insert(&t.v4, &t.qsbr, u32::from(a).into(), len, target),
+            IpAddr::V4(a) => self
+                .v4
+                .insert(&t.v4, &t.qsbr, u32::from(a).into(), len, target),
             IpAddr::V6(a) => self.v6.insert(&t.v6, &t.qsbr, u128::from(a), len, target),
         }
     }

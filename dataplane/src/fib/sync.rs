@@ -1,7 +1,8 @@
 //! The atomics the table's lock-free protocol is written with, and the zeroed arrays of them
 //! it lives in. Built normally they are `std`'s, over anonymous mappings; built with the
 //! `loom` feature they are loom's, over heap arrays, so the model checker explores every
-//! interleaving of the very code the pollers run (`make loom`, [`super::loom_tests`]).
+//! interleaving of the very code the pollers run (`make loom`, [`super::loom_tests`]). Under
+//! Miri (`make sanitize`) the arrays are on the heap too: Miri has no `mmap` to give.
 #[cfg(feature = "loom")]
 pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64};
 #[cfg(not(feature = "loom"))]
@@ -12,9 +13,9 @@ use super::FibError;
 /// A zero-filled array of `AtomicU32` shared by the writer and the readers: every access
 /// is atomic, so shared references may write.
 pub(crate) struct Cells {
-    #[cfg(not(feature = "loom"))]
+    #[cfg(not(any(feature = "loom", miri)))]
     map: crate::sys::Mmap,
-    #[cfg(feature = "loom")]
+    #[cfg(any(feature = "loom", miri))]
     cells: Box<[AtomicU32]>,
     len: usize,
 }
@@ -23,7 +24,7 @@ impl Cells {
     /// `len` zeroed cells; `huge`: on transparent huge pages (large tables read at random).
     /// Pages are backed only once touched, so a large, mostly unused array costs little.
     pub(crate) fn new(len: usize, huge: bool, what: &'static str) -> Result<Cells, FibError> {
-        #[cfg(not(feature = "loom"))]
+        #[cfg(not(any(feature = "loom", miri)))]
         {
             let bytes = len.max(1) * 4;
             let map = if huge {
@@ -34,7 +35,7 @@ impl Cells {
             .map_err(|_| FibError::Full(what))?;
             Ok(Cells { map, len })
         }
-        #[cfg(feature = "loom")]
+        #[cfg(any(feature = "loom", miri))]
         {
             let _ = (huge, what);
             Ok(Cells {
@@ -47,11 +48,11 @@ impl Cells {
     /// The cells.
     #[inline(always)]
     pub(crate) fn get(&self) -> &[AtomicU32] {
-        #[cfg(not(feature = "loom"))]
+        #[cfg(not(any(feature = "loom", miri)))]
         {
             self.map.as_atomic_u32s()
         }
-        #[cfg(feature = "loom")]
+        #[cfg(any(feature = "loom", miri))]
         {
             &self.cells
         }

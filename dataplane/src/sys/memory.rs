@@ -98,7 +98,6 @@ impl Mmap {
         }
     }
 
-
     /// Base address.
     pub fn as_ptr(&self) -> NonNull<u8> {
         self.ptr

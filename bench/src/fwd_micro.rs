@@ -118,6 +118,7 @@ fn main() {
             for (p, slot) in parsed.iter_mut().zip(burst.chunks_exact(FRAME)) {
                 *p = fwd.prepare(rt, ingress, &slot[..len]);
             }
+            fwd.walk(rt, &mut parsed);
             for (p, slot) in parsed.iter().zip(burst.chunks_exact_mut(FRAME)) {
                 if let Ok(port) = p.and_then(|p| fwd.finish(rt, 0, p, &mut slot[..len])) {
                     forwarded += u64::from(port) + 1;

@@ -3,6 +3,7 @@
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use std::sync::Arc;
 
+use crate::fib::dir::Walk;
 use crate::fib::{mac_key, Hop, Miss, Routes, Table};
 use crate::packet::icmp::{self, IcmpError};
 use crate::packet::{self, DropReason, L3};
@@ -137,7 +138,7 @@ impl Forwarder {
                     L3::V4 { dst, .. } => rt.prefetch_v4(dst),
                     L3::V6 { dst, .. } => rt.prefetch_v6(dst),
                 }
-                Ok(Parsed::L3(l3))
+                Ok(Parsed::L3(l3, Walk::default()))
             }
             Mode::L2fwd if frame.len() < packet::ETH_HLEN => Err(DropReason::Truncated),
             Mode::L2fwd | Mode::Bounce => Ok(Parsed::L2),
@@ -162,18 +163,39 @@ impl Forwarder {
                 }
                 Ok(self.peer(in_port))
             }
-            Parsed::L3(L3::V4 { dst, len }) => self.rewrite(
-                rt.route_v4(dst, || packet::flow_hash(frame)),
+            Parsed::L3(L3::V4 { dst, len }, walk) => self.rewrite(
+                rt.route_walked_v4(dst, walk, || packet::flow_hash(frame)),
                 u32::from(len),
                 frame,
                 packet::decrement_ttl_v4,
             ),
-            Parsed::L3(L3::V6 { dst, len }) => self.rewrite(
-                rt.route_v6(dst, || packet::flow_hash(frame)),
+            Parsed::L3(L3::V6 { dst, len }, walk) => self.rewrite(
+                rt.route_walked_v6(dst, walk, || packet::flow_hash(frame)),
                 len,
                 frame,
                 packet::decrement_hop_limit_v6,
             ),
+        }
+    }
+
+    /// Between [`Forwarder::prepare`] and [`Forwarder::finish`] of a burst: takes the
+    /// burst's route lookups a trie level at a time, each step prefetching the next level, so
+    /// their misses overlap (an IPv6 /48 is four dependent loads; a lookup done whole in
+    /// `finish` would wait for each in turn). At most as many rounds as the tries have levels.
+    #[inline(always)]
+    pub fn walk(&self, rt: Routes<'_>, burst: &mut [Result<Parsed, DropReason>]) {
+        for _ in 0..crate::fib::MAX_LEVELS {
+            let mut more = false;
+            for p in burst.iter_mut() {
+                more |= match p {
+                    Ok(Parsed::L3(L3::V4 { dst, .. }, w)) => rt.step_v4(*dst, w),
+                    Ok(Parsed::L3(L3::V6 { dst, .. }, w)) => rt.step_v6(*dst, w),
+                    _ => false,
+                };
+            }
+            if !more {
+                break;
+            }
         }
     }
 
@@ -278,8 +300,8 @@ pub struct Ingress {
 pub enum Parsed {
     /// Forward at layer 2 (l2fwd, bounce).
     L2,
-    /// Route this destination (the network header's facts).
-    L3(L3),
+    /// Route this destination (the network header's facts), with its lookup in progress.
+    L3(L3, Walk),
 }
 
 #[cfg(test)]

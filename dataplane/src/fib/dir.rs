@@ -27,7 +27,6 @@
 //! So every lookup returns the longest match of a table version that existed while it ran
 //! (tested by the churn oracle in `fib::tests` and model-checked in `fib::loom_tests`).
 #![allow(clippy::indexing_slicing)] // writer side only: indices are in range by construction
-use std::collections::HashMap;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::qsbr::{Qsbr, Retired};
@@ -77,6 +76,14 @@ impl Key for u128 {
     }
 }
 
+/// A lookup in progress, taken one level at a time ([`Dir::step`]): the entry read last and
+/// the key bits it consumed (0: not begun).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Walk {
+    entry: u32,
+    end: u32,
+}
+
 /// The trie the pollers read: `BITS`-bit keys, a first level of `2^FIRST` entries, groups of
 /// `2^STRIDE`.
 pub struct Dir<const FIRST: u32, const STRIDE: u32, const BITS: u32> {
@@ -98,9 +105,11 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
         let groups = groups.clamp(1, EXT - 1);
         Ok(Dir {
             top: Cells::new(1 << FIRST, FIRST >= 16, "memory for the first-level table")?,
+            // Huge pages for the groups too: at a million flows a lookup's deeper levels are
+            // random reads across hundreds of MiB (an IPv6 BGP table), TLB misses on 4 KiB.
             groups: Cells::new(
                 (groups as usize) << STRIDE,
-                false,
+                true,
                 "memory for the extension groups",
             )?,
             capacity: groups,
@@ -132,6 +141,48 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
         (e & VALUE_MASK).checked_sub(1)
     }
 
+    /// One level of a lookup in progress (the first, on a fresh [`Walk`]): loads the entry
+    /// and, when it links to a group, starts loading that group's entry for `key`. Returns
+    /// whether another level is to come. A burst's lookups take their steps in turn, so their
+    /// misses overlap instead of queueing (see `Forwarder::walk`).
+    #[inline(always)]
+    pub fn step<K: Key>(&self, key: K, w: &mut Walk) -> bool {
+        if w.end == 0 {
+            w.entry = self
+                .top
+                .get()
+                .get(key.field(BITS - FIRST, FIRST))
+                .map_or(0, |e| e.load(Acquire));
+            w.end = FIRST;
+        } else if w.entry & EXT != 0 && w.end < BITS {
+            w.end += STRIDE;
+            let i = (((w.entry & !EXT) as usize) << STRIDE) | key.field(BITS - w.end, STRIDE);
+            w.entry = self.groups.get().get(i).map_or(0, |e| e.load(Acquire));
+        } else {
+            return false;
+        }
+        let more = w.entry & EXT != 0 && w.end < BITS;
+        if more {
+            let i =
+                (((w.entry & !EXT) as usize) << STRIDE) | key.field(BITS - w.end - STRIDE, STRIDE);
+            if let Some(e) = self.groups.get().get(i) {
+                crate::sys::prefetch(e);
+            }
+        }
+        more
+    }
+
+    /// The rest of a lookup begun with [`Dir::step`]: the target, or None.
+    #[inline(always)]
+    pub fn finish<K: Key>(&self, key: K, mut w: Walk) -> Option<u32> {
+        // Bounded: each step that returns true went one level deeper.
+        while self.step(key, &mut w) {}
+        if w.entry & EXT != 0 {
+            return None;
+        }
+        (w.entry & VALUE_MASK).checked_sub(1)
+    }
+
     /// Starts loading the first-level entry for `key` into the cache.
     #[inline(always)]
     pub fn prefetch<K: Key>(&self, key: K) {
@@ -160,7 +211,8 @@ const fn level_end(first: u32, stride: u32, l: u32) -> u32 {
 /// The single writer's bookkeeping: the rules (prefix -> target per length) and the groups.
 #[derive(Debug)]
 pub struct DirWriter<const FIRST: u32, const STRIDE: u32, const BITS: u32> {
-    rules: Vec<HashMap<u128, u32>>,
+    /// Per length: prefix -> target (FxHash: the writer hashes a key per change).
+    rules: Vec<rustc_hash::FxHashMap<u128, u32>>,
     free_groups: Vec<u32>,
     next_group: u32,
     retired: Retired<u32>,
@@ -172,7 +224,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Default
 {
     fn default() -> Self {
         DirWriter {
-            rules: vec![HashMap::new(); BITS as usize + 1],
+            rules: vec![rustc_hash::FxHashMap::default(); BITS as usize + 1],
             free_groups: Vec::new(),
             next_group: 0,
             retired: Retired::default(),
@@ -327,9 +379,13 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
         let prefix = prefix & Self::mask(len);
         let old = self.rules.get_mut(usize::from(len))?.remove(&prefix)?;
         self.routes -= 1;
+        // The longest shorter prefix covering it: probing only the lengths in use.
         let cover = (0..len).rev().find_map(|l| {
-            let p = prefix & Self::mask(l);
-            self.rules[usize::from(l)].get(&p).map(|&tg| leaf(tg, l))
+            let rules = &self.rules[usize::from(l)];
+            if rules.is_empty() {
+                return None;
+            }
+            rules.get(&(prefix & Self::mask(l))).map(|&tg| leaf(tg, l))
         });
         let level = Self::level_of(len);
         let path = Self::path(t, prefix, level);

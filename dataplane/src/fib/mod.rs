@@ -39,7 +39,7 @@
 //! the rest of the prefix resolves to the port's "connected" next hop, whose packets wait
 //! for the neighbour to be resolved.
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::Arc;
@@ -63,6 +63,9 @@ use sync::{AtomicU32, AtomicU64};
 const STRIDES: (u32, u32) = (24, 8);
 #[cfg(any(feature = "loom", miri))]
 const STRIDES: (u32, u32) = (4, 4);
+
+/// Most levels a lookup descends (IPv6: the first, then one per stride).
+pub const MAX_LEVELS: usize = 1 + ((128 - STRIDES.0) / STRIDES.1) as usize;
 
 /// IPv4 longest-prefix match.
 pub type Lpm4 = dir::Dir<{ STRIDES.0 }, { STRIDES.1 }, 32>;
@@ -249,12 +252,12 @@ pub struct Capacity {
 
 impl Default for Capacity {
     fn default() -> Self {
+        // Under Miri every array is interpreted: small ones.
         Capacity {
-            hops: 1 << 16,
-            groups: 1 << 12,
-            // Under Miri the groups are heap arrays of 16 entries, built one by one.
-            v4_groups: if cfg!(miri) { 1 << 10 } else { 1 << 16 },
-            v6_groups: if cfg!(miri) { 1 << 12 } else { 1 << 20 },
+            hops: if cfg!(miri) { 1 << 8 } else { 1 << 16 },
+            groups: if cfg!(miri) { 1 << 6 } else { 1 << 12 },
+            v4_groups: if cfg!(miri) { 1 << 9 } else { 1 << 16 },
+            v6_groups: if cfg!(miri) { 1 << 9 } else { 1 << 20 },
         }
     }
 }
@@ -379,6 +382,41 @@ impl Routes<'_> {
     #[inline(always)]
     pub fn target_v6(&self, dst: u128) -> Option<u32> {
         self.table.v6.lookup(dst)
+    }
+
+    /// One level of an IPv4 lookup in progress ([`dir::Dir::step`]): true while more come.
+    #[inline(always)]
+    pub fn step_v4(&self, dst: u32, walk: &mut dir::Walk) -> bool {
+        self.table.v4.step(dst, walk)
+    }
+
+    /// Likewise for IPv6.
+    #[inline(always)]
+    pub fn step_v6(&self, dst: u128, walk: &mut dir::Walk) -> bool {
+        self.table.v6.step(dst, walk)
+    }
+
+    /// [`Routes::route_v4`] for a lookup already begun with [`Routes::step_v4`] (under this
+    /// token: no quiescent state between).
+    #[inline(always)]
+    pub fn route_walked_v4(
+        &self,
+        dst: u32,
+        walk: dir::Walk,
+        flow: impl FnOnce() -> u32,
+    ) -> Result<Hop, Miss> {
+        self.table.resolve(self.table.v4.finish(dst, walk), flow)
+    }
+
+    /// Likewise for IPv6.
+    #[inline(always)]
+    pub fn route_walked_v6(
+        &self,
+        dst: u128,
+        walk: dir::Walk,
+        flow: impl FnOnce() -> u32,
+    ) -> Result<Hop, Miss> {
+        self.table.resolve(self.table.v6.finish(dst, walk), flow)
     }
 
     /// Starts loading the first-level entry of an IPv4 destination (a burst's lookups then
@@ -564,15 +602,15 @@ impl TableWriter {
             table: Arc::new(table),
             v4: Lpm4Writer::default(),
             v6: Lpm6Writer::default(),
-            hop_ids: HashMap::new(),
-            hop_keys: HashMap::new(),
-            hop_words: HashMap::new(),
+            hop_ids: HashMap::default(),
+            hop_keys: HashMap::default(),
+            hop_words: HashMap::default(),
             port_state: vec![(0, false); ports],
             free_hops: Vec::new(),
             next_hop: FIRST_HOP,
             retired_hops: qsbr::Retired::default(),
-            group_ids: HashMap::new(),
-            group_paths: HashMap::new(),
+            group_ids: HashMap::default(),
+            group_paths: HashMap::default(),
             free_groups: Vec::new(),
             next_group: 0,
             retired_groups: qsbr::Retired::default(),

@@ -2,7 +2,7 @@
 //! (from the config or from the kernel), turned into [`Table`](super::Table) changes one at a
 //! time: a route added, replaced or removed changes one prefix; a neighbour learnt, changed
 //! or lost changes one next-hop word (and its host route). Nothing is ever rebuilt whole.
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -102,8 +102,8 @@ impl Rib {
     ) -> Result<Rib, FibError> {
         Ok(Rib {
             w: TableWriter::new(ports, readers, cap)?,
-            routes: HashMap::new(),
-            neighbours: HashMap::new(),
+            routes: HashMap::default(),
+            neighbours: HashMap::default(),
             connected: Vec::new(),
             unknown: if resolving {
                 HopState::Incomplete

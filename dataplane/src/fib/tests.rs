@@ -71,10 +71,18 @@ fn ipv4_matches_brute_force_through_adds_and_removes() {
         }
         for _ in 0..20 {
             let dst = tops[rng.gen_range(0..tops.len())] | (rng.gen::<u32>() & 0x00ff_ffff);
+            let want = brute4(&rules, dst);
             assert_eq!(
                 w.table().v4.lookup(dst),
-                brute4(&rules, dst),
+                want,
                 "step {step}, dst {dst:#010x}"
+            );
+            let mut walk = dir::Walk::default();
+            w.table().v4.step(dst, &mut walk);
+            assert_eq!(
+                w.table().v4.finish(dst, walk),
+                want,
+                "walked, dst {dst:#010x}"
             );
         }
     }
@@ -127,6 +135,10 @@ fn ipv6_matches_brute_force_through_adds_and_removes() {
             let dst = top | (u128::from(rng.gen::<u16>()) << 64) | u128::from(rng.gen::<u8>());
             let want = brute6(&rules, dst);
             assert_eq!(w.table().v6.lookup(dst), want, "step {step}");
+            // The poller's way: a level at a time (one step here), then the rest.
+            let mut walk = dir::Walk::default();
+            w.table().v6.step(dst, &mut walk);
+            assert_eq!(w.table().v6.finish(dst, walk), want, "walked, step {step}");
         }
     }
     assert_eq!(w.size().v6, rules.len());

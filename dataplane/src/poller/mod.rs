@@ -132,8 +132,8 @@ fn ask_resolve(
     parsed: &Result<Parsed, DropReason>,
 ) {
     let dst = match parsed {
-        Ok(Parsed::L3(L3::V4 { dst, .. })) => IpAddr::V4((*dst).into()),
-        Ok(Parsed::L3(L3::V6 { dst, .. })) => IpAddr::V6((*dst).into()),
+        Ok(Parsed::L3(L3::V4 { dst, .. }, _)) => IpAddr::V4((*dst).into()),
+        Ok(Parsed::L3(L3::V6 { dst, .. }, _)) => IpAddr::V6((*dst).into()),
         _ => return,
     };
     if *last == Some(dst) {
@@ -298,6 +298,10 @@ impl<Q: RingIo> Poller<Q> {
                     .prepare(rt, ingress, unsafe { self.area.frame(off, d.len) }),
                 None => Err(DropReason::InvalidDescriptor),
             };
+        }
+        // Pass 1b: the burst's route lookups, a trie level at a time across the burst.
+        if let Some(parsed) = self.parsed.get_mut(..n) {
+            self.fwd.walk(rt, parsed);
         }
         // Pass 2: route, rewrite, stage for TX (or recycle). A drop that calls for an ICMP
         // error becomes that error in its own buffer and goes back out of the ingress port.

@@ -217,6 +217,15 @@ pub struct DirWriter<const FIRST: u32, const STRIDE: u32, const BITS: u32> {
     next_group: u32,
     retired: Retired<u32>,
     routes: usize,
+    /// Per group: its entries that keep it from folding (links, and leaves of prefixes
+    /// longer than its parent's level). At 0 every entry is the same inherited leaf.
+    own: Vec<u16>,
+}
+
+/// Whether entry `e` of a group whose parent's level ends at bit `parent_end` is its own
+/// (a link, or a leaf of a prefix longer than the parent's level).
+fn is_own(e: u32, parent_end: u32) -> bool {
+    e & EXT != 0 || u32::from(depth(e)) > parent_end
 }
 
 impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Default
@@ -229,6 +238,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Default
             next_group: 0,
             retired: Retired::default(),
             routes: 0,
+            own: Vec::new(),
         }
     }
 }
@@ -332,6 +342,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
         // Links down to the prefix's level: each new group a copy of the leaf it replaces,
         // linked (Release) once filled.
         let mut container = t.top.get();
+        let mut container_group = None;
         for l in 0..level {
             let slot = Self::slot(container, prefix, l);
             let e = slot.load(Relaxed);
@@ -344,6 +355,12 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
                             s.store(e, Relaxed);
                         }
                         slot.store(EXT | g, Release);
+                        self.own[g as usize] = 0;
+                        if let Some(c) = container_group {
+                            if !is_own(e, level_end(FIRST, STRIDE, l - 1)) {
+                                self.own[c as usize] += 1;
+                            }
+                        }
                         g
                     }
                     Err(err) => {
@@ -354,6 +371,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
                 }
             };
             container = t.group(g);
+            container_group = Some(g);
         }
         if self.rules[usize::from(len)]
             .insert(prefix, target)
@@ -361,7 +379,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
         {
             self.routes += 1;
         }
-        self.paint(t, container, prefix, len, leaf(target, len), |e| {
+        self.paint(t, container_group, prefix, len, leaf(target, len), |e| {
             depth(e) <= len
         });
         Ok(())
@@ -390,13 +408,9 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
         let level = Self::level_of(len);
         let path = Self::path(t, prefix, level);
         if path.len() == level as usize + 1 {
-            let container = if level == 0 {
-                t.top.get()
-            } else {
-                let e = path[level as usize - 1].load(Relaxed);
-                t.group(e & !EXT)
-            };
-            self.paint(t, container, prefix, len, cover.unwrap_or(0), |e| {
+            let container_group =
+                (level > 0).then(|| path[level as usize - 1].load(Relaxed) & !EXT);
+            self.paint(t, container_group, prefix, len, cover.unwrap_or(0), |e| {
                 depth(e) == len && e & VALUE_MASK != 0
             });
         }
@@ -415,28 +429,36 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
                 continue;
             }
             let g = e & !EXT;
-            let group = t.group(g);
-            let first = group[0].load(Relaxed);
-            #[allow(clippy::cast_possible_truncation)] // levels are few
-            let parent_end = level_end(FIRST, STRIDE, i as u32);
-            if first & EXT != 0
-                || u32::from(depth(first)) > parent_end
-                || group.iter().any(|s| s.load(Relaxed) != first)
-            {
+            if self.own[g as usize] != 0 {
                 return; // this group stays, so every group above it does too
             }
+            let group = t.group(g);
+            let first = group[0].load(Relaxed);
+            debug_assert!(group.iter().all(|s| s.load(Relaxed) == first), "own count");
             slot.store(first, Release);
+            // The link was its container's own entry; the leaf may not be.
+            if i > 0 {
+                #[allow(clippy::cast_possible_truncation)] // levels are few
+                let parent_end = level_end(FIRST, STRIDE, i as u32 - 1);
+                if !is_own(first, parent_end) {
+                    let c = path[i - 1].load(Relaxed) & !EXT;
+                    self.own[c as usize] -= 1;
+                }
+            }
             // Readers may still be inside the group: it is reused only after they move on.
             self.retired.push(qsbr.retire_point(), g);
         }
     }
 
-    /// Writes `value` into every entry of `prefix/len` (inside `container`, the level it is
-    /// painted at) for which `overwrite(entry)` holds, descending into linked groups.
+    /// Writes `value` into every entry of `prefix/len` (inside the level it is painted at:
+    /// the first, or `group`) for which `overwrite(entry)` holds, descending into linked
+    /// groups. Only the entries of that level can change whether they are their group's own
+    /// (below it, a prefix no longer than the level replaces inherited leaves by inherited
+    /// leaves).
     fn paint(
-        &self,
+        &mut self,
         t: &Dir<FIRST, STRIDE, BITS>,
-        container: &[AtomicU32],
+        group: Option<u32>,
         prefix: u128,
         len: u8,
         value: u32,
@@ -447,8 +469,22 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
         let width = if level == 0 { FIRST } else { STRIDE };
         let start = prefix.field(BITS - end, width);
         let count = 1usize << (end - u32::from(len));
+        let container = group.map_or_else(|| t.top.get(), |g| t.group(g));
         for slot in &container[start..start + count] {
-            Self::paint_entry(t, slot, value, overwrite);
+            let e = slot.load(Relaxed);
+            if e & EXT != 0 {
+                Self::paint_entry(t, slot, value, overwrite);
+            } else if overwrite(e) {
+                slot.store(value, Release);
+                if let Some(g) = group {
+                    let parent_end = level_end(FIRST, STRIDE, level - 1);
+                    match (is_own(e, parent_end), is_own(value, parent_end)) {
+                        (false, true) => self.own[g as usize] += 1,
+                        (true, false) => self.own[g as usize] -= 1,
+                        _ => {}
+                    }
+                }
+            }
         }
     }
 
@@ -474,6 +510,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
             Some(g) => Ok(g),
             None if self.next_group < t.capacity => {
                 self.next_group += 1;
+                self.own.push(0);
                 Ok(self.next_group - 1)
             }
             None => Err(FibError::Full("extension groups")),

@@ -13,7 +13,7 @@
 use std::time::Instant;
 
 use dataplane::fib::{mask4, Capacity, HopKey, HopState, TableWriter};
-use dataplane::forward::{Forwarder, Port};
+use dataplane::forward::{Forwarder, Parsed, Port};
 use dataplane::packet::build::{udp_v4, FrameSpec};
 use dataplane::types::Mode;
 use rand::{Rng, SeedableRng};
@@ -115,10 +115,14 @@ fn main() {
         // Bursts of BURST frames, as the poller does them: prepare all, then finish all.
         for burst in buf.chunks_mut(FRAME * BURST) {
             let mut parsed = [Err(dataplane::packet::DropReason::Truncated); BURST];
+            let mut walks = false;
             for (p, slot) in parsed.iter_mut().zip(burst.chunks_exact(FRAME)) {
                 *p = fwd.prepare(rt, ingress, &slot[..len]);
+                walks |= p.as_ref().is_ok_and(Parsed::walks);
             }
-            fwd.walk(rt, &mut parsed);
+            if walks {
+                fwd.walk(rt, &mut parsed);
+            }
             for (p, slot) in parsed.iter().zip(burst.chunks_exact_mut(FRAME)) {
                 if let Ok(port) = p.and_then(|p| fwd.finish(rt, 0, p, &mut slot[..len])) {
                     forwarded += u64::from(port) + 1;

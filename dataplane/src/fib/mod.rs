@@ -384,31 +384,14 @@ impl Routes<'_> {
         self.table.v6.lookup(dst)
     }
 
-    /// One level of an IPv4 lookup in progress ([`dir::Dir::step`]): true while more come.
-    #[inline(always)]
-    pub fn step_v4(&self, dst: u32, walk: &mut dir::Walk) -> bool {
-        self.table.v4.step(dst, walk)
-    }
-
-    /// Likewise for IPv6.
+    /// One level of an IPv6 lookup in progress ([`dir::Dir::step`]): true while more come.
     #[inline(always)]
     pub fn step_v6(&self, dst: u128, walk: &mut dir::Walk) -> bool {
         self.table.v6.step(dst, walk)
     }
 
-    /// [`Routes::route_v4`] for a lookup already begun with [`Routes::step_v4`] (under this
+    /// [`Routes::route_v6`] for a lookup already begun with [`Routes::step_v6`] (under this
     /// token: no quiescent state between).
-    #[inline(always)]
-    pub fn route_walked_v4(
-        &self,
-        dst: u32,
-        walk: dir::Walk,
-        flow: impl FnOnce() -> u32,
-    ) -> Result<Hop, Miss> {
-        self.table.resolve(self.table.v4.finish(dst, walk), flow)
-    }
-
-    /// Likewise for IPv6.
     #[inline(always)]
     pub fn route_walked_v6(
         &self,

@@ -289,18 +289,21 @@ impl<Q: RingIo> Poller<Q> {
         // Pass 1: check every descriptor and parse every frame (read only), prefetching the
         // route entries, so the burst's table misses overlap.
         let ingress = self.fwd.ingress(in_port);
+        let mut walks = false;
         for (d, p) in self.burst.iter().zip(self.parsed.iter_mut()).take(n) {
             bytes += u64::from(d.len);
-            *p = match self.area.check(d.addr, d.len) {
+            let parsed = match self.area.check(d.addr, d.len) {
                 // SAFETY: as in pass 0, a frame received in this burst, not yet handed on.
                 Some(off) => self
                     .fwd
                     .prepare(rt, ingress, unsafe { self.area.frame(off, d.len) }),
                 None => Err(DropReason::InvalidDescriptor),
             };
+            walks |= parsed.as_ref().is_ok_and(Parsed::walks);
+            *p = parsed;
         }
-        // Pass 1b: the burst's route lookups, a trie level at a time across the burst.
-        if let Some(parsed) = self.parsed.get_mut(..n) {
+        // Pass 1b: the burst's IPv6 route lookups, a trie level at a time across the burst.
+        if let Some(parsed) = self.parsed.get_mut(..n).filter(|_| walks) {
             self.fwd.walk(rt, parsed);
         }
         // Pass 2: route, rewrite, stage for TX (or recycle). A drop that calls for an ICMP

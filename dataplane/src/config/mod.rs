@@ -430,6 +430,16 @@ impl Config {
                 "at least one interface is needed",
             ));
         }
+        if file.interfaces.len() > crate::fib::MAX_PORTS {
+            return Err(invalid(
+                "interfaces",
+                file.interfaces.len(),
+                format!(
+                    "at most {} interfaces (a next hop names its port in 12 bits)",
+                    crate::fib::MAX_PORTS
+                ),
+            ));
+        }
         let mut port_of: HashMap<&str, u16> = HashMap::new();
         for (i, itf) in file.interfaces.iter().enumerate() {
             if itf.name.is_empty() || itf.name.len() > 15 || itf.name.contains(['/', ' ']) {

@@ -219,3 +219,19 @@ fn an_oversized_routes_file_is_refused_before_it_is_read() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn more_interfaces_than_a_next_hop_can_name_are_refused() {
+    let many: String = (0..=crate::fib::MAX_PORTS)
+        .map(|i| format!("[[interfaces]]\nname = \"p{i}\"\n"))
+        .collect();
+    let text = GOOD.replace(
+        "[[interfaces]]\nname = \"in0\"\n",
+        &format!("[[interfaces]]\nname = \"in0\"\n{many}"),
+    );
+    let e = err(&text);
+    assert!(
+        e.contains("interfaces") && e.contains("at most 4096"),
+        "{e}"
+    );
+}

@@ -8,7 +8,7 @@
 //! thread (a poller: registered, online, looking up). The reader checks every answer against
 //! the versions the writer numbers: an answer must be that of some version that existed
 //! during the lookup (`done` read before it, `started` read after it).
-#![allow(clippy::indexing_slicing)] // tests may panic
+#![allow(clippy::indexing_slicing, clippy::cast_possible_truncation)] // tests may panic
 use std::net::IpAddr;
 use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::Arc;

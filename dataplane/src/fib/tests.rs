@@ -26,7 +26,7 @@ fn brute6(rules: &HashMap<(u128, u8), u32>, dst: u128) -> Option<u32> {
 /// Random steps per test: fewer under Miri (each atomic access is interpreted).
 fn steps() -> usize {
     if cfg!(miri) {
-        150
+        40
     } else {
         6000
     }

@@ -104,9 +104,10 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     pub fn new(groups: u32) -> Result<Self, FibError> {
         let groups = groups.clamp(1, EXT - 1);
         Ok(Dir {
-            top: Cells::new(1 << FIRST, FIRST >= 16, "memory for the first-level table")?,
+            top: Cells::new(1 << FIRST, false, "memory for the first-level table")?,
             // Huge pages for the groups too: at a million flows a lookup's deeper levels are
             // random reads across hundreds of MiB (an IPv6 BGP table), TLB misses on 4 KiB.
+            // Sparse: reserved for the largest table, backed as groups are handed out.
             groups: Cells::new(
                 (groups as usize) << STRIDE,
                 true,

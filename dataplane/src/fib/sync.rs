@@ -21,23 +21,24 @@ pub(crate) struct Cells {
 }
 
 impl Cells {
-    /// `len` zeroed cells; `huge`: on transparent huge pages (large tables read at random).
-    /// Pages are backed only once touched, so a large, mostly unused array costs little.
-    pub(crate) fn new(len: usize, huge: bool, what: &'static str) -> Result<Cells, FibError> {
+    /// `len` zeroed cells on transparent huge pages (large tables read at random). Pages are
+    /// backed only once touched; `sparse`: a reservation mostly never touched (the extension
+    /// groups), mapped without reserving swap for it (`MAP_NORESERVE`).
+    pub(crate) fn new(len: usize, sparse: bool, what: &'static str) -> Result<Cells, FibError> {
         #[cfg(not(any(feature = "loom", miri)))]
         {
             let bytes = len.max(1) * 4;
-            let map = if huge {
-                crate::sys::Mmap::anonymous_huge(bytes)
+            let map = if sparse {
+                crate::sys::Mmap::anonymous_huge_sparse(bytes)
             } else {
-                crate::sys::Mmap::anonymous(bytes)
+                crate::sys::Mmap::anonymous_huge(bytes)
             }
             .map_err(|_| FibError::Full(what))?;
             Ok(Cells { map, len })
         }
         #[cfg(any(feature = "loom", miri))]
         {
-            let _ = (huge, what);
+            let _ = (sparse, what);
             Ok(Cells {
                 cells: (0..len).map(|_| AtomicU32::new(0)).collect(),
                 len,

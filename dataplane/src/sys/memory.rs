@@ -62,9 +62,21 @@ impl Mmap {
     /// for large tables read at random (one TLB entry per 2 MiB instead of per 4 KiB). Falls
     /// back to small pages silently where THP is off; the memory is valid either way.
     pub fn anonymous_huge(len: usize) -> Result<Mmap, SyscallError> {
+        Self::huge_with(len, 0)
+    }
+
+    /// [`Mmap::anonymous_huge`] with `MAP_NORESERVE`: a large reservation of which only what
+    /// is written gets backed (the forwarding table's extension groups), not counted against
+    /// the commit limit when mapped, so a small machine can map it too. Running out of memory
+    /// then shows when a page is first written, not here.
+    pub fn anonymous_huge_sparse(len: usize) -> Result<Mmap, SyscallError> {
+        Self::huge_with(len, libc::MAP_NORESERVE)
+    }
+
+    fn huge_with(len: usize, flags: libc::c_int) -> Result<Mmap, SyscallError> {
         const HUGE: usize = 2 << 20;
         let len = len.max(1).div_ceil(HUGE) * HUGE;
-        let raw = Mmap::anonymous(len + HUGE)?;
+        let raw = Self::map_private(len + HUGE, flags, "mmap")?;
         let base = raw.ptr.as_ptr() as usize;
         let aligned = base.div_ceil(HUGE) * HUGE;
         let (head, tail) = (aligned - base, raw.len - (aligned - base) - len);

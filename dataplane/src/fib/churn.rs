@@ -247,6 +247,16 @@ fn apply(rib: &mut Rib, u: &Update) {
     }
 }
 
+/// A table small enough that ids and groups are reused often.
+fn capacity() -> Capacity {
+    Capacity {
+        hops: 256,
+        groups: 256,
+        v4_groups: 4096,
+        v6_groups: 16384,
+    }
+}
+
 /// One logged lookup.
 struct Lookup {
     dst: IpAddr,
@@ -425,12 +435,7 @@ fn every_answer_is_a_version_that_existed_during_the_lookup() {
     let dsts = Arc::new(destinations(&mut rng, &pools));
     let reclaim = std::env::var_os("CHURN_NO_RECLAIM").is_none();
     let cap = if reclaim {
-        Capacity {
-            hops: 256,
-            groups: 256,
-            v4_groups: 4096,
-            v6_groups: 16384,
-        }
+        capacity()
     } else {
         Capacity {
             hops: (1 << 22) - 1,
@@ -520,13 +525,7 @@ fn the_update_stream_alone_keeps_the_table_equal_to_the_model() {
     let mut rng = SmallRng::seed_from_u64(18);
     let pools = pools(&mut rng);
     let dsts = destinations(&mut rng, &pools);
-    let cap = Capacity {
-        hops: 256,
-        groups: 256,
-        v4_groups: 4096,
-        v6_groups: 16384,
-    };
-    let mut rib = Rib::new(PORTS as usize, 1, cap, true).expect("rib");
+    let mut rib = Rib::new(PORTS as usize, 1, capacity(), true).expect("rib");
     let mut model = Model::default();
     for p in 0..PORTS {
         let u = Update::Port(p, 1500, true);

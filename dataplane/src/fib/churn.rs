@@ -2,7 +2,9 @@
 //! RIB, as the control thread does) applies a BGP-like update stream: routes added, replaced
 //! and withdrawn (single and multipath, and the drop types), neighbours resolved, changed,
 //! failed and forgotten, ports going down and up with MTU changes. The writer numbers its
-//! versions; every answer must be that of some table version that existed during its lookup.
+//! versions; every answer must be the route of some table version that existed during its
+//! lookup, resolved with its next hop's state at that or a later version of the lookup (see
+//! [`check`]).
 //!
 //! Each round the writer applies a bounded number of updates while the readers run and log
 //! (destination, flow, versions seen, answer); then the round is replayed on a brute-force
@@ -87,10 +89,11 @@ impl Model {
             .find_map(|(&(_, l), _)| self.routes.get(&(rib::canonical(dst, l), l)))
     }
 
-    /// Every answer the table may give for `dst` at this version (a multipath route: any of
-    /// its paths; which one a flow takes depends on next-hop ids the model does not know).
-    fn answers(&self, dst: IpAddr) -> Vec<Outcome> {
-        match self.longest(dst) {
+    /// Every answer the table may give for a destination whose longest match is `route`,
+    /// with this version's neighbours and ports (a multipath route: any of its paths; which
+    /// one a flow takes depends on next-hop ids the model does not know).
+    fn resolve(&self, route: Option<&RouteKind>) -> Vec<Outcome> {
+        match route {
             None => vec![Err(Miss::NoRoute)],
             Some(RouteKind::Blackhole) => vec![Err(Miss::Blackhole)],
             Some(RouteKind::Unreachable) => vec![Err(Miss::Unreachable)],
@@ -111,6 +114,11 @@ impl Model {
                 })
                 .collect(),
         }
+    }
+
+    /// Every answer for `dst` at this version.
+    fn answers(&self, dst: IpAddr) -> Vec<Outcome> {
+        self.resolve(self.longest(dst))
     }
 }
 
@@ -301,9 +309,20 @@ fn reader(
             let dst = dsts[rng.gen_range(0..dsts.len())];
             let flow = rng.gen::<u32>();
             let from = versions.done.load(Acquire);
-            let got = match dst {
-                IpAddr::V4(d) => rt.route_v4(u32::from(d), || flow),
-                IpAddr::V6(d) => rt.route_v6(u128::from(d), || flow),
+            let got = if rng.gen_ratio(1, 8) {
+                // A poller's burst reads a frame's route, then (after the rest of the
+                // burst's) its next hop: here a yield between the two widens that window.
+                let target = match dst {
+                    IpAddr::V4(d) => rt.target_v4(u32::from(d)),
+                    IpAddr::V6(d) => rt.target_v6(u128::from(d)),
+                };
+                std::thread::yield_now();
+                rt.table.resolve(target, || flow)
+            } else {
+                match dst {
+                    IpAddr::V4(d) => rt.route_v4(u32::from(d), || flow),
+                    IpAddr::V6(d) => rt.route_v6(u128::from(d), || flow),
+                }
             };
             let to = versions.started.load(Acquire);
             log.push(Lookup { dst, from, to, got });
@@ -347,6 +366,14 @@ fn destinations(rng: &mut SmallRng, pools: &Pools) -> Vec<IpAddr> {
 /// Checks a round's lookups against the model replayed over the round's updates (`model` is
 /// the state at version `base`, `updates[i]` makes version `base + 1 + i`). Returns the wrong
 /// answers and the lookups checked.
+///
+/// A lookup reads the route (the trie, then a multipath group), then the next hop's slot:
+/// two reads, not one snapshot, as in every router (Linux looks up the FIB, then the
+/// neighbour). So an answer is right when it is the route of some version `a` of the lookup
+/// resolved with the neighbours and ports of a version `b`, `a <= b`, of the lookup too (a
+/// reader still holding a next-hop id the route no longer names reads that neighbour as it
+/// is at `b`). The route must be a version's longest match; the next hop's state must be a
+/// state that neighbour and port had; an MTU must be one the port had while up.
 fn check(
     model: &mut Model,
     base: u32,
@@ -356,6 +383,8 @@ fn check(
     logs.sort_by_key(|l| l.from);
     let checked = logs.len();
     let mut ok = vec![false; logs.len()];
+    // The routes each lookup's destination had so far in its versions.
+    let mut routes: Vec<Vec<Option<RouteKind>>> = vec![Vec::new(); logs.len()];
     // MTUs each port had while up, per version, for the MTU check.
     let mut mtus: Vec<HashMap<u16, u32>> = Vec::new();
     let mut next = 0; // first log not yet active
@@ -380,22 +409,27 @@ fn check(
         active.retain(|&i| {
             let l = &logs[i];
             if l.from <= v && !ok[i] {
-                let answers = model.answers(l.dst);
-                ok[i] = match l.got {
-                    Ok(h) => answers.contains(&Ok((h.port, h.mac))),
-                    Err(m) => answers.contains(&Err(m)),
-                };
+                let route = model.longest(l.dst).cloned();
+                if !routes[i].contains(&route) {
+                    routes[i].push(route);
+                }
+                let got = l.got.map(|h| (h.port, h.mac));
+                ok[i] = routes[i]
+                    .iter()
+                    .any(|r| model.resolve(r.as_ref()).contains(&got));
             }
             if l.to > v {
                 return true;
             }
             if !ok[i] {
                 wrong.push(format!(
-                    "{} -> {:?}, but versions {}..={} answer {:?}",
+                    "{} -> {:?}, but in versions {}..={} its routes were {:?}, at the last \
+                     answering {:?}",
                     l.dst,
                     l.got,
                     l.from,
                     l.to,
+                    routes[i],
                     model.answers(l.dst)
                 ));
             } else if let Ok(h) = l.got {

@@ -33,6 +33,12 @@
 //!   reachable word, before it (`Release`); a word that stops being reachable is stored alone.
 //!   A reader that loads a reachable word (`Acquire`) then reads an MTU its port had while up
 //!   during the lookup, never the 0 of a deleted port.
+//! - A lookup is two reads, the route and then the next hop's slot, not one snapshot (as in
+//!   Linux, a FIB lookup and then a neighbour lookup): a reader that read a route's next-hop
+//!   id may read that slot after the route moved elsewhere, and answers with the neighbour as
+//!   it is then. The id cannot be reused under it (QSBR), so the answer is the route of one
+//!   version resolved with a real state of its next hop at a later version of the same
+//!   lookup: what `fib::churn` checks.
 //!
 //! Connected routes (no next hop) are expanded by the [`rib`]: each neighbour inside the
 //! prefix gets a host route to itself (the adjacency model of VPP and of the kernel's FIB);

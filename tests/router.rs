@@ -468,3 +468,129 @@ fn udp_checksums_survive_the_testbed() {
     );
     let _ = dut.stop();
 }
+
+/// Runs `args` in namespace `ns_name`, whatever its exit status.
+fn ns_output(ns_name: &str, args: &[&str]) -> std::process::Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns_name])
+        .args(args)
+        .output()
+        .expect("ip netns exec")
+}
+
+/// Waits (up to 5 s) until a TCP socket listens on `port` in namespace `ns`.
+fn wait_listening(ns_name: &str, port: u16) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = ns(ns_name, &["ss", "-Hltn", &format!("sport = :{port}")]);
+        if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing listens on {port} in {ns_name}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn ipv4_without_df_is_fragmented_to_the_egress_mtu() {
+    if !root_or_skip("ipv4 fragmentation") {
+        return;
+    }
+    // RFC 1812 5.2.6: a router MUST fragment. A 1400-byte egress: 1500-byte packets without
+    // DF leave as fragments the sink reassembles; with DF they get "fragmentation needed".
+    let bed = Bed::up("tfr", 1);
+    let t = &bed.0;
+    // One MTU for the link, both ends (a veth drops frames longer than its receiver's MTU:
+    // the sink's replies must fit too).
+    ns(
+        &t.dut_ns(),
+        &["ip", "link", "set", "dev", &t.dut_out(), "mtu", "1400"],
+    );
+    ns(
+        &t.sink_ns(),
+        &["ip", "link", "set", "dev", &t.sink_if(), "mtu", "1400"],
+    );
+    let dut = Dut::start(&bed, &config(t, ""));
+    // 3000-byte UDP datagrams: the sender fragments them to its own 1500-byte link, the
+    // dataplane each of those again to 1400; the server counts what it reassembled.
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", &t.sink_ns(), "iperf3", "-s", "-1", "-4"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("iperf3 server");
+    wait_listening(&t.sink_ns(), 5201);
+    let out = ns_output(
+        &t.gen_ns(),
+        &[
+            "iperf3",
+            "-4",
+            "-c",
+            testbed::SINK_V4,
+            "-u",
+            "-l",
+            "3000",
+            "-b",
+            "8M",
+            "-t",
+            "2",
+            "-J",
+        ],
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "iperf3 -u -l 3000: {text}");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("iperf3 json");
+    let sum = &v["end"]["sum"];
+    let (packets, lost) = (
+        sum["packets"].as_u64().unwrap_or(0),
+        sum["lost_packets"].as_u64().unwrap_or(u64::MAX),
+    );
+    assert!(packets > 100, "iperf3 sent {packets} datagrams: {sum}");
+    assert_eq!(lost, 0, "every 3000-byte datagram reassembled: {sum}");
+    // ping -M dont -s 1472: 1500-byte echo requests without DF, fragmented on the way out.
+    assert_pings(
+        &t.gen_ns(),
+        &["-c", "3", "-M", "dont", "-s", "1472", testbed::SINK_V4],
+        "ping -M dont -s 1472 through a 1400-byte egress",
+    );
+    // ping -M do: the router's "fragmentation needed" with the egress MTU.
+    let out = ns_output(
+        &t.gen_ns(),
+        &[
+            "ping",
+            "-c",
+            "1",
+            "-W",
+            "2",
+            "-M",
+            "do",
+            "-s",
+            "1472",
+            testbed::SINK_V4,
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "a DF packet got through: {text}");
+    assert!(
+        text.contains("Frag needed and DF set (mtu = 1400)"),
+        "ping -M do: {text}"
+    );
+    let s = dut.stop();
+    let (ok, creates) = (
+        counter(&s, Counter::FragOk),
+        counter(&s, Counter::FragCreates),
+    );
+    assert!(ok >= packets + 3, "fragmented {ok}: {s}");
+    assert_eq!(
+        creates,
+        2 * ok,
+        "1500 bytes at 1400: two fragments each: {s}"
+    );
+    assert_eq!(drop_count(&s, DropReason::TooBig), 1, "the DF ping: {s}");
+    assert_frames_accounted(&s);
+}

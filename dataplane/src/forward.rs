@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::fib::dir::Walk;
 use crate::fib::{mac_key, Hop, Miss, Routes, Table};
+use crate::packet::frag;
 use crate::packet::icmp::{self, IcmpError};
 use crate::packet::{self, DropReason, L3};
 use crate::types::{MacAddr, Mode, PortId};
@@ -238,7 +239,8 @@ impl Forwarder {
     }
 
     /// The ICMP error a drop calls for, or None when none may be sent: the reason calls for
-    /// none (IPv4 too big without DF is only dropped: the dataplane does not fragment), or
+    /// none (IPv4 too big without DF is fragmented; one that could not be is dropped
+    /// without an error, as Linux drops it), or
     /// the packet may not be answered ([`icmp::answerable`]). `frame` is the unmodified frame.
     pub fn icmp_error_for(
         &self,
@@ -268,6 +270,31 @@ impl Forwarder {
                 IcmpError::TooBig { mtu: out.ok()?.mtu }
             }
         })
+    }
+
+    /// The plan for an IPv4 packet without DF that [`Forwarder::finish`] found too big for
+    /// its egress (`frame` unmodified): its route looked up again (rare), the frame rewritten
+    /// as `finish` would have (TTL, MACs), and how it splits to fit the egress MTU. None when
+    /// it is dropped after all: DF, IPv6, no route now, or it fits now (a route change in
+    /// between: dropped rather than sent whole without a second check).
+    pub fn route_to_fragment(
+        &self,
+        rt: Routes<'_>,
+        frame: &mut [u8],
+    ) -> Option<(PortId, frag::Plan)> {
+        let Ok(L3::V4 { dst, .. }) = packet::parse_l3(frame) else {
+            return None;
+        };
+        let hop = rt.route_v4(dst, || packet::flow_hash(frame)).ok()?;
+        let plan = frag::plan(frame, hop.mtu)?;
+        let src = self
+            .port_macs
+            .get(usize::from(hop.port))
+            .copied()
+            .unwrap_or(0);
+        packet::decrement_ttl_v4(frame);
+        packet::set_macs_words(frame, hop.mac, src);
+        Some((hop.port, plan))
     }
 
     /// Turns the unmodified frame `room[..len]` into the ICMP error `err`, in place, to go
@@ -322,6 +349,11 @@ pub(crate) mod tests {
 
     /// A forwarder for the testbed's two ports: 198.19/16 and 2001:2:0:1::/64 via port 1.
     pub(crate) fn fwd(mode: Mode) -> Forwarder {
+        fwd_with_egress_mtu(mode, 1500)
+    }
+
+    /// [`fwd`] with port 1's MTU `mtu`.
+    pub(crate) fn fwd_with_egress_mtu(mode: Mode, mtu: u32) -> Forwarder {
         let routes = vec![
             Route {
                 prefix: "198.19.0.0".parse().unwrap(),
@@ -350,7 +382,7 @@ pub(crate) mod tests {
         ];
         let mut rib = build_table(&routes, &neighbours, 2, 1).unwrap();
         rib.writer().set_port(0, 1500, true);
-        rib.writer().set_port(1, 1500, true);
+        rib.writer().set_port(1, mtu, true);
         Forwarder::new(mode, rib.table().clone(), vec![1, 0], test_ports())
     }
 

@@ -236,6 +236,38 @@ impl Area {
         // slice of the area is alive at the same time.
         unsafe { std::slice::from_raw_parts_mut(self.map.as_ptr().as_ptr().add(off), len) }
     }
+
+    /// A read-only view of `src` and a writable view of `dst` at once (a fragment copied out
+    /// of its packet): None when either is out of range or they overlap.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Area::frame_mut`], for both frames: each must be in the caller's hands.
+    #[inline]
+    pub unsafe fn frame_and_frame_mut(
+        &mut self,
+        src: (usize, u32),
+        dst: (usize, u32),
+    ) -> Option<(&[u8], &mut [u8])> {
+        let end = |(off, len): (usize, u32)| off.checked_add(len as usize);
+        let (src_end, dst_end) = (end(src)?, end(dst)?);
+        if src_end > self.map.len() || dst_end > self.map.len() {
+            return None;
+        }
+        if src.0 < dst_end && dst.0 < src_end {
+            return None;
+        }
+        let base = self.map.as_ptr().as_ptr();
+        // SAFETY: both ranges are within the mapping and disjoint (checked above); the caller
+        // guarantees both frames are theirs alone; the borrows are tied to `&mut self`, so no
+        // other view of the area is alive meanwhile.
+        unsafe {
+            Some((
+                std::slice::from_raw_parts(base.add(src.0), src.1 as usize),
+                std::slice::from_raw_parts_mut(base.add(dst.0), dst.1 as usize),
+            ))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -291,5 +323,29 @@ mod tests {
         assert_eq!(a.check(4 * 2048, 1), None, "past the area");
         assert_eq!(a.check(u64::MAX - 1, 10), None, "overflow");
         assert_eq!(a.full_free_list().len(), 4);
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn two_views_only_of_two_frames_apart() {
+        let mut a = Area::new(4, 2048, None, false).expect("mmap");
+        // SAFETY: nothing else uses the area's frames in this test.
+        unsafe {
+            assert!(a.frame_and_frame_mut((0, 2048), (2048, 2048)).is_some());
+            assert!(
+                a.frame_and_frame_mut((0, 2049), (2048, 2048)).is_none(),
+                "overlap"
+            );
+            assert!(
+                a.frame_and_frame_mut((4096, 100), (4000, 200)).is_none(),
+                "overlap"
+            );
+            assert!(
+                a.frame_and_frame_mut((0, 10), (3 * 2048, 2049)).is_none(),
+                "past the end"
+            );
+            let (src, dst) = a.frame_and_frame_mut((0, 4), (2048, 4)).expect("views");
+            dst.copy_from_slice(src);
+        }
     }
 }

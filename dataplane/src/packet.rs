@@ -7,6 +7,7 @@
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 pub mod build;
+pub mod frag;
 pub mod icmp;
 
 /// Ethernet header length (no VLAN tag).
@@ -87,7 +88,8 @@ pub enum DropReason {
     /// The egress port's link is down: no transmit attempted.
     LinkDown,
     /// Larger than the egress port's MTU: IPv4 with DF and IPv6 get ICMP fragmentation
-    /// needed / packet too big; IPv4 without DF is dropped (the dataplane does not fragment).
+    /// needed / packet too big; IPv4 without DF is fragmented, and counted here only when
+    /// it could not be (no free frames for its fragments).
     TooBig,
     /// The egress TX ring had no room for the frame.
     TxRingFull,

@@ -49,10 +49,15 @@ pub enum Counter {
     LoopPasses,
     /// Passes that found work (frames, completions, kicks): busy = this / loop passes.
     BusyPasses,
+    /// IPv4 packets without DF fragmented to fit their egress MTU (RFC 4293 OutFragOKs).
+    FragOk,
+    /// Fragments sent for them, the first included (RFC 4293 OutFragCreates): each
+    /// fragmented packet is one frame in and `frag_creates / frag_ok` frames out.
+    FragCreates,
 }
 
 /// Number of [`Counter`] slots.
-pub const COUNTERS: usize = 16;
+pub const COUNTERS: usize = 18;
 /// Names of the [`Counter`] slots, in order.
 pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "rx_packets",
@@ -71,12 +76,14 @@ pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "icmp_not_sent",
     "loop_passes",
     "busy_passes",
+    "frag_ok",
+    "frag_creates",
 ];
 /// One line on what each [`Counter`] counts, in order (the metrics' help texts).
 pub const COUNTER_HELP: [&str; COUNTERS] = [
     "Frames taken from AF_XDP RX rings.",
     "Bytes taken from AF_XDP RX rings.",
-    "Frames put on AF_XDP TX rings (forwarded, and ICMP errors sent).",
+    "Frames put on AF_XDP TX rings (forwarded, fragments, and ICMP errors sent).",
     "Bytes put on AF_XDP TX rings.",
     "Non-empty RX bursts (rx_packets / batches is the average burst).",
     "TX kicks (sendto) made because the ring asked for a wakeup.",
@@ -90,6 +97,8 @@ pub const COUNTER_HELP: [&str; COUNTERS] = [
     "ICMP errors not sent by rule (about an ICMP error, broadcast/multicast, non-first fragment, martian source).",
     "Passes of the poller's loop over its sockets.",
     "Loop passes that found work (busy ratio = busy_passes / loop_passes).",
+    "IPv4 packets without DF fragmented to fit the egress MTU (RFC 4293 OutFragOKs).",
+    "IPv4 fragments sent for them, the first included (RFC 4293 OutFragCreates).",
 ];
 /// RX burst-size buckets: bucket `b` counts bursts of `2^b ..= 2^(b+1) - 1` frames (the last,
 /// 256). VPP's "vectors per call", as a distribution.

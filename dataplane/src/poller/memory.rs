@@ -226,6 +226,70 @@ mod tests {
     }
 
     #[test]
+    fn too_big_without_df_leaves_as_fragments_and_every_frame_is_accounted() {
+        // Three kinds in turn: 1028-byte packets without DF (two fragments at MTU 576),
+        // the same with DF (dropped, too big), and small ones (forwarded whole).
+        let big = FrameSpec {
+            payload_len: 1000,
+            ..FrameSpec::default()
+        };
+        let mut no_df = udp_v4(&big);
+        no_df[20] = 0;
+        no_df[24..26].copy_from_slice(&[0, 0]);
+        let c = packet::checksum(&no_df[14..34]);
+        no_df[24..26].copy_from_slice(&c.to_be_bytes());
+        let traffic = Arc::new(Traffic::new(&[
+            no_df.clone(),
+            udp_v4(&big),
+            udp_v4(&FrameSpec::default()),
+        ]));
+        let done = Arc::new(AtomicBool::new(false));
+        let queues = vec![
+            MemQueue::new(0, 0, RING, Some(traffic)).with_budget(3_000, done.clone()),
+            MemQueue::new(1, 0, RING, None).capture(3),
+        ];
+        let fwd = Arc::new(crate::forward::tests::fwd_with_egress_mtu(Mode::L3fwd, 576));
+        let stats = Arc::new(PollerStats::with_queues(false, 2));
+        let mut p = MemPoller::new(&spec(1024), queues, fwd, stats.clone()).expect("poller");
+        p.run(&done);
+        let report = p.finish();
+        let s = stats.snapshot();
+        let out = p.queues()[1].counters();
+        assert_eq!(s.get(Counter::FragOk), 1_000);
+        assert_eq!(s.get(Counter::FragCreates), 2_000);
+        assert_eq!(s.drop_count(DropReason::TooBig), 1_000, "the DF ones");
+        assert_eq!(
+            out.transmitted, 3_000,
+            "two fragments and one small frame per three"
+        );
+        // rx + fragments beyond the first = frames sent + dropped, on every frame.
+        assert_eq!(
+            s.get(Counter::RxPackets) + s.get(Counter::FragCreates) - s.get(Counter::FragOk),
+            out.transmitted + s.total_drops()
+        );
+        assert_eq!(report.frames.accounted(), 1024, "{:?}", report.frames);
+        // The fragments: routed (next hop's MAC, TTL 63), offsets 0 and 69 (552 bytes), MF
+        // on the first only, each header's checksum right, the payload the original's.
+        let (a, b) = (&out.captured[0], &out.captured[1]);
+        for f in [a, b] {
+            assert_eq!(&f[..12], &[2, 0, 0, 0, 1, 1, 2, 0, 0, 0, 1, 2]);
+            assert_eq!(f[22], 63);
+            assert_eq!(packet::checksum(&f[14..34]), 0);
+            assert_eq!(f[18..20], no_df[18..20], "same identification");
+        }
+        assert_eq!((a.len(), b.len()), (14 + 20 + 552, 14 + 20 + 1008 - 552));
+        assert_eq!((&a[20..22], &b[20..22]), (&[0x20, 0][..], &[0, 69][..]));
+        let mut payload = a[34..].to_vec();
+        payload.extend_from_slice(&b[34..]);
+        assert_eq!(payload, no_df[34..], "reassembles to the original");
+        assert_eq!(
+            out.captured[2].len(),
+            14 + 28 + 18,
+            "then the small one, whole"
+        );
+    }
+
+    #[test]
     fn bad_descriptors_are_dropped_counted_and_their_frames_kept() {
         let bad = Faults {
             bad_every: 10,

@@ -25,6 +25,7 @@ use crate::sys;
 use crate::types::Idle;
 
 mod drain;
+mod frag;
 mod icmp;
 mod memory;
 mod ratelimit;
@@ -309,6 +310,7 @@ impl<Q: RingIo> Poller<Q> {
         // Pass 2: route, rewrite, stage for TX (or recycle). A drop that calls for an ICMP
         // error becomes that error in its own buffer and goes back out of the ingress port.
         let mut icmp = [0u64; 3]; // sent, rate-limited, not sent by rule
+        let mut fragmented = [0u64; 2]; // packets, fragments
         let mut now = None;
         for (d, p) in self.burst.iter().zip(self.parsed.iter()).take(n) {
             let base = d.addr & self.frame_mask;
@@ -329,6 +331,24 @@ impl<Q: RingIo> Poller<Q> {
             if verdict == Err(DropReason::Resolving) {
                 ask_resolve(&mut self.last_resolve, self.resolve.as_deref(), p);
             }
+            // IPv4 too big without DF: fragmented (the rest of too big: the ICMP error).
+            let verdict = match verdict {
+                Err(DropReason::TooBig) if matches!(p, Ok(Parsed::L3(L3::V4 { .. }, _))) => {
+                    let stages = self
+                        .stages
+                        .get_mut(queue_base..queue_base + self.ports)
+                        .unwrap_or_default();
+                    match frag::fragment(&mut self.area, &mut self.free, stages, &self.fwd, rt, d) {
+                        Ok(k) => {
+                            fragmented[0] += 1;
+                            fragmented[1] += k as u64;
+                            continue;
+                        }
+                        Err(r) => Err(r),
+                    }
+                }
+                v => v,
+            };
             let mut is_reply = false;
             let verdict = match verdict {
                 Err(r) if r.calls_for_icmp() => {
@@ -406,9 +426,11 @@ impl<Q: RingIo> Poller<Q> {
             Counter::IcmpSent,
             Counter::IcmpRateLimited,
             Counter::IcmpNotSent,
+            Counter::FragOk,
+            Counter::FragCreates,
         ]
         .into_iter()
-        .zip(icmp)
+        .zip(icmp.into_iter().chain(fragmented))
         {
             if n != 0 {
                 self.stats.add(c, n);

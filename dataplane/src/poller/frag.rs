@@ -1,0 +1,102 @@
+//! The poller's fragmentation slow path: an IPv4 packet without DF too big for its egress
+//! MTU leaves as fragments (RFC 791, RFC 1812 5.2.6), built in frames of the poller's own
+//! free list, as VPP's ip4-frag node does, rather than handed to the kernel: a syscall and a
+//! second stack per packet would cost more, and the kernel could not send on the
+//! dataplane's sockets anyway. All or nothing: a packet is staged whole as its fragments, or
+//! dropped with one count.
+#![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
+use xdpilone::xdp::XdpDesc;
+
+use super::{Stage, MAX_BATCH};
+use crate::fib::Routes;
+use crate::forward::Forwarder;
+use crate::mem::{Area, FreeList};
+use crate::packet::{frag, DropReason};
+
+/// Fragments the packet in `d`'s frame onto its egress port's stage (`stages`: this queue
+/// set's, one per port): the frame itself becomes the first fragment, copies in frames off
+/// `free` the others, staged in order. Returns how many fragments were staged; on an error
+/// nothing is staged, no frame of the free list is kept, and the caller drops the packet
+/// for that reason (its frame may have been rewritten).
+#[cold]
+#[allow(unsafe_code)]
+pub(super) fn fragment(
+    area: &mut Area,
+    free: &mut FreeList,
+    stages: &mut [Stage],
+    fwd: &Forwarder,
+    rt: Routes<'_>,
+    d: &XdpDesc,
+) -> Result<usize, DropReason> {
+    let off = area
+        .check(d.addr, d.len)
+        .ok_or(DropReason::InvalidDescriptor)?;
+    // SAFETY: the frame came off this burst's RX ring and is still this poller's.
+    let frame = unsafe { area.frame_mut(off, d.len) };
+    let (out, plan) = fwd.route_to_fragment(rt, frame).ok_or(DropReason::TooBig)?;
+    let stage = stages
+        .get_mut(usize::from(out))
+        .ok_or(DropReason::TxRingFull)?;
+    let n = plan.count();
+    if stage.len + n > MAX_BATCH {
+        return Err(DropReason::TxRingFull);
+    }
+    let slots = stage
+        .descs
+        .get_mut(stage.len..stage.len + n)
+        .ok_or(DropReason::TxRingFull)?;
+    // The others first, copied from the frame (only its header fields change, and each
+    // fragment's header is set whole), into slots 1.. in order.
+    for k in 1..n {
+        let copied = free.pop().and_then(|base| {
+            let room = area.room(base);
+            // SAFETY: the packet's frame as above; `base` just came off the free list, so it
+            // is this poller's too, and not the packet's (a frame is on the list or in use).
+            let views = unsafe {
+                area.frame_and_frame_mut((off, d.len), (usize::try_from(base).ok()?, room))
+            };
+            let len = views.and_then(|(src, dst)| frag::write_fragment(src, &plan, k, dst));
+            match (len.and_then(|l| u32::try_from(l).ok()), slots.get_mut(k)) {
+                (Some(len), Some(slot)) => {
+                    *slot = XdpDesc {
+                        addr: base,
+                        len,
+                        options: 0,
+                    };
+                    Some(())
+                }
+                _ => {
+                    free.push(base);
+                    None
+                }
+            }
+        });
+        if copied.is_none() {
+            // Out of frames (or room): give back those taken, drop the packet.
+            for s in slots.iter().take(k).skip(1) {
+                free.push(s.addr);
+            }
+            return Err(DropReason::TooBig);
+        }
+    }
+    // SAFETY: as above; the copies' views have ended.
+    let frame = unsafe { area.frame_mut(off, d.len) };
+    let first = frag::write_first(frame, &plan).and_then(|l| u32::try_from(l).ok());
+    match (first, slots.first_mut()) {
+        (Some(len), Some(slot)) => {
+            *slot = XdpDesc {
+                addr: d.addr,
+                len,
+                options: 0,
+            };
+        }
+        _ => {
+            for s in slots.iter().skip(1) {
+                free.push(s.addr);
+            }
+            return Err(DropReason::TooBig);
+        }
+    }
+    stage.len += n;
+    Ok(n)
+}

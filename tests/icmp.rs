@@ -244,3 +244,93 @@ fn traceroute_shows_the_dataplane_hop() {
     let s = dut.stop();
     assert!(counter(&s, Counter::IcmpSent) >= 4, "{s}");
 }
+
+#[test]
+fn icmp_errors_follow_the_ports_addresses_live() {
+    if !root_or_skip("icmp source follows addresses") {
+        return;
+    }
+    // The errors' source is the ingress port's address Linux would choose for the sender;
+    // a new address that replaces the old one takes over during the run, with no restart.
+    let bed = Bed::up("tia", 1);
+    let t = &bed.0;
+    let dut = Dut::start(&bed, &config(t, ""));
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let mut sport = 100u16;
+    // Sends TTL-1 packets (one family) until an error comes from `want`, for up to 3 s;
+    // returns the sources seen.
+    let mut source_becomes = |v6: bool, want: &str| -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut seen = Vec::new();
+        while Instant::now() < deadline {
+            sport += 1;
+            let f = if v6 {
+                udp_v6(&FrameSpec {
+                    ttl: 1,
+                    ..spec(sport)
+                })
+            } else {
+                udp_v4(&FrameSpec {
+                    ttl: 1,
+                    ..spec(sport)
+                })
+            };
+            gen.send(&f).expect("send");
+            for e in icmp_errors(&capture(
+                &gen,
+                Duration::from_millis(50),
+                Duration::from_millis(500),
+            )) {
+                assert_eq!((e.v6, e.ty), (v6, if v6 { 3 } else { 11 }), "time exceeded");
+                if e.src == want {
+                    return seen;
+                }
+                seen.push(e.src);
+            }
+        }
+        panic!("no error from {want} within 3 s; sources seen: {seen:?}");
+    };
+    assert!(source_becomes(false, testbed::DUT_IN_V4).is_empty());
+    assert!(source_becomes(true, testbed::DUT_IN_V6).is_empty());
+    // Replace each family's address: the new one added, then the old one removed (IPv4:
+    // the secondary is promoted, as with promote_secondaries on).
+    let dev = t.dut_in();
+    let dut_ns = t.dut_ns();
+    ns(
+        &dut_ns,
+        &[
+            "sysctl",
+            "-qw",
+            &format!("net.ipv4.conf.{dev}.promote_secondaries=1"),
+        ],
+    );
+    for args in [
+        vec!["ip", "addr", "add", "198.18.0.9/24", "dev", &dev],
+        vec!["ip", "addr", "add", "2001:2::9/64", "dev", &dev, "nodad"],
+    ] {
+        ns(&dut_ns, &args);
+    }
+    // Both addresses on: the primary / the longest prefix in common still answer.
+    assert!(source_becomes(false, testbed::DUT_IN_V4).is_empty());
+    assert!(source_becomes(true, testbed::DUT_IN_V6).is_empty());
+    for args in [
+        vec!["ip", "addr", "del", "198.18.0.2/24", "dev", &dev],
+        vec!["ip", "addr", "del", "2001:2::2/64", "dev", &dev],
+    ] {
+        ns(&dut_ns, &args);
+    }
+    let old4 = source_becomes(false, "198.18.0.9");
+    let old6 = source_becomes(true, "2001:2::9");
+    // Once the new source is seen, it stays.
+    assert!(source_becomes(false, "198.18.0.9").is_empty());
+    assert!(source_becomes(true, "2001:2::9").is_empty());
+    let s = dut.stop();
+    assert!(
+        old4.iter()
+            .chain(&old6)
+            .all(|a| a == testbed::DUT_IN_V4 || a == testbed::DUT_IN_V6),
+        "only the old addresses before: {old4:?} {old6:?}"
+    );
+    assert!(counter(&s, Counter::IcmpSent) >= 8, "{s}");
+    assert_frames_accounted(&s);
+}

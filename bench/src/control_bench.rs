@@ -145,6 +145,7 @@ fn main() {
         stop: stop.clone(),
         resolve: control::resolve_queue(),
         addresses: addr_tx,
+        port_addrs: None,
         status: status.clone(),
     })
     .expect("control");

@@ -8,9 +8,11 @@ use crate::fib::{mac_key, Hop, Miss, Routes, Table};
 use crate::packet::frag;
 use crate::packet::icmp::{self, IcmpError};
 use crate::packet::{self, DropReason, L3};
+use crate::port_addrs::{Addrs, PortAddrs};
 use crate::types::{MacAddr, Mode, PortId};
 
-/// What the forwarder knows of a port: read at start, only read afterwards.
+/// What the forwarder knows of a port at start. Its MAC is fixed; its addresses are the
+/// first of [`Forwarder::addresses`], which the control thread then keeps up to date.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Port {
     /// Its MAC: frames to any other destination are not ours to forward.
@@ -21,6 +23,20 @@ pub struct Port {
     pub v6: Option<u128>,
 }
 
+impl Port {
+    /// Its addresses as a list (host prefixes: no subnet known).
+    fn addrs(&self) -> Addrs {
+        let mut a = Addrs::default();
+        if let Some(v4) = self.v4 {
+            a.add(std::net::IpAddr::V4(v4.into()), 32);
+        }
+        if let Some(v6) = self.v6 {
+            a.add(std::net::IpAddr::V6(v6.into()), 128);
+        }
+        a
+    }
+}
+
 /// Everything a poller needs to decide a frame's fate. The table changes under it (the
 /// control thread updates it in place); the rest is fixed at start.
 pub struct Forwarder {
@@ -28,6 +44,8 @@ pub struct Forwarder {
     table: Arc<Table>,
     l2_peer: Vec<PortId>,
     ports: Vec<Port>,
+    /// Each port's addresses now (the ICMP errors' sources), kept by the control thread.
+    addrs: Arc<PortAddrs>,
     /// Each port's MAC as the low 48 bits of a u64 (little-endian load of the frame's first
     /// 8 bytes, masked): one compare per frame.
     port_macs: Vec<u64>,
@@ -53,13 +71,20 @@ impl Forwarder {
     /// `ports[p]` what is known of port `p`.
     pub fn new(mode: Mode, table: Arc<Table>, l2_peer: Vec<PortId>, ports: Vec<Port>) -> Self {
         let port_macs = ports.iter().map(|p| mac_key(p.mac)).collect();
+        let addrs = Arc::new(PortAddrs::new(ports.iter().map(Port::addrs).collect()));
         Forwarder {
             mode,
             table,
             l2_peer,
             ports,
+            addrs,
             port_macs,
         }
+    }
+
+    /// Each port's addresses, for the control thread to keep up to date.
+    pub fn addresses(&self) -> &Arc<PortAddrs> {
+        &self.addrs
     }
 
     /// The mode.
@@ -308,10 +333,19 @@ impl Forwarder {
         room: &mut [u8],
         len: usize,
     ) -> Option<usize> {
-        let port = self.port(in_port)?;
+        let mac = self.port(in_port)?.mac;
+        // From the port's address that Linux would choose for the packet's source.
         match room.get(12..14)? {
-            [0x08, 0x00] => icmp::build_v4(room, len, err, port.mac, port.v4?),
-            _ => icmp::build_v6(room, len, err, port.mac, port.v6?),
+            [0x08, 0x00] => {
+                let to = u32::from_be_bytes(room.get(26..30)?.try_into().ok()?);
+                let src = self.addrs.with(in_port, |a| a.source_v4(to))??;
+                icmp::build_v4(room, len, err, mac, src)
+            }
+            _ => {
+                let to = u128::from_be_bytes(room.get(22..38)?.try_into().ok()?);
+                let src = self.addrs.with(in_port, |a| a.source_v6(to))??;
+                icmp::build_v6(room, len, err, mac, src)
+            }
         }
     }
 }

@@ -38,6 +38,7 @@ pub mod nic_irqs;
 pub mod packet;
 pub mod plan;
 pub mod poller;
+pub mod port_addrs;
 pub mod ring_io;
 pub mod runtime;
 pub mod stats;

@@ -338,7 +338,7 @@ mod tests {
         assert_eq!(t.total_drops(), 4);
         assert_eq!(t.delta(&s), s);
         assert_eq!(s.drops_line(), "no_route=2");
-        assert_eq!(COUNTER_NAMES.len(), Counter::BusyPasses as usize + 1);
+        assert_eq!(COUNTER_NAMES.len(), Counter::FragCreates as usize + 1);
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! - `routes = "static"`: the config's routes and neighbours; SIGHUP re-reads the file and
 //!   applies the difference, or refuses a bad file (the running table stays).
 //! - Both: link state and MTU of the ports followed (`link_down` drops while down), address
-//!   changes handed to the steering programs (a new address is answered by the kernel).
+//!   changes handed to the steering programs (a new address is answered by the kernel) and
+//!   to the pollers (the source of the ICMP errors a port sends).
 //!
 //! Each pass applies what is pending, then reclaims what no poller can still see.
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ use crossbeam_queue::ArrayQueue;
 use crate::config::{Config, RouteSource};
 use crate::fib::rib::{Rib, RouteKind};
 use crate::fib::{HopState, TableSize};
+use crate::port_addrs::{Addrs, PortAddrs};
 
 pub mod netlink;
 
@@ -162,6 +164,8 @@ pub struct ControlSpec {
     pub resolve: Arc<ResolveQueue>,
     /// Address changes, for the steering programs.
     pub addresses: Sender<AddressChange>,
+    /// Each port's addresses, kept here for the pollers' ICMP errors (None: not kept).
+    pub port_addrs: Option<Arc<PortAddrs>>,
     /// Progress.
     pub status: Arc<ControlStatus>,
 }
@@ -190,6 +194,10 @@ struct Control {
     alternates: HashMap<(IpAddr, u8), Vec<(u32, RouteKind)>>,
     asked: HashMap<IpAddr, Instant>,
     foreign: usize,
+    /// Each port's addresses as read from the kernel (published to `spec.port_addrs`).
+    addrs: Vec<Addrs>,
+    /// While a resync reads everything: the lists are published once, at its end.
+    reading_addrs: bool,
     /// A port went down or away: re-read the kernel's tables after this batch (IPv4 routes
     /// flushed with a device are not notified).
     resync_wanted: bool,
@@ -209,6 +217,8 @@ pub fn start(spec: ControlSpec) -> Result<JoinHandle<Rib>, ControlError> {
             .filter_map(|(i, p)| Some((p.ifindex, u16::try_from(i).ok()?)))
             .collect(),
         link_up: vec![None; spec.ports.len()],
+        addrs: vec![Addrs::default(); spec.ports.len()],
+        reading_addrs: false,
         spec,
         requests: Some(requests),
         events: Some(events),
@@ -319,6 +329,12 @@ impl Control {
         if kernel {
             self.alternates.clear();
         }
+        // The addresses are read afresh (one removed during an overrun is gone from the
+        // dump, not notified), and published whole once read.
+        for a in &mut self.addrs {
+            *a = Addrs::default();
+        }
+        self.reading_addrs = true;
         let read = nl.dump_all(|e| {
             if sweep {
                 match &e {
@@ -336,6 +352,12 @@ impl Control {
             self.apply(e, kernel);
         });
         self.requests = Some(nl);
+        self.reading_addrs = false;
+        if read.is_ok() {
+            for p in 0..self.addrs.len() {
+                self.publish_addrs(p);
+            }
+        }
         read?;
         if sweep {
             let stale: Vec<(IpAddr, u8)> = self
@@ -413,12 +435,41 @@ impl Control {
                 up,
                 mtu,
             } => self.link(add, ifindex, &name, up, mtu),
-            Event::Address { add, ifindex, ip } => {
+            Event::Address {
+                add,
+                ifindex,
+                ip,
+                prefix_len,
+            } => {
                 // Every address of the box is local to every port's steering program.
-                let _ = ifindex;
                 let _ = self.spec.addresses.send(AddressChange { add, ip });
+                // A port's own: the source of its ICMP errors.
+                if let Some(&port) = self.by_ifindex.get(&ifindex) {
+                    let p = usize::from(port);
+                    if let Some(a) = self.addrs.get_mut(p) {
+                        if add {
+                            a.add(ip, prefix_len);
+                        } else {
+                            a.remove(ip);
+                        }
+                    }
+                    if !self.reading_addrs {
+                        self.publish_addrs(p);
+                    }
+                }
             }
             _ => {}
+        }
+    }
+
+    /// Hands port `p`'s addresses to the pollers.
+    fn publish_addrs(&self, p: usize) {
+        if let (Some(pa), Some(a), Ok(port)) = (
+            self.spec.port_addrs.as_ref(),
+            self.addrs.get(p),
+            u16::try_from(p),
+        ) {
+            pa.set(port, a.clone());
         }
     }
 

@@ -115,6 +115,8 @@ pub enum Event {
         ifindex: u32,
         /// The address.
         ip: IpAddr,
+        /// Its prefix length (its subnet).
+        prefix_len: u8,
     },
     /// The kernel dropped notifications (receive buffer overrun): state must be re-read.
     Overrun,
@@ -526,5 +528,6 @@ fn address_event(add: bool, a: &AddressMessage) -> Option<Event> {
         add,
         ifindex: a.header.index,
         ip: local.or(address)?,
+        prefix_len: a.header.prefix_len,
     })
 }

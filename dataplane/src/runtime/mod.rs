@@ -193,6 +193,7 @@ pub fn run(
         stop: control_stop.clone(),
         resolve: resolve.clone(),
         addresses: addr_tx,
+        port_addrs: Some(fwd.addresses().clone()),
         status: control_status.clone(),
     })?;
     // Stops the control thread and waits for it (on an early return, or after the pollers).

@@ -8,6 +8,9 @@
 #define DP_MAX_QUEUES 256
 /* Local addresses (per family) the loader may register as "to the box". */
 #define DP_MAX_LOCAL_ADDRS 1024
+/* Prefixes (per family) of the foreign-route maps: routes out of interfaces the dataplane
+ * does not own, and the dataplane's routes nested inside them. */
+#define DP_MAX_FOREIGN 65536
 
 /* Per-CPU counters of the steering program, one slot each. */
 enum dp_steer_stat {
@@ -20,6 +23,7 @@ enum dp_steer_stat {
 	DP_STEER_PASS_VLAN,      /* 802.1Q / 802.1ad tagged: the kernel's VLAN sub-interfaces */
 	DP_STEER_PASS_OPTIONS,   /* IPv4 with options: the kernel's slow path (RFC 791 / 1812) */
 	DP_STEER_DROP_MCAST_SRC, /* multicast Ethernet source: dropped */
+	DP_STEER_PASS_FOREIGN,   /* routed out of an interface that is not a dataplane port */
 	DP_STEER_STAT_MAX,
 };
 

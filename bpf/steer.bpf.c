@@ -3,7 +3,8 @@
  * socket bound on the frame's rx queue; everything the kernel must see (ARP, ND, traffic to the
  * box's own addresses, link-layer broadcast and multicast, VLAN-tagged frames for its VLAN
  * sub-interfaces, IPv4 with options for its slow path, queues without a socket) is passed up the
- * stack, and so is unicast for another host (the kernel drops it as PACKET_OTHERHOST). A
+ * stack, and so is unicast for another host (the kernel drops it as PACKET_OTHERHOST), and
+ * transit traffic whose route leaves by an interface the dataplane does not own. A
  * multicast Ethernet source is dropped. Malformed IP frames are redirected too, so the poller
  * drops and counts them by reason rather than the kernel dropping them silently. */
 #include <linux/bpf.h>
@@ -40,6 +41,53 @@ struct {
 	__type(key, struct in6_key);
 	__type(value, __u8);
 } local_v6 SEC(".maps");
+
+/* Foreign routes: value 1, the destination's longest match is a route out of an interface
+ * the dataplane does not own (the kernel forwards it); value 0, a dataplane route nested in
+ * one. Kept by the control thread (dataplane/src/control/foreign.rs). */
+struct lpm_v4_key {
+	__u32 prefixlen;
+	__u8 addr[4];
+};
+
+struct lpm_v6_key {
+	__u32 prefixlen;
+	__u8 addr[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, DP_MAX_FOREIGN);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lpm_v4_key);
+	__type(value, __u8);
+} foreign_v4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, DP_MAX_FOREIGN);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lpm_v6_key);
+	__type(value, __u8);
+} foreign_v6 SEC(".maps");
+
+
+/* Non-zero while the foreign maps hold anything (set by the loader): with no foreign route,
+ * as on most boxes, the fast path pays one array lookup, not a trie walk. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} foreign_on SEC(".maps");
+
+static __always_inline int foreign_enabled(void)
+{
+	__u32 zero = 0;
+	__u32 *on = bpf_map_lookup_elem(&foreign_on, &zero);
+
+	return on && *on;
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -104,6 +152,15 @@ int xdp_steer(struct xdp_md *ctx)
 			return count(DP_STEER_PASS_CONTROL, XDP_PASS);
 		if (bpf_map_lookup_elem(&local_v4, &dst))
 			return count(DP_STEER_PASS_LOCAL, XDP_PASS);
+		if (foreign_enabled()) {
+			struct lpm_v4_key k = { .prefixlen = 32 };
+			__u8 *f;
+
+			__builtin_memcpy(k.addr, &dst, 4);
+			f = bpf_map_lookup_elem(&foreign_v4, &k);
+			if (f && *f)
+				return count(DP_STEER_PASS_FOREIGN, XDP_PASS);
+		}
 		return to_socket(ctx);
 	}
 	if (proto == bpf_htons(ETH_P_IPV6)) {
@@ -124,6 +181,15 @@ int xdp_steer(struct xdp_md *ctx)
 		}
 		if (bpf_map_lookup_elem(&local_v6, &dst))
 			return count(DP_STEER_PASS_LOCAL, XDP_PASS);
+		if (foreign_enabled()) {
+			struct lpm_v6_key k = { .prefixlen = 128 };
+			__u8 *f;
+
+			__builtin_memcpy(k.addr, dst.addr, 16);
+			f = bpf_map_lookup_elem(&foreign_v6, &k);
+			if (f && *f)
+				return count(DP_STEER_PASS_FOREIGN, XDP_PASS);
+		}
 		return to_socket(ctx);
 	}
 	/* VLAN-tagged frames belong to the kernel's VLAN sub-interfaces. */

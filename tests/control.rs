@@ -543,7 +543,7 @@ fn no_loss_while_routes_churn_and_the_config_reloads() {
 }
 
 #[test]
-fn failed_resolution_answers_unreachable_and_foreign_routes_are_not_forwarded() {
+fn failed_resolution_answers_unreachable_and_foreign_routes_go_to_the_kernel() {
     if !root_or_skip("failed resolution") {
         return;
     }
@@ -579,6 +579,7 @@ fn failed_resolution_answers_unreachable_and_foreign_routes_are_not_forwarded() 
     std::thread::sleep(Duration::from_millis(200));
     let gen = packet_socket(&t.gen_ns(), &t.gen_if());
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    // Out of fx0: handed to the kernel (which has nowhere to send it), not to the sink.
     assert!(deliver(&gen, &sink, &[v4_to("203.0.113.5", 1)]).is_empty());
     // The first packets wait for the neighbour (resolving); once the kernel gives up, the
     // next ones are answered with ICMP host unreachable.
@@ -598,7 +599,7 @@ fn failed_resolution_answers_unreachable_and_foreign_routes_are_not_forwarded() 
         "no ICMP host unreachable after the neighbour failed"
     );
     let s = dut.stop();
-    assert!(drop_count(&s, DropReason::ForeignRoute) >= 1, "{s}");
+    assert!(steer(&s, 0, PASS_FOREIGN) >= 1, "{s}");
     assert!(drop_count(&s, DropReason::Resolving) >= 1, "{s}");
     assert!(drop_count(&s, DropReason::NoNeighbour) >= 1, "{s}");
     assert!(
@@ -699,4 +700,133 @@ fn the_lowest_metric_of_a_prefix_wins() {
     let s = dut.stop();
     assert!(drop_count(&s, DropReason::Blackhole) >= 1, "{s}");
     assert!(drop_count(&s, DropReason::Unreachable) >= 1, "{s}");
+}
+
+/// A namespace of the test's own beyond the DUT, deleted when dropped.
+struct ExtraNs(String);
+
+impl Drop for ExtraNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+#[test]
+fn foreign_routes_are_forwarded_by_the_kernel() {
+    if !root_or_skip("foreign routes") {
+        return;
+    }
+    // A network behind an interface the dataplane does not own (fx0, to a namespace of its
+    // own): its packets are passed to the kernel, which forwards them; a dataplane route
+    // nested inside it still goes through the dataplane.
+    let bed = Bed::up("tfo", 1);
+    let t = &bed.0;
+    let far = ExtraNs(format!("{}-far", t.dut_ns()));
+    let out = Command::new("ip")
+        .args(["netns", "add", &far.0])
+        .output()
+        .expect("ip netns add");
+    assert!(out.status.success(), "{out:?}");
+    ns(&t.dut_ns(), &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    let dut = Dut::start(&bed, &kernel_config(t));
+    dut_ip(
+        t,
+        &[
+            "link", "add", "fx0", "type", "veth", "peer", "name", "fx1", "netns", &far.0,
+        ],
+    );
+    dut_ip(t, &["addr", "add", "192.0.2.1/24", "dev", "fx0"]);
+    dut_ip(t, &["link", "set", "fx0", "up"]);
+    for args in [
+        vec!["ip", "link", "set", "lo", "up"],
+        vec!["ip", "addr", "add", "192.0.2.2/24", "dev", "fx1"],
+        vec!["ip", "link", "set", "fx1", "up"],
+        vec!["ip", "addr", "add", "203.0.113.1/32", "dev", "lo"],
+        vec!["ip", "route", "add", "default", "via", "192.0.2.1"],
+    ] {
+        ns(&far.0, &args);
+    }
+    ns(
+        &t.gen_ns(),
+        &[
+            "ip",
+            "route",
+            "add",
+            "203.0.113.0/24",
+            "via",
+            testbed::DUT_IN_V4,
+        ],
+    );
+    dut_ip(t, &["route", "add", "203.0.113.0/24", "via", "192.0.2.2"]);
+    // Inside it, a dataplane route: to the sink.
+    dut_ip(
+        t,
+        &["route", "add", "203.0.113.128/25", "via", testbed::SINK_V4],
+    );
+    // Readiness: the first ping through the kernel (the maps are set within ~20 ms).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let ok = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &t.gen_ns(),
+                "ping",
+                "-c",
+                "1",
+                "-W",
+                "1",
+                "203.0.113.1",
+            ])
+            .output()
+            .expect("ping")
+            .status
+            .success();
+        if ok {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "203.0.113.1 never answered through the kernel"
+        );
+    }
+    assert_pings(
+        &t.gen_ns(),
+        &["-c", "5", "203.0.113.1"],
+        "ping through a foreign route",
+    );
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    assert!(
+        until_forwarded(
+            &gen,
+            &sink,
+            &v4_to("203.0.113.200", 7),
+            Duration::from_secs(3)
+        )
+        .is_some(),
+        "the nested dataplane route forwards"
+    );
+    // The foreign route goes: its packets are the dataplane's again (no route: dropped).
+    dut_ip(t, &["route", "del", "203.0.113.0/24", "via", "192.0.2.2"]);
+    dut_ip(t, &["addr", "del", "192.0.2.1/24", "dev", "fx0"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut dropped = false;
+    let mut sport = 100;
+    while Instant::now() < deadline && !dropped {
+        gen.send(&v4_to("203.0.113.1", sport)).expect("send");
+        sport += 1;
+        let got = capture(&gen, Duration::from_millis(20), Duration::from_millis(50));
+        dropped = icmp_errors(&got)
+            .iter()
+            .any(|e| !e.v6 && e.ty == 3 && e.code == 0);
+    }
+    assert!(
+        dropped,
+        "no ICMP net unreachable once the foreign route went"
+    );
+    let s = dut.stop();
+    assert!(steer(&s, 0, PASS_FOREIGN) >= 6, "{s}");
+    assert!(drop_count(&s, DropReason::NoRoute) >= 1, "{s}");
+    assert_frames_accounted(&s);
 }

@@ -145,6 +145,7 @@ fn main() {
         stop: stop.clone(),
         resolve: control::resolve_queue(),
         addresses: addr_tx,
+        foreign_routes: None,
         port_addrs: None,
         status: status.clone(),
     })

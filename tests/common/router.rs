@@ -90,6 +90,7 @@ pub const PASS_CONTROL: usize = 3;
 pub const PASS_OTHER_HOST: usize = 5;
 pub const PASS_VLAN: usize = 6;
 pub const PASS_OPTIONS: usize = 7;
+pub const PASS_FOREIGN: usize = 9;
 pub const DROP_MCAST_SRC: usize = 8;
 
 /// Fixes the IPv4 header checksum of `f` after an edit.

@@ -19,7 +19,7 @@ mod skel;
 pub use skel::gen::types::dp_gen_cfg as GenConfig;
 
 /// Names of the steering program's counters, in `enum dp_steer_stat` order (bpf/dataplane.h).
-pub const STEER_STAT_NAMES: [&str; 9] = [
+pub const STEER_STAT_NAMES: [&str; 10] = [
     "redirected",
     "pass_not_ip",
     "pass_local",
@@ -29,6 +29,7 @@ pub const STEER_STAT_NAMES: [&str; 9] = [
     "pass_vlan",
     "pass_options",
     "drop_multicast_source",
+    "pass_foreign",
 ];
 
 /// A BPF step failed.
@@ -149,6 +150,47 @@ impl Steer {
             IpAddr::V6(a) => self.skel.maps.local_v6.delete(&a.octets()),
         }
         .map_err(lb(format!("removing local address {addr}")))
+    }
+
+    /// What becomes of destinations whose longest match is `prefix/len` (canonical):
+    /// `Some(true)` passed to the kernel (a route out of an interface the dataplane does not
+    /// own), `Some(false)` the dataplane's (a route of its own nested in such a prefix),
+    /// `None` neither any more.
+    pub fn set_foreign(
+        &mut self,
+        prefix: IpAddr,
+        len: u8,
+        pass: Option<bool>,
+    ) -> Result<(), BpfError> {
+        let mut key = u32::from(len).to_ne_bytes().to_vec();
+        let map = match prefix {
+            IpAddr::V4(a) => {
+                key.extend_from_slice(&a.octets());
+                &self.skel.maps.foreign_v4
+            }
+            IpAddr::V6(a) => {
+                key.extend_from_slice(&a.octets());
+                &self.skel.maps.foreign_v6
+            }
+        };
+        match pass {
+            Some(p) => map.update(&key, &[u8::from(p)], MapFlags::ANY),
+            None => map.delete(&key),
+        }
+        .map_err(lb(format!("foreign-route map: {prefix}/{len}")))
+    }
+
+    /// Turns the foreign-route lookups on (while a foreign prefix is in the maps) or off.
+    pub fn set_foreign_lookups(&mut self, on: bool) -> Result<(), BpfError> {
+        self.skel
+            .maps
+            .foreign_on
+            .update(
+                &0u32.to_ne_bytes(),
+                &u32::from(on).to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(lb("foreign-route switch"))
     }
 
     /// Steers rx queue `queue` to the AF_XDP socket `fd`.

@@ -29,8 +29,10 @@ use crate::fib::rib::{Rib, RouteKind};
 use crate::fib::{HopState, TableSize};
 use crate::port_addrs::{Addrs, PortAddrs};
 
+pub mod foreign;
 pub mod netlink;
 
+use foreign::{Foreign, RouteNow, SteerRoute};
 use netlink::{Event, KernelRoute, NeighState, Netlink, NetlinkError};
 
 /// Destinations the pollers could not forward for want of a neighbour, for the control
@@ -164,6 +166,8 @@ pub struct ControlSpec {
     pub resolve: Arc<ResolveQueue>,
     /// Address changes, for the steering programs.
     pub addresses: Sender<AddressChange>,
+    /// Foreign-route changes, for the steering programs (see [`foreign`]).
+    pub foreign_routes: Option<Sender<SteerRoute>>,
     /// Each port's addresses, kept here for the pollers' ICMP errors (None: not kept).
     pub port_addrs: Option<Arc<PortAddrs>>,
     /// Progress.
@@ -193,7 +197,8 @@ struct Control {
     /// Kernel routes shadowed by one of the same prefix with a lower metric.
     alternates: HashMap<(IpAddr, u8), Vec<(u32, RouteKind)>>,
     asked: HashMap<IpAddr, Instant>,
-    foreign: usize,
+    /// Foreign prefixes, and the dataplane's routes nested in them.
+    foreign: Foreign,
     /// Each port's addresses as read from the kernel (published to `spec.port_addrs`).
     addrs: Vec<Addrs>,
     /// While a resync reads everything: the lists are published once, at its end.
@@ -224,7 +229,7 @@ pub fn start(spec: ControlSpec) -> Result<JoinHandle<Rib>, ControlError> {
         events: Some(events),
         alternates: HashMap::new(),
         asked: HashMap::new(),
-        foreign: 0,
+        foreign: Foreign::default(),
         resync_wanted: false,
     };
     c.resync(kernel)?;
@@ -311,7 +316,7 @@ impl Control {
         self.spec
             .status
             .foreign_routes
-            .store(self.foreign as u64, Relaxed);
+            .store(self.foreign.len() as u64, Relaxed);
     }
 
     /// Reads links, addresses and (kernel mode) routes and neighbours, and applies them as
@@ -581,11 +586,30 @@ impl Control {
             }
             Some((kind, metric)) => self.spec.rib.set_route_tagged(prefix, len, kind, metric),
         };
-        let is_foreign = matches!(self.spec.rib.route(prefix, len), Some(RouteKind::Foreign));
-        match (was_foreign, is_foreign) {
-            (false, true) => self.foreign += 1,
-            (true, false) => self.foreign = self.foreign.saturating_sub(1),
-            _ => {}
+        let now = match self.spec.rib.route(prefix, len) {
+            None => RouteNow::Gone,
+            Some(RouteKind::Foreign) => RouteNow::Foreign,
+            Some(_) => RouteNow::Dataplane,
+        };
+        if was_foreign || now == RouteNow::Foreign || !self.foreign.is_empty() {
+            let rib = &self.spec.rib;
+            let changes = self.foreign.route_changed(
+                crate::fib::rib::canonical(prefix, len),
+                len,
+                now,
+                || {
+                    Box::new(
+                        rib.routes()
+                            .filter(|(_, k)| !matches!(k, RouteKind::Foreign))
+                            .map(|(k, _)| *k),
+                    )
+                },
+            );
+            if let Some(tx) = &self.spec.foreign_routes {
+                for c in changes {
+                    let _ = tx.send(c);
+                }
+            }
         }
         if let Err(e) = r {
             self.warn(format!("control: route {prefix}/{len}: {e}"));

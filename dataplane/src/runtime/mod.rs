@@ -175,6 +175,7 @@ pub fn run(
     let control_stop = Arc::new(AtomicBool::new(false));
     let resolve = crate::control::resolve_queue();
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (foreign_tx, foreign_rx) = std::sync::mpsc::channel();
     let control_status = Arc::new(crate::control::ControlStatus::default());
     let control = crate::control::start(crate::control::ControlSpec {
         rib,
@@ -193,6 +194,7 @@ pub fn run(
         stop: control_stop.clone(),
         resolve: resolve.clone(),
         addresses: addr_tx,
+        foreign_routes: Some(foreign_tx),
         port_addrs: Some(fwd.addresses().clone()),
         status: control_status.clone(),
     })?;
@@ -311,6 +313,7 @@ pub fn run(
         report::ControlSide {
             status: &control_status,
             addresses: &addr_rx,
+            foreign_routes: &foreign_rx,
             table: fwd.table(),
         },
         publisher.as_ref(),

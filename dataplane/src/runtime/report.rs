@@ -99,8 +99,60 @@ pub(super) struct ControlSide<'a> {
     pub status: &'a crate::control::ControlStatus,
     /// Address changes for the steering programs.
     pub addresses: &'a std::sync::mpsc::Receiver<crate::control::AddressChange>,
+    /// Foreign-route changes for the steering programs.
+    pub foreign_routes: &'a std::sync::mpsc::Receiver<crate::control::foreign::SteerRoute>,
     /// The table (the ports' link state, for the health checks).
     pub table: &'a crate::fib::Table,
+}
+
+/// The steering programs' foreign-route maps as last set (to know when any foreign prefix
+/// is in them: the programs look them up only then).
+#[derive(Default)]
+struct ForeignMaps {
+    entries: std::collections::HashMap<(std::net::IpAddr, u8), bool>,
+    on: bool,
+}
+
+impl ForeignMaps {
+    /// Applies the control thread's pending changes to every steering program.
+    fn apply(
+        &mut self,
+        rx: &std::sync::mpsc::Receiver<crate::control::foreign::SteerRoute>,
+        steers: &mut [Steer],
+        log: &mut impl FnMut(&str),
+    ) {
+        use crate::control::foreign::SteerRoute;
+        let mut changed = false;
+        while let Ok(c) = rx.try_recv() {
+            let (prefix, len, pass) = match c {
+                SteerRoute::Pass(p, l) => (p, l, Some(true)),
+                SteerRoute::Hole(p, l) => (p, l, Some(false)),
+                SteerRoute::Forget(p, l) => (p, l, None),
+            };
+            for s in steers.iter_mut() {
+                if let Err(e) = s.set_foreign(prefix, len, pass) {
+                    log(&format!("{}: {e}", s.ifname()));
+                }
+            }
+            match pass {
+                Some(p) => self.entries.insert((prefix, len), p),
+                None => self.entries.remove(&(prefix, len)),
+            };
+            if pass == Some(true) {
+                log(&format!("route {prefix}/{len} leaves by an interface the dataplane does not own: passed to the kernel"));
+            }
+            changed = true;
+        }
+        let on = self.entries.values().any(|p| *p);
+        if changed && on != self.on {
+            for s in steers.iter_mut() {
+                if let Err(e) = s.set_foreign_lookups(on) {
+                    log(&format!("{}: {e}", s.ifname()));
+                }
+            }
+            self.on = on;
+        }
+    }
 }
 
 /// How often the health checks sample.
@@ -194,9 +246,11 @@ pub(super) fn watch(
     let mut next_publish = start;
     let mut next_health = start;
     let mut health = super::health::Health::default();
+    let mut foreign = ForeignMaps::default();
     loop {
         std::thread::sleep(Duration::from_millis(20));
         let now = Instant::now();
+        foreign.apply(control.foreign_routes, steers, log);
         while let Ok(c) = control.addresses.try_recv() {
             for s in steers.iter_mut() {
                 let r = if c.add {

@@ -334,3 +334,68 @@ fn icmp_errors_follow_the_ports_addresses_live() {
     assert!(counter(&s, Counter::IcmpSent) >= 8, "{s}");
     assert_frames_accounted(&s);
 }
+
+#[test]
+fn tracepath_sees_a_live_mtu_change_in_both_families() {
+    if !root_or_skip("tracepath pmtu") {
+        return;
+    }
+    // The egress link's MTU lowered during the run (both ends: one link, one MTU): the
+    // dataplane's "fragmentation needed" / "packet too big" carry the new MTU at once.
+    let bed = Bed::up("ttp", 1);
+    let t = &bed.0;
+    let dut = Dut::start(&bed, &config(t, ""));
+    ns(
+        &t.dut_ns(),
+        &["ip", "link", "set", "dev", &t.dut_out(), "mtu", "1300"],
+    );
+    ns(
+        &t.sink_ns(),
+        &["ip", "link", "set", "dev", &t.sink_if(), "mtu", "1300"],
+    );
+    for (family, sink_ip) in [("-4", testbed::SINK_V4), ("-6", testbed::SINK_V6)] {
+        // Readiness: the change reaches the table within one control pass; tracepath is
+        // retried (each run probes afresh) until it reports, for up to 5 s.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let text = loop {
+            let out = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &t.gen_ns(),
+                    "tracepath",
+                    family,
+                    "-n",
+                    "-m",
+                    "3",
+                    sink_ip,
+                ])
+                .output()
+                .expect("tracepath");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if text.contains("pmtu 1300") || Instant::now() > deadline {
+                break text;
+            }
+            // A fresh start: forget the PMTU the last run learned.
+            let _ = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &t.gen_ns(),
+                    "ip",
+                    family,
+                    "route",
+                    "flush",
+                    "cache",
+                ])
+                .output();
+        };
+        assert!(
+            text.lines().any(|l| l.contains("Resume: pmtu 1300")),
+            "tracepath {family}: {text}"
+        );
+    }
+    let s = dut.stop();
+    assert!(drop_count(&s, DropReason::TooBig) >= 2, "{s}");
+    assert_frames_accounted(&s);
+}

@@ -5,6 +5,8 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::router::*;
@@ -367,19 +369,14 @@ fn sighup_reloads_static_routes_and_refuses_a_bad_file() {
 }
 
 #[test]
-fn a_deleted_port_is_survived_and_every_frame_accounted() {
-    if !root_or_skip("port deleted") {
+fn a_deleted_port_is_survived_and_forwards_again_once_recreated() {
+    if !root_or_skip("port deleted and recreated") {
         return;
     }
     let bed = Bed::up("tpd", 1);
     let t = &bed.0;
     let mut dut = Dut::start(&bed, &kernel_config(t));
-    // A route back out of the gen-facing port: what the surviving port keeps forwarding.
-    dut_ip(
-        t,
-        &["route", "add", "203.0.113.0/24", "via", testbed::GEN_V4],
-    );
-    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let gen = Arc::new(packet_socket(&t.gen_ns(), &t.gen_if()));
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());
     assert!(until_forwarded(
         &gen,
@@ -388,64 +385,112 @@ fn a_deleted_port_is_survived_and_every_frame_accounted() {
         Duration::from_secs(2)
     )
     .is_some());
-    let dut_mac = mac(testbed::DUT_IN_MAC);
-    let hairpinned = |gen: &PacketSocket, sport: u16| {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < deadline {
-            gen.send(&v4_to("203.0.113.5", sport)).expect("send");
-            let got = capture(gen, Duration::from_millis(5), Duration::from_millis(20));
-            if marked_frames(&got)
-                .iter()
-                .any(|(_, s, f)| *s == sport && f[6..12] == dut_mac)
-            {
-                return true;
+    // Paced traffic to the sink, one frame a millisecond, each with its own source port.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (gen, stop) = (gen.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut sent = 0u16;
+            while !stop.load(Ordering::Relaxed) && sent < 60_000 {
+                sent += 1;
+                gen.send(&v4_to(testbed::SINK_V4, 1000 + sent))
+                    .expect("send");
+                std::thread::sleep(Duration::from_millis(1));
             }
-        }
-        false
+            sent
+        })
     };
-    assert!(hairpinned(&gen, 2));
-    dut_ip(t, &["link", "del", &t.dut_out()]);
-    assert!(
-        dut.wait_log("was deleted", Duration::from_secs(2)),
-        "{:?}",
-        dut.log_lines()
+    // What reaches the sink before the deletion.
+    let mut got: BTreeSet<u16> = marked(&capture(
+        &sink,
+        Duration::from_millis(300),
+        Duration::from_millis(300),
+    ))
+    .into_iter()
+    .map(|(_, s)| s)
+    .collect();
+    assert!(!got.is_empty(), "forwarding before the deletion");
+    let deleted = Instant::now();
+    t.recreate_egress().expect("recreate the egress veth");
+    // What the old link delivered up to its deletion, still queued on the old socket.
+    got.extend(
+        marked(&capture(
+            &sink,
+            Duration::from_millis(50),
+            Duration::from_millis(500),
+        ))
+        .into_iter()
+        .map(|(_, s)| s),
     );
-    for i in 0..20 {
-        gen.send(&v4_to(testbed::SINK_V4, 10 + i)).expect("send");
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    t.sink_up().expect("sink up");
+    let recreated = Instant::now();
+    // Forwarding resumes by itself: the first frame on the new link, within 2 s of it
+    // being up.
+    let mut resumed = None;
+    while recreated.elapsed() < Duration::from_secs(3) && resumed.is_none() {
+        let more = marked(&capture(
+            &sink,
+            Duration::from_millis(20),
+            Duration::from_millis(20),
+        ));
+        if !more.is_empty() {
+            resumed = Some(recreated.elapsed());
+        }
+        got.extend(more.into_iter().map(|(_, s)| s));
     }
-    assert!(hairpinned(&gen, 3), "the other port keeps forwarding");
-    // Recreated: named, and a restart is asked for (its sockets went with the old one).
-    ns(
-        &t.dut_ns(),
-        &[
-            "ip",
-            "link",
-            "add",
-            &t.dut_out(),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &t.sink_if(),
-            "netns",
-            &t.sink_ns(),
-        ],
-    );
-    dut_ip(t, &["link", "set", &t.dut_out(), "up"]);
+    let resumed = resumed.expect("no frame reached the sink within 3 s of the recreation");
     assert!(
-        dut.wait_log(
-            "restart the dataplane to forward on it",
-            Duration::from_secs(2)
-        ),
+        resumed <= Duration::from_secs(2),
+        "forwarding resumed after {resumed:?}"
+    );
+    got.extend(
+        marked(&capture(
+            &sink,
+            Duration::from_millis(500),
+            Duration::from_millis(500),
+        ))
+        .into_iter()
+        .map(|(_, s)| s),
+    );
+    stop.store(true, Ordering::Relaxed);
+    let sent = sender.join().expect("sender");
+    got.extend(
+        marked(&capture(
+            &sink,
+            Duration::from_millis(300),
+            Duration::from_secs(2),
+        ))
+        .into_iter()
+        .map(|(_, s)| s),
+    );
+    got.remove(&1); // the readiness probe
+    assert!(
+        dut.wait_log("reopening its sockets", Duration::from_secs(1)),
         "{:?}",
         dut.log_lines()
     );
-    assert!(hairpinned(&gen, 4));
     let s = dut.stop();
+    // Every frame sent is accounted: received at the sink, or dropped and counted.
+    let drops = s["totals"]["drops"]
+        .as_array()
+        .expect("drops")
+        .iter()
+        .map(|d| d.as_u64().expect("count"))
+        .sum::<u64>();
+    assert_eq!(
+        u64::from(sent),
+        got.len() as u64 + drops,
+        "sent {sent}, received {}, dropped {drops}: {s}",
+        got.len()
+    );
+    assert!(drop_count(&s, DropReason::LinkDown) >= 1, "{s}");
     assert_frames_accounted(&s);
-    assert!(
-        drop_count(&s, DropReason::LinkDown) + drop_count(&s, DropReason::NoRoute) >= 20,
-        "{s}"
+    eprintln!(
+        "recreated port: link up {:?} after the deletion, forwarding {resumed:?} after that; sent {sent}, received {}, dropped {drops} (link_down {})",
+        recreated - deleted,
+        got.len(),
+        drop_count(&s, DropReason::LinkDown)
     );
 }
 

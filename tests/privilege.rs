@@ -10,8 +10,8 @@ use common::router::{config, marked, spec};
 use common::*;
 use dataplane::packet::build::udp_v4;
 
-/// (thread name, CapEff, NoNewPrivs) of every thread of `pid`.
-fn thread_privileges(pid: u32) -> Vec<(String, u64, String)> {
+/// (thread name, CapEff, NoNewPrivs, CapPrm) of every thread of `pid`.
+fn thread_privileges(pid: u32) -> Vec<(String, u64, String, u64)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(format!("/proc/{pid}/task"))
         .expect("tasks")
@@ -29,6 +29,7 @@ fn thread_privileges(pid: u32) -> Vec<(String, u64, String)> {
             field("Name:"),
             u64::from_str_radix(&field("CapEff:"), 16).expect("hex"),
             field("NoNewPrivs:"),
+            u64::from_str_radix(&field("CapPrm:"), 16).expect("hex"),
         ));
     }
     out.sort();
@@ -36,6 +37,8 @@ fn thread_privileges(pid: u32) -> Vec<(String, u64, String)> {
 }
 
 const CAP_BPF: u64 = 1 << 39;
+const CAP_NET_ADMIN: u64 = 1 << 12;
+const CAP_NET_RAW: u64 = 1 << 13;
 
 #[test]
 fn runs_unprivileged_with_the_documented_capabilities_and_keeps_only_cap_bpf() {
@@ -58,7 +61,7 @@ fn runs_unprivileged_with_the_documented_capabilities_and_keeps_only_cap_bpf() {
     let dut = Dut::start_wrapped(&bed, &config(t, ""), &wrapper, &["--metrics", "9914"]);
     let threads = thread_privileges(dut.pid());
     assert!(threads.len() >= 2, "{threads:?}");
-    for (name, eff, nnp) in &threads {
+    for (name, eff, nnp, prm) in &threads {
         assert_eq!(nnp, "1", "{name}: no-new-privs");
         // Pollers keep nothing; the control thread nothing with static routes (CAP_NET_ADMIN
         // with routes from the kernel, to have neighbours resolved); the rest CAP_BPF.
@@ -70,6 +73,21 @@ fn runs_unprivileged_with_the_documented_capabilities_and_keeps_only_cap_bpf() {
         assert_eq!(
             *eff, want,
             "{name}: CapEff {eff:#x} (all threads: {threads:?})"
+        );
+        // Permitted, not in force: a poller's CAP_NET_RAW (to bind a socket on a recreated
+        // interface) and the main thread's CAP_NET_ADMIN (to attach its steering program
+        // there), each raised for that call only; the metrics endpoint's threads hold none.
+        let spare = if name.starts_with("dp-poll") {
+            CAP_NET_RAW
+        } else if name == "dataplane" {
+            CAP_NET_ADMIN
+        } else {
+            0
+        };
+        assert_eq!(
+            *prm,
+            want | spare,
+            "{name}: CapPrm {prm:#x} (all threads: {threads:?})"
         );
     }
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());

@@ -146,6 +146,8 @@ fn main() {
         resolve: control::resolve_queue(),
         addresses: addr_tx,
         foreign_routes: None,
+        ports_back: None,
+        resumed: None,
         port_addrs: None,
         status: status.clone(),
     })

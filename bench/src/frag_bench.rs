@@ -85,6 +85,8 @@ fn run(mtu: u32, ms: u64) -> (f64, f64) {
         icmp_rate: 0,
         icmp_burst: 0,
         resolve: None,
+        reopen: None,
+        reopened: None,
     };
     let stats = Arc::new(PollerStats::with_queues(false, 2));
     let mut p = MemPoller::new(&spec, queues, fwd, stats.clone()).expect("poller");

@@ -348,6 +348,8 @@ fn measure(cell: &Cell, routes: &Routes, traffics: &[Arc<Traffic>], opts: &Opts)
                 icmp_rate: 0,
                 icmp_burst: 0,
                 resolve: None,
+                reopen: None,
+                reopened: None,
             };
             let mut p = MemPoller::new(&spec, queues, fwd, stats).expect("poller");
             let (pid, tid) = (std::process::id(), sys::gettid() as u32);

@@ -35,7 +35,7 @@ pub struct RingStats {
 /// zero-copy NIC's DMA would. Methods taking closures or iterators are generic, not `dyn`:
 /// the poller is monomorphised per backend, so nothing on the per-packet path is an indirect
 /// call.
-pub trait RingIo {
+pub trait RingIo: 'static {
     /// Port (interface index in the config) this queue is on.
     fn port(&self) -> u16;
     /// Queue id.

@@ -54,10 +54,14 @@ pub enum Counter {
     /// Fragments sent for them, the first included (RFC 4293 OutFragCreates): each
     /// fragmented packet is one frame in and `frag_creates / frag_ok` frames out.
     FragCreates,
+    /// Frames put on a TX ring (so in `tx_packets`) whose interface was deleted before it
+    /// sent them; counted as `link_down` drops too, when the port's sockets are reopened on
+    /// the interface created again.
+    TxLost,
 }
 
 /// Number of [`Counter`] slots.
-pub const COUNTERS: usize = 18;
+pub const COUNTERS: usize = 19;
 /// Names of the [`Counter`] slots, in order.
 pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "rx_packets",
@@ -78,6 +82,7 @@ pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "busy_passes",
     "frag_ok",
     "frag_creates",
+    "tx_lost",
 ];
 /// One line on what each [`Counter`] counts, in order (the metrics' help texts).
 pub const COUNTER_HELP: [&str; COUNTERS] = [
@@ -99,6 +104,7 @@ pub const COUNTER_HELP: [&str; COUNTERS] = [
     "Loop passes that found work (busy ratio = busy_passes / loop_passes).",
     "IPv4 packets without DF fragmented to fit the egress MTU (RFC 4293 OutFragOKs).",
     "IPv4 fragments sent for them, the first included (RFC 4293 OutFragCreates).",
+    "Frames put on a TX ring whose interface was deleted before sending them (also link_down drops).",
 ];
 /// RX burst-size buckets: bucket `b` counts bursts of `2^b ..= 2^(b+1) - 1` frames (the last,
 /// 256). VPP's "vectors per call", as a distribution.
@@ -338,7 +344,7 @@ mod tests {
         assert_eq!(t.total_drops(), 4);
         assert_eq!(t.delta(&s), s);
         assert_eq!(s.drops_line(), "no_route=2");
-        assert_eq!(COUNTER_NAMES.len(), Counter::FragCreates as usize + 1);
+        assert_eq!(COUNTER_NAMES.len(), Counter::TxLost as usize + 1);
     }
 
     #[test]

@@ -82,6 +82,13 @@ fn run(args: &[&str]) -> Result<(), TestbedError> {
     Ok(())
 }
 
+/// One of the DUT's two links.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    Gen,
+    Sink,
+}
+
 impl Testbed {
     /// Names for `prefix` (nothing is created).
     pub fn new(prefix: &str, queues: u32) -> Result<Testbed, TestbedError> {
@@ -149,61 +156,124 @@ impl Testbed {
     }
 
     fn build(&self) -> Result<(), TestbedError> {
-        let (g, d, s) = (self.gen_ns(), self.dut_ns(), self.sink_ns());
-        for ns in [&g, &d, &s] {
-            run(&["ip", "netns", "add", ns])?;
-            self.ns(ns, &["ip", "link", "set", "lo", "up"])?;
-            self.ns(ns, &["sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0"])?;
-            self.ns(ns, &["sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0"])?;
+        for ns in [self.gen_ns(), self.dut_ns(), self.sink_ns()] {
+            run(&["ip", "netns", "add", &ns])?;
+            self.ns(&ns, &["ip", "link", "set", "lo", "up"])?;
+            self.ns(&ns, &["sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0"])?;
+            self.ns(
+                &ns,
+                &["sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0"],
+            )?;
         }
-        let q = self.queues.to_string();
-        let pairs = [
-            (self.gen_if(), &g, GEN_MAC, self.dut_in(), &d, DUT_IN_MAC),
-            (
-                self.dut_out(),
-                &d,
-                DUT_OUT_MAC,
-                self.sink_if(),
-                &s,
-                SINK_MAC,
+        self.wire(Side::Gen, true)?;
+        self.wire(Side::Sink, true)?;
+        self.wait_links_up(std::time::Duration::from_secs(5))
+    }
+
+    /// Deletes the DUT's sink-side veth (its peer goes with it) and creates the pair again,
+    /// with the same names, MACs, addresses, routes and neighbours: a port recreated while a
+    /// dataplane runs on it. The sink's end is left down (no carrier on the DUT's), so a test
+    /// can listen on it before anything arrives; [`Testbed::sink_up`] brings it up.
+    pub fn recreate_egress(&self) -> Result<(), TestbedError> {
+        self.ns(&self.dut_ns(), &["ip", "link", "del", &self.dut_out()])?;
+        self.wire(Side::Sink, false)
+    }
+
+    /// Sets the sink's end up and waits until every link is.
+    pub fn sink_up(&self) -> Result<(), TestbedError> {
+        self.ns(
+            &self.sink_ns(),
+            &["ip", "link", "set", &self.sink_if(), "up"],
+        )?;
+        self.host_routes(Side::Sink)?;
+        self.wait_links_up(std::time::Duration::from_secs(5))
+    }
+
+    /// Routes: gen and sink reach each other's side through the DUT (a host's end must be
+    /// up for a route through it).
+    fn host_routes(&self, side: Side) -> Result<(), TestbedError> {
+        let (ns, far4, far6, via4, via6) = match side {
+            Side::Gen => (
+                self.gen_ns(),
+                "198.19.0.0/16",
+                "2001:2:0:1::/64",
+                DUT_IN_V4,
+                DUT_IN_V6,
             ),
-        ];
-        for (a, ans, amac, b, bns, bmac) in &pairs {
-            run(&[
-                "ip",
-                "link",
-                "add",
-                a,
-                "numrxqueues",
-                &q,
-                "numtxqueues",
-                &q,
-                "netns",
-                ans,
-                "address",
-                amac,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                b,
-                "numrxqueues",
-                &q,
-                "numtxqueues",
-                &q,
-                "netns",
-                bns,
-                "address",
-                bmac,
-            ])?;
-        }
-        let addrs = [
-            (&g, self.gen_if(), GEN_V4, GEN_V6),
-            (&d, self.dut_in(), DUT_IN_V4, DUT_IN_V6),
-            (&d, self.dut_out(), DUT_OUT_V4, DUT_OUT_V6),
-            (&s, self.sink_if(), SINK_V4, SINK_V6),
-        ];
-        for (ns, dev, v4, v6) in &addrs {
+            Side::Sink => (
+                self.sink_ns(),
+                "198.18.0.0/16",
+                "2001:2::/64",
+                DUT_OUT_V4,
+                DUT_OUT_V6,
+            ),
+        };
+        self.ns(&ns, &["ip", "route", "add", far4, "via", via4])?;
+        self.ns(&ns, &["ip", "-6", "route", "add", far6, "via", via6])
+    }
+
+    /// One veth pair, a host on one end and the DUT on the other: the link, both ends'
+    /// addresses, the host's checksums and routes, both ends' neighbours.
+    fn wire(&self, side: Side, host_up: bool) -> Result<(), TestbedError> {
+        let (d, q) = (self.dut_ns(), self.queues.to_string());
+        let (host_ns, host_if, host_mac, host_v4, host_v6, dut_if, dut_mac, dut_v4, dut_v6) =
+            match side {
+                Side::Gen => (
+                    self.gen_ns(),
+                    self.gen_if(),
+                    GEN_MAC,
+                    GEN_V4,
+                    GEN_V6,
+                    self.dut_in(),
+                    DUT_IN_MAC,
+                    DUT_IN_V4,
+                    DUT_IN_V6,
+                ),
+                Side::Sink => (
+                    self.sink_ns(),
+                    self.sink_if(),
+                    SINK_MAC,
+                    SINK_V4,
+                    SINK_V6,
+                    self.dut_out(),
+                    DUT_OUT_MAC,
+                    DUT_OUT_V4,
+                    DUT_OUT_V6,
+                ),
+            };
+        // The DUT's end is named first on the sink side, the host's on the gen side (as
+        // `ip link` lists them; nothing depends on it).
+        run(&[
+            "ip",
+            "link",
+            "add",
+            &host_if,
+            "numrxqueues",
+            &q,
+            "numtxqueues",
+            &q,
+            "netns",
+            &host_ns,
+            "address",
+            host_mac,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &dut_if,
+            "numrxqueues",
+            &q,
+            "numtxqueues",
+            &q,
+            "netns",
+            &d,
+            "address",
+            dut_mac,
+        ])?;
+        for (ns, dev, v4, v6) in [
+            (&host_ns, &host_if, host_v4, host_v6),
+            (&d, &dut_if, dut_v4, dut_v6),
+        ] {
             self.ns(ns, &["ip", "addr", "add", &format!("{v4}/24"), "dev", dev])?;
             self.ns(
                 ns,
@@ -218,56 +288,24 @@ impl Testbed {
                     "nodad",
                 ],
             )?;
-            self.ns(ns, &["ip", "link", "set", dev, "up"])?;
+            if ns != &host_ns || host_up {
+                self.ns(ns, &["ip", "link", "set", dev, "up"])?;
+            }
         }
         // A wire delivers complete checksums; a veth with TX checksum offload on (its default)
         // hands the peer CHECKSUM_PARTIAL packets whose TCP/UDP checksum holds only the
         // pseudo-header seed. XDP and AF_XDP see those bytes as they are, so a userspace
         // forwarder would pass them on broken and the far end's kernel would drop them. The
         // hosts' ends compute their checksums in software instead, as a NIC would on the wire.
-        for (ns, dev) in [(&g, self.gen_if()), (&s, self.sink_if())] {
-            self.ns(ns, &["ethtool", "-K", &dev, "tx", "off"])?;
+        self.ns(&host_ns, &["ethtool", "-K", &host_if, "tx", "off"])?;
+        if host_up {
+            self.host_routes(side)?;
         }
-        // Routes: gen and sink reach each other's side through the DUT.
-        self.ns(
-            &g,
-            &["ip", "route", "add", "198.19.0.0/16", "via", DUT_IN_V4],
-        )?;
-        self.ns(
-            &g,
-            &[
-                "ip",
-                "-6",
-                "route",
-                "add",
-                "2001:2:0:1::/64",
-                "via",
-                DUT_IN_V6,
-            ],
-        )?;
-        self.ns(
-            &s,
-            &["ip", "route", "add", "198.18.0.0/16", "via", DUT_OUT_V4],
-        )?;
-        self.ns(
-            &s,
-            &["ip", "-6", "route", "add", "2001:2::/64", "via", DUT_OUT_V6],
-        )?;
         // Static neighbours everywhere: no ARP/ND in the measured path.
-        let neigh = [
-            (&g, GEN_V4, DUT_IN_V4, DUT_IN_V6, DUT_IN_MAC, self.gen_if()),
-            (
-                &s,
-                SINK_V4,
-                DUT_OUT_V4,
-                DUT_OUT_V6,
-                DUT_OUT_MAC,
-                self.sink_if(),
-            ),
-            (&d, DUT_IN_V4, GEN_V4, GEN_V6, GEN_MAC, self.dut_in()),
-            (&d, DUT_OUT_V4, SINK_V4, SINK_V6, SINK_MAC, self.dut_out()),
-        ];
-        for (ns, _, ip4, ip6, mac, dev) in &neigh {
+        for (ns, dev, ip4, ip6, mac) in [
+            (&host_ns, &host_if, dut_v4, dut_v6, dut_mac),
+            (&d, &dut_if, host_v4, host_v6, host_mac),
+        ] {
             for (family, ip) in [("-4", ip4), ("-6", ip6)] {
                 self.ns(
                     ns,
@@ -287,7 +325,7 @@ impl Testbed {
                 )?;
             }
         }
-        self.wait_links_up(std::time::Duration::from_secs(5))
+        Ok(())
     }
 
     /// Waits until every veth is operationally up: the kernel reports a new veth's carrier

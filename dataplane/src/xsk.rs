@@ -194,17 +194,86 @@ pub struct RingSizes {
 pub struct Sockets {
     /// Bound sockets, in `specs` order.
     pub queues: Vec<QueueRings>,
-    /// Kept alive for the rings.
-    _umem: Umem,
+    /// Kept alive for the rings, and to bind more.
+    registration: Registration,
     /// True when the kernel bound in zero-copy mode.
     pub zerocopy: bool,
 }
 
 impl Sockets {
     /// The rings, and what must outlive them (the UMEM registration; drop it after the rings).
-    pub fn into_parts(self) -> (Vec<QueueRings>, Box<dyn std::any::Any>) {
-        (self.queues, Box::new(self._umem))
+    pub fn into_parts(self) -> (Vec<QueueRings>, Registration) {
+        (self.queues, self.registration)
     }
+}
+
+/// A poller's UMEM registration: what its rings need alive, and what binds a new socket on
+/// it (an interface deleted and created again: a new device, the same UMEM).
+pub struct Registration {
+    umem: Umem,
+    sizes: RingSizes,
+}
+
+impl Registration {
+    /// Binds one more socket on this UMEM (its own fill and completion rings, as the kernel
+    /// requires for another device). Creating an AF_XDP socket needs CAP_NET_RAW.
+    pub fn open(&self, spec: &SocketSpec) -> Result<QueueRings, XskError> {
+        bind_one(&self.umem, spec, self.sizes, false)
+    }
+}
+
+/// Binds one socket of `spec` on `umem` (`first`: the UMEM's own socket, which carries the
+/// mode flags the others inherit).
+fn bind_one(
+    umem: &Umem,
+    s: &SocketSpec,
+    sizes: RingSizes,
+    first: bool,
+) -> Result<QueueRings, XskError> {
+    let ring = NonZeroU32::new(sizes.entries);
+    let mut info = IfInfo::invalid();
+    info.from_ifindex(s.ifindex)
+        .map_err(|e| err("interface lookup", s, e))?;
+    info.set_queue(s.queue);
+    let sock = if first {
+        Socket::with_shared(&info, umem)
+    } else {
+        Socket::new(&info)
+    }
+    .map_err(|e| err("socket", s, e))?;
+    let fq_cq = umem
+        .fq_cq(&sock)
+        .map_err(|e| err("fill/completion rings", s, e))?;
+    // Only the UMEM's own socket may carry mode flags; shared ones inherit them.
+    let bind_flags = if first {
+        SocketConfig::XDP_BIND_NEED_WAKEUP
+    } else {
+        0
+    };
+    let user = umem
+        .rx_tx(
+            &sock,
+            &SocketConfig {
+                rx_size: ring,
+                tx_size: ring,
+                bind_flags,
+            },
+        )
+        .map_err(|e| err("rx/tx rings", s, e))?;
+    let rx = user.map_rx().map_err(|e| err("mmap rx ring", s, e))?;
+    let tx = user.map_tx().map_err(|e| err("mmap tx ring", s, e))?;
+    bind_when_free(umem, &user).map_err(|e| err("bind", s, e))?;
+    // Fewer, larger copy-mode kicks; kernels without the option keep their 32.
+    if sizes.tx_kick_budget > 0 {
+        let _ = crate::sys::xsk_set_tx_budget(rx.as_raw_fd(), sizes.tx_kick_budget);
+    }
+    Ok(QueueRings {
+        fq_cq,
+        rx,
+        tx,
+        port: s.port,
+        queue: s.queue,
+    })
 }
 
 fn err(step: &'static str, s: &SocketSpec, e: xdpilone::Errno) -> XskError {
@@ -251,60 +320,18 @@ pub fn open(area: &Area, specs: &[SocketSpec], sizes: RingSizes) -> Result<Socke
     // caller keeps it alive for as long as the returned value (and so the UMEM) exists.
     let umem = unsafe { Umem::new(config, area.map().as_raw_slice()) }
         .map_err(|e| err("UMEM registration", first, e))?;
-    let ring = NonZeroU32::new(sizes.entries);
     let mut queues = Vec::with_capacity(specs.len());
     let mut zerocopy = false;
     for (i, s) in specs.iter().enumerate() {
-        let mut info = IfInfo::invalid();
-        info.from_ifindex(s.ifindex)
-            .map_err(|e| err("interface lookup", s, e))?;
-        info.set_queue(s.queue);
-        let sock = if i == 0 {
-            Socket::with_shared(&info, &umem)
-        } else {
-            Socket::new(&info)
-        }
-        .map_err(|e| err("socket", s, e))?;
-        let fq_cq = umem
-            .fq_cq(&sock)
-            .map_err(|e| err("fill/completion rings", s, e))?;
-        // Only the UMEM's own socket may carry mode flags; shared ones inherit them.
-        let bind_flags = if i == 0 {
-            SocketConfig::XDP_BIND_NEED_WAKEUP
-        } else {
-            0
-        };
-        let user = umem
-            .rx_tx(
-                &sock,
-                &SocketConfig {
-                    rx_size: ring,
-                    tx_size: ring,
-                    bind_flags,
-                },
-            )
-            .map_err(|e| err("rx/tx rings", s, e))?;
-        let rx = user.map_rx().map_err(|e| err("mmap rx ring", s, e))?;
-        let tx = user.map_tx().map_err(|e| err("mmap tx ring", s, e))?;
-        bind_when_free(&umem, &user).map_err(|e| err("bind", s, e))?;
+        let q = bind_one(&umem, s, sizes, i == 0)?;
         if i == 0 {
-            zerocopy = crate::sys::xsk_is_zerocopy(rx.as_raw_fd()).unwrap_or(false);
+            zerocopy = crate::sys::xsk_is_zerocopy(q.rx.as_raw_fd()).unwrap_or(false);
         }
-        // Fewer, larger copy-mode kicks; kernels without the option keep their 32.
-        if sizes.tx_kick_budget > 0 {
-            let _ = crate::sys::xsk_set_tx_budget(rx.as_raw_fd(), sizes.tx_kick_budget);
-        }
-        queues.push(QueueRings {
-            fq_cq,
-            rx,
-            tx,
-            port: s.port,
-            queue: s.queue,
-        });
+        queues.push(q);
     }
     Ok(Sockets {
         queues,
-        _umem: umem,
+        registration: Registration { umem, sizes },
         zerocopy,
     })
 }

@@ -296,9 +296,12 @@ pub fn capture(sock: &PacketSocket, quiet: Duration, max: Duration) -> Vec<Vec<u
     let mut out = Vec::new();
     let mut buf = vec![0u8; 4096];
     while start.elapsed() < max {
-        match sock.recv(&mut buf, quiet.as_millis() as i32).expect("recv") {
-            Some(n) => out.push(buf[..n].to_vec()),
-            None => break,
+        match sock.recv(&mut buf, quiet.as_millis() as i32) {
+            Ok(Some(n)) => out.push(buf[..n].to_vec()),
+            Ok(None) => break,
+            // The interface went down (or came up) since the last read: reported once.
+            Err(e) if e.io_error.kind() == std::io::ErrorKind::NetworkDown => {}
+            Err(e) => panic!("recv: {e:?}"),
         }
     }
     out

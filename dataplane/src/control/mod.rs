@@ -56,6 +56,18 @@ pub enum ControlError {
     Thread(std::io::Error),
 }
 
+/// A port's interface deleted and created again (same name, new index): its sockets are to
+/// be reopened and its steering program attached there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortBack {
+    /// Port.
+    pub port: u16,
+    /// Interface name.
+    pub ifname: String,
+    /// The new interface's index.
+    pub ifindex: u32,
+}
+
 /// A change of the box's own addresses, for the steering programs' local-address maps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AddressChange {
@@ -168,6 +180,10 @@ pub struct ControlSpec {
     pub addresses: Sender<AddressChange>,
     /// Foreign-route changes, for the steering programs (see [`foreign`]).
     pub foreign_routes: Option<Sender<SteerRoute>>,
+    /// A port's interface created again (None: not followed, a restart is asked for).
+    pub ports_back: Option<Sender<PortBack>>,
+    /// Ports whose sockets were reopened on their new interface: forwarding may resume.
+    pub resumed: Option<std::sync::mpsc::Receiver<u16>>,
     /// Each port's addresses, kept here for the pollers' ICMP errors (None: not kept).
     pub port_addrs: Option<Arc<PortAddrs>>,
     /// Progress.
@@ -203,6 +219,9 @@ struct Control {
     addrs: Vec<Addrs>,
     /// While a resync reads everything: the lists are published once, at its end.
     reading_addrs: bool,
+    /// Recreated ports whose sockets are being reopened: their link state (MTU, up) as last
+    /// notified, applied once they are (until then they stay gone in the table).
+    reopening: HashMap<u16, (u32, bool)>,
     /// A port went down or away: re-read the kernel's tables after this batch (IPv4 routes
     /// flushed with a device are not notified).
     resync_wanted: bool,
@@ -224,6 +243,7 @@ pub fn start(spec: ControlSpec) -> Result<JoinHandle<Rib>, ControlError> {
         link_up: vec![None; spec.ports.len()],
         addrs: vec![Addrs::default(); spec.ports.len()],
         reading_addrs: false,
+        reopening: HashMap::new(),
         spec,
         requests: Some(requests),
         events: Some(events),
@@ -301,6 +321,7 @@ impl Control {
             if self.spec.reload.swap(false, Relaxed) {
                 self.reload(kernel);
             }
+            self.resume_reopened();
             self.resolve_requests(kernel);
             self.spec.rib.reclaim();
             self.publish();
@@ -478,15 +499,73 @@ impl Control {
         }
     }
 
+    /// A port's interface created again under its name: its sockets are reopened there (the
+    /// run's main thread and the pollers), and the port stays gone in the table until they
+    /// are ([`Control::resume_reopened`]).
+    fn port_back(&mut self, i: usize, ifindex: u32, name: &str, up: bool, mtu: Option<u32>) {
+        let Some(was) = self.spec.ports.get(i).map(|p| p.ifindex) else {
+            return;
+        };
+        let Ok(port) = u16::try_from(i) else {
+            return;
+        };
+        let Some(tx) = self.spec.ports_back.clone() else {
+            self.note(format!(
+                "port {name} exists again (ifindex {ifindex}, was {was}): restart the dataplane to forward on it"
+            ));
+            return;
+        };
+        self.by_ifindex.remove(&was);
+        self.by_ifindex.insert(ifindex, port);
+        if let Some(p) = self.spec.ports.get_mut(i) {
+            p.ifindex = ifindex;
+        }
+        self.reopening.insert(port, (mtu.unwrap_or(0), up));
+        let _ = tx.send(PortBack {
+            port,
+            ifname: name.to_string(),
+            ifindex,
+        });
+        self.note(format!(
+            "port {name} exists again (ifindex {ifindex}, was {was}): reopening its sockets"
+        ));
+    }
+
+    /// Ports whose sockets were reopened: back in the table with their link state.
+    fn resume_reopened(&mut self) {
+        let Some(rx) = &self.spec.resumed else {
+            return;
+        };
+        let ports: Vec<u16> = rx.try_iter().collect();
+        for port in ports {
+            let Some((mtu, up)) = self.reopening.remove(&port) else {
+                continue;
+            };
+            self.spec.rib.writer().set_port(port, mtu, up);
+            if let Some(s) = self.link_up.get_mut(usize::from(port)) {
+                *s = Some(up);
+            }
+            let name = self
+                .spec
+                .ports
+                .get(usize::from(port))
+                .map(|p| p.name.clone())
+                .unwrap_or_default();
+            self.note(format!(
+                "port {name}: sockets reopened on the new interface: forwarding resumes (link {})",
+                if up { "up" } else { "down" }
+            ));
+            // Its routes and neighbours (kernel mode) came with the new device: read again.
+            self.resync_wanted = true;
+        }
+    }
+
     fn link(&mut self, add: bool, ifindex: u32, name: &str, up: bool, mtu: Option<u32>) {
         let Some(&port) = self.by_ifindex.get(&ifindex) else {
             if add {
                 if let Some(i) = self.spec.ports.iter().position(|p| p.name == name) {
                     if self.link_up.get(i) == Some(&None) || self.spec.ports[i].ifindex != ifindex {
-                        self.note(format!(
-                            "port {name} exists again (ifindex {ifindex}, was {}): restart the dataplane to forward on it",
-                            self.spec.ports[i].ifindex
-                        ));
+                        self.port_back(i, ifindex, name, up, mtu);
                     }
                 }
             }
@@ -494,9 +573,23 @@ impl Control {
         };
         let i = usize::from(port);
         let was = self.link_up.get(i).copied().flatten();
+        if add {
+            if let Some(state) = self.reopening.get_mut(&port) {
+                // Still reopening: remember its state for when it resumes.
+                *state = (mtu.unwrap_or(state.0), up);
+                return;
+            }
+        } else {
+            self.reopening.remove(&port);
+        }
         if !add {
             self.warn(format!(
-                "port {name} (ifindex {ifindex}) was deleted: its frames are dropped as link_down; restart the dataplane to use it again"
+                "port {name} (ifindex {ifindex}) was deleted: its frames are dropped as link_down{}",
+                if self.spec.ports_back.is_some() {
+                    " until it is created again"
+                } else {
+                    "; restart the dataplane to use it again"
+                }
             ));
             self.spec.rib.writer().set_port_gone(port);
             self.by_ifindex.remove(&ifindex);

@@ -120,6 +120,13 @@ impl<Q: RingIo> Poller<Q> {
                 kernel: q.stats().unwrap_or_default(),
             });
         }
+        // The dead sockets of recreated interfaces: what their rings still hold.
+        for q in &self.retired {
+            frames.fill += u64::from(q.fill_pending());
+            frames.completion += u64::from(q.completions_available());
+            frames.tx += u64::from(q.tx_pending());
+            frames.rx += u64::from(q.rx_available());
+        }
         PollerReport {
             id,
             frames,

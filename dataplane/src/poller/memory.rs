@@ -97,6 +97,8 @@ mod tests {
             icmp_rate: 0,
             icmp_burst: 0,
             resolve: None,
+            reopen: None,
+            reopened: None,
         }
     }
 

@@ -29,6 +29,7 @@ mod frag;
 mod icmp;
 mod memory;
 mod ratelimit;
+mod reopen;
 mod setup;
 
 use icmp::{icmp_reply, IcmpReply};
@@ -36,6 +37,7 @@ use ratelimit::TokenBucket;
 
 pub use drain::{FrameCount, PollerReport, SocketStats};
 pub use memory::MemPoller;
+pub use reopen::{Registration, ReopenQueue, ReopenRequest, Reopened, ReopenedTx};
 use setup::setup;
 pub use setup::{PollerError, PollerSpec, Ready};
 
@@ -54,8 +56,12 @@ struct Stage {
 /// go before the memory they point into.
 struct Poller<Q: RingIo> {
     queues: Vec<Q>,
-    /// What must outlive the rings and go before the area (the AF_XDP UMEM registration).
-    _registration: Box<dyn std::any::Any>,
+    /// Sockets of deleted interfaces, replaced by new ones: unpolled, kept until the poller
+    /// stops (their rings' frames are accounted for then).
+    retired: Vec<Q>,
+    /// What must outlive the rings and go before the area (the AF_XDP UMEM registration),
+    /// and binds new sockets on it.
+    registration: Box<dyn Registration<Q>>,
     area: Area,
     free: FreeList,
     stages: Box<[Stage]>,
@@ -79,6 +85,9 @@ struct Poller<Q: RingIo> {
     resolve: Option<Arc<ArrayQueue<IpAddr>>>,
     /// The last destination sent for resolution (a burst to one host asks once).
     last_resolve: Option<IpAddr>,
+    /// Requests to reopen a recreated interface's sockets, and where to answer.
+    reopen: Option<Arc<ReopenQueue>>,
+    reopened: Option<ReopenedTx>,
 }
 
 /// Starts a poller thread. It reports on `ready`, then waits for `go` (true: run, false: quit).
@@ -93,10 +102,16 @@ pub fn spawn(
     std::thread::Builder::new()
         .name(format!("dp-poll{}", spec.id))
         .spawn(move || {
-            // Once its sockets are bound, a poller needs no capability at all (each thread
-            // holds its own capability sets).
+            // Once its sockets are bound, a poller needs no capability in force (each thread
+            // holds its own capability sets); CAP_NET_RAW stays permitted, raised only to
+            // bind a socket on a recreated interface.
+            let spare: &[sys::privilege::Cap] = if spec.reopen.is_some() {
+                &[sys::privilege::Cap::CAP_NET_RAW]
+            } else {
+                &[]
+            };
             let set_up = setup(&spec, fwd, stats).and_then(|ok| {
-                sys::privilege::keep_only(&[])
+                sys::privilege::keep_with_spare(&[], spare)
                     .map(|()| ok)
                     .map_err(|source| PollerError::Privilege {
                         id: spec.id,
@@ -185,6 +200,7 @@ impl<Q: RingIo> Poller<Q> {
                 self.flush();
             }
             work += self.maintain(&table);
+            work += self.reopen_pending();
             passes[0] += 1;
             passes[1] += u64::from(work != 0);
             if passes[0] == 256 {

@@ -58,6 +58,10 @@ pub struct PollerSpec {
     pub icmp_burst: u32,
     /// Where to ask for neighbours to be resolved (destinations dropped as `resolving`).
     pub resolve: Option<Arc<ArrayQueue<IpAddr>>>,
+    /// Requests to reopen a recreated interface's sockets (None: not followed).
+    pub reopen: Option<Arc<super::ReopenQueue>>,
+    /// Where to answer them.
+    pub reopened: Option<super::ReopenedTx>,
 }
 
 /// Sent by a poller once its setup is done (or failed).
@@ -184,7 +188,7 @@ pub(super) fn setup(
         umem_nodes,
         hugepages: area.on_hugepages(),
     };
-    let poller = Poller::assemble(spec, queues, registration, area, fwd, stats)?;
+    let poller = Poller::assemble(spec, queues, Box::new(registration), area, fwd, stats)?;
     Ok((poller, ready))
 }
 
@@ -194,7 +198,7 @@ impl<Q: RingIo> Poller<Q> {
     pub(super) fn assemble(
         spec: &PollerSpec,
         queues: Vec<Q>,
-        registration: Box<dyn std::any::Any>,
+        registration: Box<dyn super::Registration<Q>>,
         area: Area,
         fwd: Arc<Forwarder>,
         stats: Arc<PollerStats>,
@@ -212,7 +216,8 @@ impl<Q: RingIo> Poller<Q> {
             .collect();
         Ok(Poller {
             queues,
-            _registration: registration,
+            retired: Vec::new(),
+            registration,
             free: area.full_free_list(),
             stages,
             burst: Box::new([XdpDesc::default(); MAX_BATCH]),
@@ -232,6 +237,8 @@ impl<Q: RingIo> Poller<Q> {
             id: spec.id,
             resolve: spec.resolve.clone(),
             last_resolve: None,
+            reopen: spec.reopen.clone(),
+            reopened: spec.reopened.clone(),
             reader: Some(reader),
         })
     }

@@ -28,6 +28,7 @@ use crate::topology::TopologyError;
 mod attach;
 mod check;
 pub mod health;
+mod recreate;
 mod report;
 mod spawn;
 
@@ -176,6 +177,8 @@ pub fn run(
     let resolve = crate::control::resolve_queue();
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (foreign_tx, foreign_rx) = std::sync::mpsc::channel();
+    let (back_tx, back_rx) = std::sync::mpsc::channel();
+    let (resumed_tx, resumed_rx) = std::sync::mpsc::channel();
     let control_status = Arc::new(crate::control::ControlStatus::default());
     let control = crate::control::start(crate::control::ControlSpec {
         rib,
@@ -195,6 +198,8 @@ pub fn run(
         resolve: resolve.clone(),
         addresses: addr_tx,
         foreign_routes: Some(foreign_tx),
+        ports_back: Some(back_tx),
+        resumed: Some(resumed_rx),
         port_addrs: Some(fwd.addresses().clone()),
         status: control_status.clone(),
     })?;
@@ -244,10 +249,22 @@ pub fn run(
     }
     // Set up: keep only what the rest of the run needs (each poller dropped everything after
     // its own setup), then start the metrics endpoint, whose threads inherit the small sets.
+    // CAP_NET_ADMIN stays permitted (not in force) in this thread only: raised to attach a
+    // steering program to a port's interface created again. The endpoint is started from a
+    // thread that gives it up first, so the endpoint's threads never hold it.
     let kept = privilege::after_setup(opts.apply_irq);
-    let dropped = privilege::keep_only(&kept)
+    let dropped = privilege::keep_with_spare(&kept, &[privilege::Cap::CAP_NET_ADMIN])
         .map_err(RunError::Privilege)
-        .and_then(|()| Ok(opts.metrics.map(crate::telemetry::install).transpose()?));
+        .and_then(|()| {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    privilege::keep_only(&kept).map_err(RunError::Privilege)?;
+                    Ok(opts.metrics.map(crate::telemetry::install).transpose()?)
+                })
+                .join()
+                .unwrap_or_else(|_| Err(RunError::Thread("metrics endpoint setup".into())))
+            })
+        });
     if let Err(e) = dropped {
         irq.restore();
         steers.iter_mut().for_each(Steer::detach);
@@ -314,6 +331,11 @@ pub fn run(
             status: &control_status,
             addresses: &addr_rx,
             foreign_routes: &foreign_rx,
+            recreate: recreate::RecreateSide {
+                ports_back: &back_rx,
+                resumed: &resumed_tx,
+                generic: attach::generic(cfg),
+            },
             table: fwd.table(),
         },
         publisher.as_ref(),

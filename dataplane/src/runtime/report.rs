@@ -101,6 +101,8 @@ pub(super) struct ControlSide<'a> {
     pub addresses: &'a std::sync::mpsc::Receiver<crate::control::AddressChange>,
     /// Foreign-route changes for the steering programs.
     pub foreign_routes: &'a std::sync::mpsc::Receiver<crate::control::foreign::SteerRoute>,
+    /// Ports whose interface was created again.
+    pub recreate: super::recreate::RecreateSide<'a>,
     /// The table (the ports' link state, for the health checks).
     pub table: &'a crate::fib::Table,
 }
@@ -247,10 +249,12 @@ pub(super) fn watch(
     let mut next_health = start;
     let mut health = super::health::Health::default();
     let mut foreign = ForeignMaps::default();
+    let mut recreated = super::recreate::Recreated::default();
     loop {
         std::thread::sleep(Duration::from_millis(20));
         let now = Instant::now();
         foreign.apply(control.foreign_routes, steers, log);
+        recreated.step(&control.recreate, pollers, steers, log);
         while let Ok(c) = control.addresses.try_recv() {
             for s in steers.iter_mut() {
                 let r = if c.add {

@@ -27,6 +27,11 @@ pub(super) struct Pollers {
     stats: Vec<Arc<PollerStats>>,
     shared_stats: Arc<PollerStats>,
     stats_mode: StatsMode,
+    /// Each poller's reopen requests (a recreated interface), and the answers.
+    reopen: Vec<Arc<poller::ReopenQueue>>,
+    reopened: mpsc::Receiver<poller::Reopened>,
+    /// Sockets each poller has on each port (its queues).
+    sockets_per_port: Vec<usize>,
 }
 
 /// Spawns one poller per `[[pollers]]` entry (pinned by `plan` when given, else by the
@@ -40,7 +45,11 @@ pub(super) fn pollers(
     stop: &Arc<AtomicBool>,
 ) -> Result<Pollers, RunError> {
     let machine = Machine::load(&Source::Host)?;
+    let (reopened_tx, reopened_rx) = mpsc::channel();
     let mut running = Pollers {
+        reopen: Vec::new(),
+        reopened: reopened_rx,
+        sockets_per_port: Vec::new(),
         handles: Vec::new(),
         go: Vec::new(),
         readies: Vec::new(),
@@ -50,8 +59,17 @@ pub(super) fn pollers(
     };
     let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<Ready, PollerError>>(cfg.pollers.len());
     for id in 0..cfg.pollers.len() {
+        let reopen = Arc::new(poller::ReopenQueue::new(16));
+        running.reopen.push(reopen.clone());
+        running
+            .sockets_per_port
+            .push(cfg.pollers.get(id).map_or(0, |p| p.queues.len()));
         let spec = match poller_spec(cfg, plan, &machine, id, resolve) {
-            Ok(s) => s,
+            Ok(mut s) => {
+                s.reopen = Some(reopen);
+                s.reopened = Some(reopened_tx.clone());
+                s
+            }
             Err(e) => {
                 running.abort(stop);
                 return Err(e);
@@ -144,6 +162,8 @@ fn poller_spec(
         icmp_rate: cfg.dataplane.icmp_rate,
         icmp_burst: cfg.dataplane.icmp_burst,
         resolve: resolve.cloned(),
+        reopen: None,
+        reopened: None,
     })
 }
 
@@ -164,6 +184,28 @@ impl Pollers {
         for h in self.handles {
             let _ = h.join();
         }
+    }
+
+    /// Asks every poller to reopen its sockets of `port` on the interface now at `ifindex`;
+    /// returns how many answers to expect (one per socket).
+    pub fn reopen(&self, port: u16, ifname: &str, ifindex: u32) -> usize {
+        let mut expected = 0;
+        for (q, n) in self.reopen.iter().zip(&self.sockets_per_port) {
+            let req = poller::ReopenRequest {
+                port,
+                ifname: ifname.to_string(),
+                ifindex,
+            };
+            if q.push(req).is_ok() {
+                expected += n;
+            }
+        }
+        expected
+    }
+
+    /// The pollers' answers so far.
+    pub fn reopened(&self) -> Vec<poller::Reopened> {
+        self.reopened.try_iter().collect()
     }
 
     /// True when a poller thread has ended (it should run until the stop flag).

@@ -45,14 +45,26 @@ pub fn missing(wanted: &[Capability]) -> Vec<Capability> {
 /// ambient set is cleared, and the bounding set too where allowed: that needs CAP_SETPCAP),
 /// and sets no-new-privs, so nothing it executes can gain privileges.
 pub fn keep_only(keep: &[Capability]) -> Result<(), SyscallError> {
-    let fail = |call: &'static str, e: caps::errors::CapsError| SyscallError {
+    keep_with_spare(keep, &[])
+}
+
+fn caps_error(call: &'static str, e: caps::errors::CapsError) -> SyscallError {
+    SyscallError {
         call,
         io_error: io::Error::other(e.to_string()),
-    };
+    }
+}
+
+/// [`keep_only`] `keep` in the effective set, and `spare` too in the permitted set only:
+/// not in force until [`raised`] for one call (a poller binding a socket on a recreated
+/// interface).
+pub fn keep_with_spare(keep: &[Capability], spare: &[Capability]) -> Result<(), SyscallError> {
+    let fail = caps_error;
     let set: caps::CapsHashSet = keep.iter().copied().collect();
+    let permitted: caps::CapsHashSet = keep.iter().chain(spare).copied().collect();
     if caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP).unwrap_or(false) {
         for c in caps::all() {
-            if !set.contains(&c) {
+            if !permitted.contains(&c) {
                 caps::drop(None, CapSet::Bounding, c).map_err(|e| fail("capset(bounding)", e))?;
             }
         }
@@ -60,8 +72,20 @@ pub fn keep_only(keep: &[Capability]) -> Result<(), SyscallError> {
     caps::clear(None, CapSet::Ambient).map_err(|e| fail("prctl(PR_CAP_AMBIENT)", e))?;
     caps::set(None, CapSet::Inheritable, &set).map_err(|e| fail("capset(inheritable)", e))?;
     caps::set(None, CapSet::Effective, &set).map_err(|e| fail("capset(effective)", e))?;
-    caps::set(None, CapSet::Permitted, &set).map_err(|e| fail("capset(permitted)", e))?;
+    caps::set(None, CapSet::Permitted, &permitted).map_err(|e| fail("capset(permitted)", e))?;
     set_no_new_privs()
+}
+
+/// Runs `f` with `cap` in the calling thread's effective set (it must be permitted), and
+/// takes it out again afterwards. Where the thread already has it in force, `f` just runs.
+pub fn raised<R>(cap: Capability, f: impl FnOnce() -> R) -> Result<R, SyscallError> {
+    if caps::has_cap(None, CapSet::Effective, cap).unwrap_or(false) {
+        return Ok(f());
+    }
+    caps::raise(None, CapSet::Effective, cap).map_err(|e| caps_error("capset(raise)", e))?;
+    let r = f();
+    caps::drop(None, CapSet::Effective, cap).map_err(|e| caps_error("capset(drop)", e))?;
+    Ok(r)
 }
 
 /// PR_SET_NO_NEW_PRIVS: execve can no longer grant privileges (setuid bits, file caps).

@@ -855,6 +855,9 @@ fn foreign_routes_are_forwarded_by_the_kernel() {
     // The foreign route goes: its packets are the dataplane's again (no route: dropped).
     dut_ip(t, &["route", "del", "203.0.113.0/24", "via", "192.0.2.2"]);
     dut_ip(t, &["addr", "del", "192.0.2.1/24", "dev", "fx0"]);
+    // The kernel, should it still be handed one, now answers host unreachable (3/1: not
+    // forwarding); the dataplane's no_route answers net unreachable (3/0).
+    ns(&t.dut_ns(), &["sysctl", "-qw", "net.ipv4.ip_forward=0"]);
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut dropped = false;
     let mut sport = 100;

@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool iputils-ping \
-	procps util-linux python3 libhwloc-dev libudev-dev traceroute iputils-tracepath iperf3 man-db \
+	procps util-linux python3 libhwloc-dev libudev-dev traceroute iputils-tracepath iperf3 bird2 man-db \
 	prometheus
 
 .PHONY: deps build test loom stress sanitize vmtest vmbench demo bench lint fmt clean fuzz install

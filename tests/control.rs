@@ -16,17 +16,6 @@ use dataplane::packet::DropReason;
 use dataplane::sys::PacketSocket;
 use dataplane::testbed::{self, Testbed};
 
-/// A DUT config with nothing but ports and pollers: routes and neighbours from the kernel.
-fn kernel_config(t: &Testbed) -> String {
-    let full = config(t, "");
-    let ports_and_pollers = full
-        .split("\n[[routes]]")
-        .next()
-        .expect("config")
-        .to_string();
-    with_knobs(ports_and_pollers, "routes = \"kernel\"")
-}
-
 fn dut_ip(t: &Testbed, args: &[&str]) {
     ns(&t.dut_ns(), &[&["ip"], args].concat());
 }

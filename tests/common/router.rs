@@ -61,6 +61,17 @@ pub fn config(t: &Testbed, extra: &str) -> String {
 }
 
 /// Inserts `extra` keys at the top of the `[dataplane]` table.
+/// A DUT config with nothing but ports and pollers: routes and neighbours from the kernel.
+pub fn kernel_config(t: &Testbed) -> String {
+    let full = config(t, "");
+    let ports_and_pollers = full
+        .split("\n[[routes]]")
+        .next()
+        .expect("config")
+        .to_string();
+    with_knobs(ports_and_pollers, "routes = \"kernel\"")
+}
+
 pub fn with_knobs(cfg: String, knobs: &str) -> String {
     cfg.replacen("[dataplane]\n", &format!("[dataplane]\n{knobs}\n"), 1)
 }

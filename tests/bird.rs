@@ -1,0 +1,525 @@
+//! A real routing daemon drives the table (issue 18): BIRD 2 in the DUT namespace learns
+//! 100k IPv4 and 100k IPv6 prefixes over BGP from a BIRD peer in the sink namespace and writes
+//! them to the kernel; the dataplane (`routes = "kernel"`) follows the kernel. Withdrawals and
+//! re-announcements are followed; under flapping, every frame that reaches the sink was for a
+//! prefix announced then, nothing leaves by the wrong port, and every frame is accounted.
+//! They need root and `bird` (`make deps` installs bird2).
+mod common;
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::router::*;
+use common::*;
+use dataplane::packet::build::{udp6_checksum, udp_v4, udp_v6, FrameSpec};
+use dataplane::packet::DropReason;
+use dataplane::sys::PacketSocket;
+use dataplane::testbed::{self, Testbed};
+
+/// Prefixes per family.
+const PREFIXES: u32 = 100_000;
+
+/// The `i`th announced IPv4 prefix (a /24 from 11.0.0.0 on).
+fn v4_prefix(i: u32) -> Ipv4Addr {
+    Ipv4Addr::from(0x0b00_0000 + (i << 8))
+}
+
+/// The `i`th announced IPv6 prefix (a /64 under 2001:db8::/32).
+fn v6_prefix(i: u32) -> Ipv6Addr {
+    Ipv6Addr::from((0x2001_0db8u128 << 96) | (u128::from(i) << 64))
+}
+
+/// A BIRD daemon in a namespace, stopped when dropped.
+struct Bird {
+    child: Child,
+    sock: PathBuf,
+}
+
+impl Bird {
+    fn start(ns: &str, name: &str, config: &str) -> Bird {
+        let dir = std::env::temp_dir();
+        let conf = dir.join(format!("{ns}-{name}.conf"));
+        std::fs::write(&conf, config).expect("bird config");
+        let sock = dir.join(format!("{ns}-{name}.ctl"));
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, "bird", "-f", "-c"])
+            .arg(&conf)
+            .arg("-s")
+            .arg(&sock)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("bird (make deps installs bird2)");
+        let b = Bird { child, sock };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !b.ctl(&["show", "status"]).contains("Daemon is up") {
+            assert!(Instant::now() < deadline, "{name}: bird did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        b
+    }
+
+    /// Runs a birdc command; its output.
+    fn ctl(&self, args: &[&str]) -> String {
+        let out = Command::new("birdc")
+            .arg("-s")
+            .arg(&self.sock)
+            .args(args)
+            .output()
+            .expect("birdc");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Bird {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.sock);
+    }
+}
+
+/// The peer's config: BGP sessions to the DUT (one per family), the prefixes in static
+/// protocols it can withdraw as groups: `even4`/`even6` stay, `odd4`/`odd6` flap, `probe4`/
+/// `probe6` (one prefix each) are withdrawn and announced again on their own.
+fn peer_config() -> String {
+    let mut c = String::from(
+        "router id 198.19.0.1;\nprotocol device {}\n\
+         protocol static probe4 { ipv4; route 203.0.113.0/24 blackhole; }\n\
+         protocol static probe6 { ipv6; route 2001:db8:ffff::/48 blackhole; }\n",
+    );
+    for (name, parity) in [("even", 0), ("odd", 1)] {
+        c.push_str(&format!("protocol static {name}4 {{ ipv4;\n"));
+        for i in (parity..PREFIXES).step_by(2) {
+            c.push_str(&format!(" route {}/24 blackhole;\n", v4_prefix(i)));
+        }
+        c.push_str("}\n");
+        c.push_str(&format!("protocol static {name}6 {{ ipv6;\n"));
+        for i in (parity..PREFIXES).step_by(2) {
+            c.push_str(&format!(" route {}/64 blackhole;\n", v6_prefix(i)));
+        }
+        c.push_str("}\n");
+    }
+    c.push_str(&format!(
+        "protocol bgp dut4 {{ local {} as 65001; neighbor {} as 65000;\n\
+         ipv4 {{ import none; export all; next hop self; }}; }}\n\
+         protocol bgp dut6 {{ local {} as 65001; neighbor {} as 65000;\n\
+         ipv6 {{ import none; export all; next hop self; }}; }}\n",
+        testbed::SINK_V4,
+        testbed::DUT_OUT_V4,
+        testbed::SINK_V6,
+        testbed::DUT_OUT_V6
+    ));
+    c
+}
+
+/// The DUT's config: BGP from the peer, everything learned written to the kernel.
+fn dut_config() -> String {
+    format!(
+        "router id 198.19.0.2;\nprotocol device {{}}\n\
+         protocol kernel k4 {{ ipv4 {{ import none; export all; }}; }}\n\
+         protocol kernel k6 {{ ipv6 {{ import none; export all; }}; }}\n\
+         protocol bgp peer4 {{ local {} as 65000; neighbor {} as 65001;\n\
+         ipv4 {{ import all; export none; }}; }}\n\
+         protocol bgp peer6 {{ local {} as 65000; neighbor {} as 65001;\n\
+         ipv6 {{ import all; export none; }}; }}\n",
+        testbed::DUT_OUT_V4,
+        testbed::SINK_V4,
+        testbed::DUT_OUT_V6,
+        testbed::SINK_V6
+    )
+}
+
+/// Kernel routes BIRD wrote in the DUT namespace, for one family.
+fn bird_routes(t: &Testbed, family: &str) -> usize {
+    let out = ns(
+        &t.dut_ns(),
+        &["ip", family, "route", "show", "proto", "bird"],
+    );
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// A frame to `dst` carrying `seq` in its payload's first four bytes (checksums right).
+fn frame(dst: IpAddr, seq: u32) -> Vec<u8> {
+    match dst {
+        IpAddr::V4(d) => {
+            let mut f = udp_v4(&FrameSpec { dst4: d, ..spec(1) });
+            f[42..46].copy_from_slice(&seq.to_be_bytes());
+            f
+        }
+        IpAddr::V6(d) => {
+            let mut f = udp_v6(&FrameSpec { dst6: d, ..spec(2) });
+            f[62..66].copy_from_slice(&seq.to_be_bytes());
+            f[60..62].copy_from_slice(&[0, 0]);
+            let c = udp6_checksum(&f[14..]);
+            f[60..62].copy_from_slice(&c.to_be_bytes());
+            f
+        }
+    }
+}
+
+/// The sequence numbers of our frames among `frames`.
+fn seqs(frames: &[Vec<u8>]) -> Vec<u32> {
+    marked_frames(frames)
+        .into_iter()
+        .map(|(v6, _, f)| {
+            let at = if v6 { 62 } else { 42 };
+            u32::from_be_bytes(f[at..at + 4].try_into().expect("4 bytes"))
+        })
+        .collect()
+}
+
+/// Frames the test sent towards the sink, and marked frames the sink got.
+#[derive(Default)]
+struct Tally {
+    sent: u64,
+    received: u64,
+}
+
+/// Sends `f` every 5 ms until the sink sees it, for up to `max`.
+fn reaches(
+    gen: &PacketSocket,
+    sink: &PacketSocket,
+    f: &[u8],
+    max: Duration,
+    tally: &mut Tally,
+) -> bool {
+    let start = Instant::now();
+    let want = seqs(&[f.to_vec()]);
+    while start.elapsed() < max {
+        gen.send(f).expect("send");
+        tally.sent += 1;
+        let got = seqs(&capture(
+            sink,
+            Duration::from_millis(5),
+            Duration::from_millis(20),
+        ));
+        tally.received += got.len() as u64;
+        if got.iter().any(|s| want.contains(s)) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Sends `f` until the dataplane answers net unreachable (IPv4 3/0, IPv6 1/0), up to `max`.
+fn unreachable(gen: &PacketSocket, f: &[u8], v6: bool, max: Duration, tally: &mut Tally) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < max {
+        gen.send(f).expect("send");
+        tally.sent += 1;
+        let got = icmp_errors(&capture(
+            gen,
+            Duration::from_millis(20),
+            Duration::from_millis(50),
+        ));
+        if got
+            .iter()
+            .any(|e| e.v6 == v6 && (e.ty, e.code) == if v6 { (1, 0) } else { (3, 0) })
+        {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn bird_feeds_the_table_over_bgp_and_flaps_are_followed_frame_by_frame() {
+    if !root_or_skip("bird") {
+        return;
+    }
+    if Command::new("bird").arg("--version").output().is_err() {
+        panic!("bird is not installed: make deps installs bird2");
+    }
+    let bed = Bed::up("tbd", 1);
+    let t = &bed.0;
+    let dut = Dut::start(&bed, &kernel_config(t));
+    let peer = Bird::start(&t.sink_ns(), "peer", &peer_config());
+    let _dut_bird = Bird::start(&t.dut_ns(), "dut", &dut_config());
+    let gen = Arc::new(packet_socket(&t.gen_ns(), &t.gen_if()));
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    // Learned: the last prefix of each family forwards (BGP, kernel, dataplane).
+    let learned = Instant::now();
+    let mut tally = Tally::default();
+    let last4 = IpAddr::V4(Ipv4Addr::from(u32::from(v4_prefix(PREFIXES - 1)) + 9));
+    let last6 = IpAddr::V6(Ipv6Addr::from(u128::from(v6_prefix(PREFIXES - 1)) + 9));
+    assert!(
+        reaches(
+            &gen,
+            &sink,
+            &frame(last4, 1),
+            Duration::from_secs(90),
+            &mut tally
+        ),
+        "IPv4: {}",
+        peer.ctl(&["show", "protocols"])
+    );
+    assert!(reaches(
+        &gen,
+        &sink,
+        &frame(last6, 2),
+        Duration::from_secs(90),
+        &mut tally
+    ));
+    // Every route in the kernel (BIRD exports them in its own order).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let (mut n4, mut n6) = (bird_routes(t, "-4"), bird_routes(t, "-6"));
+    while Instant::now() < deadline && (n4 <= PREFIXES as usize || n6 <= PREFIXES as usize) {
+        std::thread::sleep(Duration::from_millis(200));
+        (n4, n6) = (bird_routes(t, "-4"), bird_routes(t, "-6"));
+    }
+    let took = learned.elapsed();
+    assert!(
+        n4 > PREFIXES as usize && n6 > PREFIXES as usize,
+        "{n4} {n6}"
+    );
+    // A withdrawal: unreachable (the dataplane's ICMP); announced again: forwarded.
+    let probe4 = frame("203.0.113.5".parse().expect("ip"), 3);
+    let probe6 = frame("2001:db8:ffff::5".parse().expect("ip"), 4);
+    assert!(reaches(
+        &gen,
+        &sink,
+        &probe4,
+        Duration::from_secs(5),
+        &mut tally
+    ));
+    assert!(reaches(
+        &gen,
+        &sink,
+        &probe6,
+        Duration::from_secs(5),
+        &mut tally
+    ));
+    peer.ctl(&["disable", "probe4"]);
+    peer.ctl(&["disable", "probe6"]);
+    assert!(unreachable(
+        &gen,
+        &probe4,
+        false,
+        Duration::from_secs(5),
+        &mut tally
+    ));
+    assert!(unreachable(
+        &gen,
+        &probe6,
+        true,
+        Duration::from_secs(5),
+        &mut tally
+    ));
+    peer.ctl(&["enable", "probe4"]);
+    peer.ctl(&["enable", "probe6"]);
+    assert!(reaches(
+        &gen,
+        &sink,
+        &probe4,
+        Duration::from_secs(5),
+        &mut tally
+    ));
+    assert!(reaches(
+        &gen,
+        &sink,
+        &probe6,
+        Duration::from_secs(5),
+        &mut tally
+    ));
+    // Flapping: the odd half withdrawn and announced again every 2 s for 30 s, while the
+    // generator sends as fast as its socket takes frames, round robin over 1,000
+    // destinations of both halves and families (sequence numbers in the payload).
+    let flap_secs = std::env::var("BIRD_FLAP_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30u64);
+    let dsts: Vec<IpAddr> = (0..1000u32)
+        .map(|k| {
+            let i = (k * 97) % PREFIXES;
+            if k % 2 == 0 {
+                IpAddr::V4(Ipv4Addr::from(u32::from(v4_prefix(i)) + 7))
+            } else {
+                IpAddr::V6(Ipv6Addr::from(u128::from(v6_prefix(i)) + 7))
+            }
+        })
+        .collect();
+    let frames: Vec<Vec<u8>> = dsts.iter().map(|d| frame(*d, 0)).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Frames the DUT sends back out of the generator's port (none of ours may be).
+    let wrong_port = {
+        let (stop, gen_ns, gen_if) = (stop.clone(), t.gen_ns(), t.gen_if());
+        let watch = packet_socket(&gen_ns, &gen_if);
+        std::thread::spawn(move || {
+            let dut_mac = mac(testbed::DUT_IN_MAC);
+            let mut back = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let got = capture(
+                    &watch,
+                    Duration::from_millis(50),
+                    Duration::from_millis(200),
+                );
+                back += marked_frames(&got)
+                    .iter()
+                    .filter(|(_, _, f)| f[6..12] == dut_mac)
+                    .count();
+            }
+            back
+        })
+    };
+    let start = Instant::now();
+    // The send time of each flap frame (µs since start), by sequence number - 10; the frame
+    // (and so its destination) is `seq % 1000`.
+    let sender = {
+        let (gen, stop, mut frames) = (gen.clone(), stop.clone(), frames.clone());
+        std::thread::spawn(move || {
+            let mut sent: Vec<u64> = Vec::new();
+            let mut seq = 10u32;
+            while !stop.load(Ordering::Relaxed) {
+                let k = (seq % 1000) as usize;
+                let f = &mut frames[k];
+                let v6 = f[12] == 0x86;
+                let at = if v6 { 62 } else { 42 };
+                f[at..at + 4].copy_from_slice(&seq.to_be_bytes());
+                if v6 {
+                    f[60..62].copy_from_slice(&[0, 0]);
+                    let c = udp6_checksum(&f[14..]);
+                    f[60..62].copy_from_slice(&c.to_be_bytes());
+                }
+                gen.send(f).expect("send");
+                sent.push(start.elapsed().as_micros() as u64);
+                seq += 1;
+                // About 2,000 frames a second: the box has two CPUs for the generator, the
+                // sink, the dataplane, both BIRDs and the kernel's veth work.
+                if seq % 2 == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            sent
+        })
+    };
+    // The flaps, with when each was commanded (µs since start): odd announced until the
+    // first, then withdrawn, announced, ...
+    let mut flaps: Vec<u64> = Vec::new();
+    // For each withdrawal: when the DUT's kernel no longer had any of the odd half (BIRD's
+    // kernel export done), if within its span.
+    let mut gone: Vec<Option<u64>> = Vec::new();
+    let mut received: Vec<u32> = Vec::new();
+    let mut announced = true;
+    let mut next = Instant::now() + Duration::from_secs(2);
+    while start.elapsed() < Duration::from_secs(flap_secs) {
+        received.extend(seqs(&capture(
+            &sink,
+            Duration::from_millis(50),
+            Duration::from_millis(100),
+        )));
+        if !announced && gone.last() == Some(&None) {
+            let half = (PREFIXES / 2 + 1) as usize;
+            if bird_routes(t, "-4") <= half && bird_routes(t, "-6") <= half {
+                if let Some(g) = gone.last_mut() {
+                    *g = Some(start.elapsed().as_micros() as u64);
+                }
+            }
+        }
+        if Instant::now() >= next {
+            let verb = if announced { "disable" } else { "enable" };
+            flaps.push(start.elapsed().as_micros() as u64);
+            peer.ctl(&[verb, "odd4"]);
+            peer.ctl(&[verb, "odd6"]);
+            if announced {
+                gone.push(None);
+            }
+            announced = !announced;
+            next += Duration::from_secs(2);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let sent_at = sender.join().expect("sender");
+    let back = wrong_port.join().expect("watcher");
+    received.extend(seqs(&capture(
+        &sink,
+        Duration::from_millis(300),
+        Duration::from_secs(3),
+    )));
+    let s = dut.stop();
+    // Probe frames (seq < 10) that arrived late count with the probes.
+    tally.received += received.iter().filter(|s| **s < 10).count() as u64;
+    tally.sent += sent_at.len() as u64;
+    let got: BTreeSet<u32> = received.iter().copied().filter(|s| *s >= 10).collect();
+    tally.received += got.len() as u64;
+    assert_eq!(
+        got.len(),
+        received.iter().filter(|s| **s >= 10).count(),
+        "no frame twice"
+    );
+    assert_eq!(back, 0, "frames left by the generator's port");
+    let drops = s["totals"]["drops"]
+        .as_array()
+        .expect("drops")
+        .iter()
+        .map(|d| d.as_u64().expect("count"))
+        .sum::<u64>();
+    let no_route = drop_count(&s, DropReason::NoRoute);
+    // Every frame for an odd (flapping) prefix that arrived was sent while the prefix was
+    // announced: before the withdrawal's last kernel route went (BIRD's export of 100k
+    // deletions is most of the delay), plus what the dataplane adds to follow the kernel
+    // through a burst of 100k deletions (netlink, the control thread applying them): 500 ms.
+    // Frames sent between the command and then may go either way.
+    const BOUND_US: u64 = 500_000;
+    let mut late = Vec::new();
+    let (mut odd_got, mut even_got) = (0u64, 0u64);
+    for s in &got {
+        let i = ((s % 1000) * 97) % PREFIXES;
+        if i % 2 == 0 {
+            even_got += 1;
+            continue;
+        }
+        odd_got += 1;
+        let at = sent_at[(*s - 10) as usize];
+        // Withdrawn spans: [gone[k], flaps[2k + 1]), where the kernel had none of them.
+        let withdrawn = flaps.chunks(2).zip(&gone).any(|(w, g)| {
+            let to = w.get(1).copied().unwrap_or(u64::MAX);
+            g.is_some_and(|g| at >= g + BOUND_US && at < to)
+        });
+        if withdrawn {
+            late.push((s, at));
+        }
+    }
+    eprintln!(
+        "bird: 100k+100k prefixes learned and forwarding in {took:?} ({n4} IPv4, {n6} IPv6 \
+         kernel routes); flapping {flap_secs} s: {} flaps, sent {}, received {} (even {even_got}, \
+         odd {odd_got}), dropped {drops} (no_route {no_route}), late {}; withdrawal to the \
+         kernel (ms after the command): {:?}",
+        flaps.len(),
+        sent_at.len(),
+        got.len(),
+        late.len(),
+        flaps
+            .chunks(2)
+            .zip(&gone)
+            .map(|(w, g)| g.map(|g| (g - w[0]) / 1000))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        late.is_empty(),
+        "frames for withdrawn prefixes arrived: {late:?}"
+    );
+    assert!(flaps.len() >= 4, "{flaps:?}");
+    // The check above had withdrawn spans to look at.
+    let checked = gone.iter().filter(|g| g.is_some()).count();
+    assert!(
+        checked >= 1,
+        "no withdrawal reached the kernel within its 2 s span"
+    );
+    assert!(odd_got > 0 && even_got > 0 && no_route > 0, "{s}");
+    // Every frame accounted: what the test sent (probes and flap) = what the sink got + what
+    // the dataplane dropped and counted.
+    assert_eq!(
+        tally.sent,
+        tally.received + drops,
+        "sent {}, received {}, dropped {drops}: {s}",
+        tally.sent,
+        tally.received
+    );
+    assert_frames_accounted(&s);
+}

@@ -391,7 +391,7 @@ fn bird_feeds_the_table_over_bgp_and_flaps_are_followed_frame_by_frame() {
                 seq += 1;
                 // About 2,000 frames a second: the box has two CPUs for the generator, the
                 // sink, the dataplane, both BIRDs and the kernel's veth work.
-                if seq % 2 == 0 {
+                if seq.is_multiple_of(2) {
                     std::thread::sleep(Duration::from_millis(1));
                 }
             }
@@ -470,7 +470,7 @@ fn bird_feeds_the_table_over_bgp_and_flaps_are_followed_frame_by_frame() {
     let (mut odd_got, mut even_got) = (0u64, 0u64);
     for s in &got {
         let i = ((s % 1000) * 97) % PREFIXES;
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             even_got += 1;
             continue;
         }

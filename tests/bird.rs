@@ -281,52 +281,18 @@ fn bird_feeds_the_table_over_bgp_and_flaps_are_followed_frame_by_frame() {
     // A withdrawal: unreachable (the dataplane's ICMP); announced again: forwarded.
     let probe4 = frame("203.0.113.5".parse().expect("ip"), 3);
     let probe6 = frame("2001:db8:ffff::5".parse().expect("ip"), 4);
-    assert!(reaches(
-        &gen,
-        &sink,
-        &probe4,
-        Duration::from_secs(5),
-        &mut tally
-    ));
-    assert!(reaches(
-        &gen,
-        &sink,
-        &probe6,
-        Duration::from_secs(5),
-        &mut tally
-    ));
-    peer.ctl(&["disable", "probe4"]);
-    peer.ctl(&["disable", "probe6"]);
-    assert!(unreachable(
-        &gen,
-        &probe4,
-        false,
-        Duration::from_secs(5),
-        &mut tally
-    ));
-    assert!(unreachable(
-        &gen,
-        &probe6,
-        true,
-        Duration::from_secs(5),
-        &mut tally
-    ));
-    peer.ctl(&["enable", "probe4"]);
-    peer.ctl(&["enable", "probe6"]);
-    assert!(reaches(
-        &gen,
-        &sink,
-        &probe4,
-        Duration::from_secs(5),
-        &mut tally
-    ));
-    assert!(reaches(
-        &gen,
-        &sink,
-        &probe6,
-        Duration::from_secs(5),
-        &mut tally
-    ));
+    let probes = [(&probe4, false, "probe4"), (&probe6, true, "probe6")];
+    for (f, _, _) in probes {
+        assert!(reaches(&gen, &sink, f, Duration::from_secs(5), &mut tally));
+    }
+    for (f, v6, name) in probes {
+        peer.ctl(&["disable", name]);
+        assert!(unreachable(&gen, f, v6, Duration::from_secs(5), &mut tally));
+    }
+    for (f, _, name) in probes {
+        peer.ctl(&["enable", name]);
+        assert!(reaches(&gen, &sink, f, Duration::from_secs(5), &mut tally));
+    }
     // Flapping: the odd half withdrawn and announced again every 2 s for 30 s, while the
     // generator sends as fast as its socket takes frames, round robin over 1,000
     // destinations of both halves and families (sequence numbers in the payload).
@@ -453,12 +419,7 @@ fn bird_feeds_the_table_over_bgp_and_flaps_are_followed_frame_by_frame() {
         "no frame twice"
     );
     assert_eq!(back, 0, "frames left by the generator's port");
-    let drops = s["totals"]["drops"]
-        .as_array()
-        .expect("drops")
-        .iter()
-        .map(|d| d.as_u64().expect("count"))
-        .sum::<u64>();
+    let drops = total_drops(&s);
     let no_route = drop_count(&s, DropReason::NoRoute);
     // Every frame for an odd (flapping) prefix that arrived was sent while the prefix was
     // announced: before the withdrawal's last kernel route went (BIRD's export of 100k

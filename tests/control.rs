@@ -461,12 +461,7 @@ fn a_deleted_port_is_survived_and_forwards_again_once_recreated() {
     );
     let s = dut.stop();
     // Every frame sent is accounted: received at the sink, or dropped and counted.
-    let drops = s["totals"]["drops"]
-        .as_array()
-        .expect("drops")
-        .iter()
-        .map(|d| d.as_u64().expect("count"))
-        .sum::<u64>();
+    let drops = total_drops(&s);
     assert_eq!(
         u64::from(sent),
         got.len() as u64 + drops,

@@ -18,7 +18,7 @@ use dataplane::packet::checksum;
 use dataplane::poller::{MemPoller, PollerSpec};
 use dataplane::stats::{Counter, PollerStats};
 use dataplane::sys;
-use dataplane::types::{Idle, Mode};
+use dataplane::types::Mode;
 
 mod arg;
 use arg::arg;
@@ -67,27 +67,7 @@ fn run(mtu: u32, ms: u64) -> (f64, f64) {
         MemQueue::new(0, 0, RING, Some(Arc::new(Traffic::new(&[f])))),
         MemQueue::new(1, 0, RING, None),
     ];
-    let spec = PollerSpec {
-        id: 0,
-        cpu: None,
-        sockets: Vec::new(),
-        ports: 2,
-        frames: 4 * RING,
-        frame_size: 2048,
-        ring: RING,
-        batch: 64,
-        idle: Idle::Busy,
-        idle_spin: Duration::ZERO,
-        tx_kick_budget: 0,
-        headroom: 0,
-        hugepages: false,
-        mem_policy: None,
-        icmp_rate: 0,
-        icmp_burst: 0,
-        resolve: None,
-        reopen: None,
-        reopened: None,
-    };
+    let spec = PollerSpec::in_memory(2, 4 * RING, RING, 64);
     let stats = Arc::new(PollerStats::with_queues(false, 2));
     let mut p = MemPoller::new(&spec, queues, fwd, stats.clone()).expect("poller");
     let stop = Arc::new(AtomicBool::new(false));

@@ -29,7 +29,7 @@ use dataplane::poller::{MemPoller, PollerSpec};
 use dataplane::ring_io::{RingIo, XdpDesc};
 use dataplane::stats::PollerStats;
 use dataplane::sys::{self, MemPolicy};
-use dataplane::types::{Idle, Mode};
+use dataplane::types::Mode;
 use rand::{Rng, SeedableRng};
 
 mod arg;
@@ -331,25 +331,17 @@ fn measure(cell: &Cell, routes: &Routes, traffics: &[Arc<Traffic>], opts: &Opts)
             let spec = PollerSpec {
                 id,
                 cpu: Some(cpu),
-                sockets: Vec::new(),
-                ports: PORTS as usize,
-                frames: 2 * ring * u32::from(PORTS),
-                frame_size: 2048,
-                ring,
-                batch: cell.burst,
-                idle: Idle::Busy,
-                idle_spin: Duration::ZERO,
-                tx_kick_budget: 0,
                 headroom: cell.offset,
                 hugepages: std::env::var_os("RB_HUGE").is_some(),
                 mem_policy: cell
                     .interleave
                     .then(|| (MemPolicy::Interleave, vec![0usize])),
-                icmp_rate: 0,
-                icmp_burst: 0,
-                resolve: None,
-                reopen: None,
-                reopened: None,
+                ..PollerSpec::in_memory(
+                    PORTS as usize,
+                    2 * ring * u32::from(PORTS),
+                    ring,
+                    cell.burst,
+                )
             };
             let mut p = MemPoller::new(&spec, queues, fwd, stats).expect("poller");
             let (pid, tid) = (std::process::id(), sys::gettid() as u32);

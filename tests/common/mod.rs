@@ -367,6 +367,16 @@ pub fn drop_count(summary: &serde_json::Value, reason: dataplane::packet::DropRe
         .expect("drop counter")
 }
 
+/// Every drop of the JSON summary, all reasons together.
+pub fn total_drops(summary: &serde_json::Value) -> u64 {
+    summary["totals"]["drops"]
+        .as_array()
+        .expect("drops")
+        .iter()
+        .map(|d| d.as_u64().expect("count"))
+        .sum()
+}
+
 /// A Counter value from the JSON summary.
 pub fn counter(summary: &serde_json::Value, c: dataplane::stats::Counter) -> u64 {
     summary["totals"]["counters"][c as usize]

@@ -74,32 +74,12 @@ mod tests {
     use crate::packet::{self, DropReason};
     use crate::ring_io::RingIo;
     use crate::stats::Counter;
-    use crate::types::{Idle, Mode};
+    use crate::types::Mode;
 
     const RING: u32 = 64;
 
     fn spec(frames: u32) -> PollerSpec {
-        PollerSpec {
-            id: 0,
-            cpu: None,
-            sockets: Vec::new(),
-            ports: 2,
-            frames,
-            frame_size: 2048,
-            ring: RING,
-            batch: 32,
-            idle: Idle::Busy,
-            idle_spin: Duration::ZERO,
-            tx_kick_budget: 0,
-            headroom: 0,
-            hugepages: false,
-            mem_policy: None,
-            icmp_rate: 0,
-            icmp_burst: 0,
-            resolve: None,
-            reopen: None,
-            reopened: None,
-        }
+        PollerSpec::in_memory(2, frames, RING, 32)
     }
 
     fn traffic() -> Arc<Traffic> {

@@ -64,6 +64,35 @@ pub struct PollerSpec {
     pub reopened: Option<super::ReopenedTx>,
 }
 
+impl PollerSpec {
+    /// A poller over in-memory rings (tests, benchmarks): `ports` ports, `frames` frames of
+    /// 2 KiB, rings of `ring` entries, bursts of `batch`; unpinned, busy polling, no ICMP
+    /// errors, nothing resolved or reopened.
+    pub fn in_memory(ports: usize, frames: u32, ring: u32, batch: u32) -> PollerSpec {
+        PollerSpec {
+            id: 0,
+            cpu: None,
+            sockets: Vec::new(),
+            ports,
+            frames,
+            frame_size: 2048,
+            ring,
+            batch,
+            idle: Idle::Busy,
+            idle_spin: Duration::ZERO,
+            tx_kick_budget: 0,
+            headroom: 0,
+            hugepages: false,
+            mem_policy: None,
+            icmp_rate: 0,
+            icmp_burst: 0,
+            resolve: None,
+            reopen: None,
+            reopened: None,
+        }
+    }
+}
+
 /// Sent by a poller once its setup is done (or failed).
 #[derive(Debug)]
 pub struct Ready {

@@ -6,7 +6,7 @@ DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool ipu
 	procps util-linux python3 libhwloc-dev libudev-dev traceroute iputils-tracepath iperf3 bird2 man-db \
 	prometheus
 
-.PHONY: deps build test loom stress sanitize vmtest vmbench demo bench lint fmt clean fuzz install
+.PHONY: deps build test loom stress sanitize vmtest vmbench demo bench lint fmt clean fuzz fuzz-ci install
 
 deps:
 	@scripts/deps.sh $(DEB_PACKAGES)
@@ -64,11 +64,17 @@ lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy -p dataplane --features loom --lib --tests -- -D warnings
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
+	$(CARGO) clippy --manifest-path fuzz/Cargo.toml -- -D warnings
 
 # The per-packet decision under libFuzzer (cargo-fuzz, nightly): 10 million executions by
-# default (RUNS=..., SECONDS_MAX=... to change).
+# default (RUNS=..., SECONDS_MAX=... to change). Fails on a crash or a failed assertion.
 fuzz: deps
 	scripts/fuzz.sh
+
+# What CI fuzzes: each target for a bounded time (from the committed seeds).
+fuzz-ci: deps
+	SECONDS_MAX=$${SECONDS_MAX:-90} scripts/fuzz.sh
 
 # The binary, its man pages and shell completions under $(DESTDIR)$(PREFIX).
 PREFIX ?= /usr/local

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Fuzzes the per-packet decision (fuzz/fuzz_targets/packet_path.rs) with cargo-fuzz on the
-# installed nightly toolchain, for RUNS executions or SECONDS, whichever comes first.
-# Installs cargo-fuzz when missing. Prints libFuzzer's final line (executions, coverage).
+# nightly toolchain, for RUNS executions or SECONDS_MAX seconds, whichever comes first,
+# starting from the committed seeds (fuzz/seeds/). Installs the nightly toolchain and
+# cargo-fuzz when missing. Prints libFuzzer's final line (executions, coverage); exits
+# non-zero when libFuzzer finds a crash or a failed assertion.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-10000000}
 SECONDS_MAX=${SECONDS_MAX:-1200}
+if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    echo "fuzz: installing the nightly toolchain"
+    rustup toolchain install nightly --profile minimal
+fi
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     echo "fuzz: installing cargo-fuzz"
     cargo install --locked cargo-fuzz
@@ -13,8 +19,16 @@ fi
 cd fuzz
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo +nightly fuzz run packet_path -- -runs="$RUNS" -max_total_time="$SECONDS_MAX" \
-    -print_final_stats=1 2>&1 | tee "$log" | grep -E "^#[0-9]+[[:space:]]+(pulse|DONE)|^Done|ERROR|panicked" || true
+# libFuzzer's status decides (a crash or a failed assertion is non-zero): read it from the
+# pipeline itself, not after a `|| true` (whose own status PIPESTATUS would then hold).
+set +e
+# New inputs go to corpus/ (ignored by git); seeds/ is the committed, minimized corpus
+# (`cargo +nightly fuzz cmin packet_path corpus/packet_path`, then copied to seeds/).
+mkdir -p corpus/packet_path
+cargo +nightly fuzz run packet_path corpus/packet_path seeds/packet_path -- \
+    -runs="$RUNS" -max_total_time="$SECONDS_MAX" \
+    -print_final_stats=1 2>&1 | tee "$log" | grep -E "^#[0-9]+[[:space:]]+(pulse|DONE)|^Done|ERROR|panicked"
 rc=${PIPESTATUS[0]}
-grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|cov:" "$log" | tail -3
+set -e
+grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|cov:" "$log" | tail -3 || true
 exit "$rc"

@@ -8,7 +8,7 @@ use libfuzzer_sys::fuzz_target;
 use dataplane::corpus::{testbed_forwarder, FrameRecipe, PORT0_MAC};
 use dataplane::forward::Forwarder;
 use dataplane::packet::icmp::icmpv6_checksum;
-use dataplane::packet::checksum;
+use dataplane::packet::{checksum, dont_fragment_v4, frag, DropReason};
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -55,7 +55,11 @@ fuzz_target!(|input: Input| {
         None => {
             let mut f = FrameRecipe {
                 v6: input.v6,
-                dst_mac: if input.mac_ours { PORT0_MAC } else { input.src_mac },
+                dst_mac: if input.mac_ours {
+                    PORT0_MAC
+                } else {
+                    input.src_mac
+                },
                 src_mac: input.src_mac,
                 src: addr(input.v6, input.addr_pick.0, input.src),
                 dst: addr(input.v6, input.addr_pick.1, input.dst),
@@ -66,7 +70,12 @@ fuzz_target!(|input: Input| {
                 proto: input.proto,
                 l4_first: input.l4_first,
                 options: input.options.clone(),
-                exts: input.exts.iter().take(12).map(|(k, b)| (*k, b.iter().take(64).copied().collect())).collect(),
+                exts: input
+                    .exts
+                    .iter()
+                    .take(12)
+                    .map(|(k, b)| (*k, b.iter().take(64).copied().collect()))
+                    .collect(),
             }
             .build();
             for (at, x) in &input.flips {
@@ -79,41 +88,136 @@ fuzz_target!(|input: Input| {
         }
     };
     let port = u16::from(input.port % 3);
+    let mut reader = fwd.table().reader(0).expect("reader slot 0");
+    let online = reader.online();
+    let rt = online.routes();
     let mut out = frame.clone();
-    match fwd.process(port, &mut out) {
-        Ok(_) => {
-            let v6 = frame[12..14] == [0x86, 0xdd];
+    let v6 = frame.get(12..14) == Some(&[0x86, 0xdd][..]);
+    match fwd.process(rt, port, &mut out) {
+        Ok(egress) => {
+            // Every route of the testbed's table leaves by port 1, to the sink's MAC, from
+            // port 1's; the hop count went down by exactly one; nothing else changed but
+            // the IPv4 checksum; the packet fits the egress MTU (1280).
+            assert_eq!(egress, 1, "egress port");
+            assert_eq!(&out[..12], &[2, 0, 0, 0, 1, 1, 2, 0, 0, 0, 1, 2], "MACs");
             let ttl_at = if v6 { 21 } else { 22 };
+            assert_eq!(
+                out[ttl_at],
+                frame[ttl_at] - 1,
+                "TTL / hop limit down by one"
+            );
             for (i, (a, b)) in frame.iter().zip(&out).enumerate() {
                 let allowed = i < 12 || i == ttl_at || (!v6 && (i == 24 || i == 25));
                 assert!(allowed || a == b, "forwarding changed byte {i}");
             }
+            let ip_len = if v6 {
+                40 + usize::from(u16::from_be_bytes([out[18], out[19]]))
+            } else {
+                usize::from(u16::from_be_bytes([out[16], out[17]]))
+            };
+            assert!(
+                ip_len <= 1280,
+                "{ip_len} bytes forwarded through a 1280-byte MTU"
+            );
             if !v6 {
                 let ihl = usize::from(out[14] & 0x0f) * 4;
                 assert_eq!(checksum(&out[14..14 + ihl]), 0);
             }
         }
+        Err(DropReason::TooBig) if !v6 && !dont_fragment_v4(&frame) => {
+            // Fragmented instead: the fragments reassemble to the packet, routed.
+            let mut first = frame.clone();
+            let total = usize::from(u16::from_be_bytes([frame[16], frame[17]]));
+            let Some((egress, plan)) = fwd.route_to_fragment(rt, &mut first) else {
+                // Not fragmented only when its last fragment's offset would not fit the
+                // 13-bit field (a fragment near the end of a 64 KiB datagram): dropped.
+                let offset = usize::from(u16::from_be_bytes([frame[20], frame[21]]) & 0x1fff);
+                let piece = (1280 - 20) / 8 * 8;
+                let count = (total - 20).div_ceil(piece);
+                assert!(offset + (count - 1) * piece / 8 > 0x1fff, "not fragmented");
+                return;
+            };
+            assert_eq!(egress, 1);
+            let whole = first.clone();
+            let n = frag::write_first(&mut first, &plan).expect("first fragment");
+            let mut payload = first[34..n].to_vec();
+            for k in 1..plan.count() {
+                let mut buf = vec![0u8; 2048];
+                let len = frag::write_fragment(&whole, &plan, k, &mut buf).expect("fragment");
+                assert!(len - 14 <= 1280, "fragment over the MTU");
+                assert_eq!(checksum(&buf[14..34]), 0, "fragment header checksum");
+                assert_eq!(buf[22], frame[22] - 1, "fragment TTL");
+                payload.extend_from_slice(&buf[34..len]);
+            }
+            assert_eq!(payload, frame[34..14 + total], "fragments reassemble");
+        }
         Err(reason) => {
-            if let Some(err) = fwd.icmp_error_for(reason, &frame) {
+            if let Some(err) = fwd.icmp_error_for(rt, reason, &frame) {
                 let mut room = frame.clone();
                 room.resize(2048, 0);
                 if let Some(len) = fwd.build_icmp(port, err, &mut room, frame.len()) {
                     let e = &room[..len];
-                    assert_eq!(&e[..6], &frame[6..12]);
+                    assert_eq!(&e[..6], &frame[6..12], "back to the sender's MAC");
                     let ip = &e[14..];
-                    if e[12..14] == [0x08, 0x00] {
+                    // (type, code) by reason, and the ingress port's address as the source.
+                    let (want, src_ok) = if e[12..14] == [0x08, 0x00] {
                         assert!(len - 14 <= 576);
                         assert_eq!(checksum(&ip[..20]), 0);
                         assert_eq!(checksum(&ip[20..]), 0);
+                        assert_eq!(&ip[16..20], &frame[26..30], "to the offender");
                         let q = &ip[28..];
                         assert_eq!(q, &frame[14..14 + q.len()]);
+                        let src = [[198, 18, 0, 2], [198, 19, 0, 2]];
+                        let want = match reason {
+                            DropReason::TtlExceeded => (11, 0),
+                            DropReason::NoRoute => (3, 0),
+                            DropReason::NoNeighbour => (3, 1),
+                            DropReason::TooBig => (3, 4),
+                            r => panic!("an ICMP error for {r:?}"),
+                        };
+                        (
+                            want,
+                            src.get(usize::from(port)).is_some_and(|s| ip[12..16] == *s),
+                        )
                     } else {
                         assert!(len - 14 <= 1280);
                         let src: [u8; 16] = ip[8..24].try_into().unwrap();
                         let dst: [u8; 16] = ip[24..40].try_into().unwrap();
                         assert_eq!(icmpv6_checksum(&src, &dst, &ip[40..]), 0);
+                        assert_eq!(&ip[24..40], &frame[22..38], "to the offender");
                         let q = &ip[48..];
                         assert_eq!(q, &frame[14..14 + q.len()]);
+                        let ours = [
+                            0x2001_0002_0000_0000_0000_0000_0000_0002u128,
+                            0x2001_0002_0000_0001_0000_0000_0000_0002,
+                        ];
+                        let want = match reason {
+                            DropReason::TtlExceeded => (3, 0),
+                            DropReason::NoRoute => (1, 0),
+                            DropReason::NoNeighbour => (1, 3),
+                            DropReason::TooBig => (2, 0),
+                            r => panic!("an ICMPv6 error for {r:?}"),
+                        };
+                        (
+                            want,
+                            ours.get(usize::from(port))
+                                .is_some_and(|s| src == s.to_be_bytes()),
+                        )
+                    };
+                    let got = if e[12..14] == [0x08, 0x00] {
+                        (ip[20], ip[21])
+                    } else {
+                        (ip[40], ip[41])
+                    };
+                    assert_eq!(got, want, "type and code for {reason:?}");
+                    assert!(src_ok, "from the ingress port's address");
+                    if reason == DropReason::TooBig {
+                        let mtu = if e[12..14] == [0x08, 0x00] {
+                            u32::from(u16::from_be_bytes([ip[26], ip[27]]))
+                        } else {
+                            u32::from_be_bytes([ip[44], ip[45], ip[46], ip[47]])
+                        };
+                        assert_eq!(mtu, 1280, "the egress MTU");
                     }
                 }
             }

@@ -362,14 +362,26 @@ impl Config {
 
     /// As [`Config::parse`], resolving a relative `routes_file` against `base`.
     pub fn parse_in(text: &str, origin: &str, base: Option<&Path>) -> Result<Config, ConfigError> {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::parse_for(text, origin, base, cpus)
+    }
+
+    /// As [`Config::parse_in`], for a machine of `cpus` CPUs (a config written for another
+    /// box, checked here).
+    pub fn parse_for(
+        text: &str,
+        origin: &str,
+        base: Option<&Path>,
+        cpus: usize,
+    ) -> Result<Config, ConfigError> {
         let file: ConfigFile = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: origin.to_string(),
             message: e.to_string(),
         })?;
-        Self::validate(file, base)
+        Self::validate(file, base, cpus)
     }
 
-    fn validate(file: ConfigFile, base: Option<&Path>) -> Result<Config, ConfigError> {
+    fn validate(file: ConfigFile, base: Option<&Path>, ncpu: usize) -> Result<Config, ConfigError> {
         let d = &file.dataplane;
         if d.icmp_rate > 0 && d.icmp_burst == 0 {
             return Err(invalid(
@@ -473,7 +485,6 @@ impl Config {
         if file.pollers.is_empty() {
             return Err(invalid("pollers", "[]", "at least one poller is needed"));
         }
-        let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut seen_q = HashSet::new();
         for (i, p) in file.pollers.iter().enumerate() {
             if let Some(cpu) = p.cpu {

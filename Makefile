@@ -3,10 +3,10 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool iputils-ping \
-	procps util-linux python3 libhwloc-dev libudev-dev traceroute iputils-tracepath iperf3 bird2 man-db \
+	procps util-linux python3 libhwloc-dev libudev-dev traceroute iputils-tracepath iperf3 bird2 stress-ng man-db \
 	prometheus
 
-.PHONY: deps build test loom stress sanitize vmtest vmbench demo bench lint fmt clean fuzz fuzz-ci install
+.PHONY: deps build test test-loaded loom stress sanitize vmtest vmbench demo bench lint fmt clean fuzz fuzz-ci install
 
 deps:
 	@scripts/deps.sh $(DEB_PACKAGES)
@@ -17,6 +17,12 @@ build: deps
 test: deps
 	$(CARGO) test --workspace  # builds the dataplane binary that tests/ runs
 	$(MAKE) loom
+
+# The whole suite beside a CPU load on both CPUs (stress-ng): outcomes must not depend on
+# timing (readiness, not sleeps, decides them).
+test-loaded: deps
+	stress-ng --cpu $${LOAD_CPUS:-2} --timeout 3600s --quiet & load=$$!; \
+	trap 'kill $$load 2>/dev/null' EXIT; $(MAKE) test
 
 # The forwarding table's lock-free protocol under the loom model checker (fib::loom_tests:
 # QSBR online/offline against reclaim, next-hop slots, extension and multipath groups).

@@ -2,6 +2,7 @@
 //! count against a known send. They need root.
 mod common;
 
+use std::io::{BufRead, BufReader};
 use std::process::Command;
 use std::time::Duration;
 
@@ -116,7 +117,12 @@ fn sink_counts_exactly_what_was_sent() {
     .stderr(std::process::Stdio::piped())
     .spawn()
     .expect("sink");
-    std::thread::sleep(Duration::from_millis(800));
+    // Readiness: the sink says when its program is attached and its window open.
+    let mut lines = BufReader::new(sink.stderr.take().expect("stderr")).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("window open"))),
+        "sink did not start"
+    );
     let g = gen(&bed, &["--count", "50000", "--flows", "3"]);
     assert_eq!(g["packets"], 50000);
     // Then paced (sendmmsg batches on a schedule): every frame counted, and never ahead of the

@@ -87,8 +87,20 @@ fn scraped_metrics_are_valid_and_agree_with_the_sink() {
         f[14] = 0x55; // version 5
         gen.send(&f).expect("send");
     }
-    std::thread::sleep(Duration::from_millis(800));
-    let text = scrape(&t.dut_ns(), port);
+    // Readiness: the counters are published on the metrics thread's schedule; scrape until
+    // every frame sent shows (305 taken, 5 of them dropped), for up to 5 s.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let text = loop {
+        let text = scrape(&t.dut_ns(), port);
+        let seen = (
+            sum(&text, "dataplane_rx_packets_total", ""),
+            sum(&text, "dataplane_drops_total", ""),
+        );
+        if seen == (305, 5) || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let _ = sink.wait();
     let s = dut.stop();
 

@@ -402,7 +402,7 @@ fn tcp_crosses_the_dataplane_on_the_testbed() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("iperf3 server");
-        std::thread::sleep(Duration::from_millis(300));
+        wait_listening(&t.sink_ns(), 5201);
         let out = Command::new("ip")
             .args([
                 "netns",

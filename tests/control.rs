@@ -57,6 +57,41 @@ fn until_forwarded(
     None
 }
 
+/// Sends a frame of `probe` (a fresh source port from `first` on) and then a marker to the
+/// sink (always routed), over and over until a marker arrives without its probe before it:
+/// the change that stops the probe's forwarding is in force (the marker shows the DUT still
+/// forwards, so a stalled DUT cannot pass). Returns how long that took, or None after `max`.
+fn until_stopped(
+    gen: &PacketSocket,
+    sink: &PacketSocket,
+    probe: impl Fn(u16) -> Vec<u8>,
+    first: u16,
+    max: Duration,
+) -> Option<Duration> {
+    let start = Instant::now();
+    let mut sport = first;
+    while start.elapsed() < max {
+        let marker = 50_000 + (sport % 10_000);
+        gen.send(&probe(sport)).expect("send");
+        gen.send(&v4_to(testbed::SINK_V4, marker)).expect("send");
+        let mut got = BTreeSet::new();
+        let waited = Instant::now();
+        while !got.contains(&(false, marker)) && waited.elapsed() < Duration::from_secs(1) {
+            got.extend(marked(&capture(
+                sink,
+                Duration::from_millis(20),
+                Duration::from_millis(50),
+            )));
+        }
+        let probe_seen = got.iter().any(|(_, s)| *s == sport);
+        if got.contains(&(false, marker)) && !probe_seen {
+            return Some(start.elapsed());
+        }
+        sport += 1;
+    }
+    None
+}
+
 /// Sends `frames` and returns the marked source ports that reached the sink.
 fn deliver(gen: &PacketSocket, sink: &PacketSocket, frames: &[Vec<u8>]) -> BTreeSet<(bool, u16)> {
     for f in frames {
@@ -123,8 +158,9 @@ fn kernel_routes_are_mirrored_and_followed_live() {
     assert!(until_forwarded(&gen, &sink, &v6_to(far6, 102), Duration::from_secs(2)).is_some());
     dut_ip(t, &["route", "replace", "blackhole", "203.0.113.0/24"]);
     dut_ip(t, &["-6", "route", "del", "2001:db8:99::/48"]);
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(deliver(&gen, &sink, &[v4_to(far4, 103), v6_to(far6, 104)]).is_empty());
+    let max = Duration::from_secs(2);
+    assert!(until_stopped(&gen, &sink, |s| v4_to(far4, s), 103, max).is_some());
+    assert!(until_stopped(&gen, &sink, |s| v6_to(far6, s), 1103, max).is_some());
 
     // A neighbour removed: the next packets make the kernel resolve it (ARP / ND with the
     // sink, no static entry), and forwarding follows.
@@ -351,8 +387,7 @@ fn sighup_reloads_static_routes_and_refuses_a_bad_file() {
     // The route removed from the file goes away.
     std::fs::write(&path, &cfg).expect("write");
     hup(&dut);
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(deliver(&gen, &sink, &[v4_to(far, 4)]).is_empty());
+    assert!(until_stopped(&gen, &sink, |s| v4_to(far, s), 4, Duration::from_secs(2)).is_some());
     let s = dut.stop();
     assert!(drop_count(&s, DropReason::NoRoute) >= 2, "{s}");
 }
@@ -678,9 +713,8 @@ fn the_lowest_metric_of_a_prefix_wins() {
             "50",
         ],
     );
-    std::thread::sleep(Duration::from_millis(100));
     assert!(
-        deliver(&gen, &sink, &[v4_to(far, 2)]).is_empty(),
+        until_stopped(&gen, &sink, |s| v4_to(far, s), 2, Duration::from_secs(2)).is_some(),
         "metric 50 wins"
     );
     dut_ip(
@@ -721,9 +755,8 @@ fn the_lowest_metric_of_a_prefix_wins() {
             "100",
         ],
     );
-    std::thread::sleep(Duration::from_millis(100));
     assert!(
-        deliver(&gen, &sink, &[v4_to(far, 4)]).is_empty(),
+        until_stopped(&gen, &sink, |s| v4_to(far, s), 400, Duration::from_secs(2)).is_some(),
         "then metric 200"
     );
     let s = dut.stop();

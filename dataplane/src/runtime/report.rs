@@ -125,6 +125,7 @@ impl ForeignMaps {
     ) {
         use crate::control::foreign::SteerRoute;
         let mut changed = false;
+        let mut passed = 0usize;
         while let Ok(c) = rx.try_recv() {
             let (prefix, len, pass) = match c {
                 SteerRoute::Pass(p, l) => (p, l, Some(true)),
@@ -140,10 +141,14 @@ impl ForeignMaps {
                 Some(p) => self.entries.insert((prefix, len), p),
                 None => self.entries.remove(&(prefix, len)),
             };
-            if pass == Some(true) {
-                log(&format!("route {prefix}/{len} leaves by an interface the dataplane does not own: passed to the kernel"));
-            }
+            passed += usize::from(pass == Some(true));
             changed = true;
+        }
+        if passed > 0 {
+            let n = self.entries.values().filter(|p| **p).count();
+            log(&format!(
+                "{passed} route(s) leaving by an interface the dataplane does not own: passed to the kernel ({n} such prefixes now)"
+            ));
         }
         let on = self.entries.values().any(|p| *p);
         if changed && on != self.on {

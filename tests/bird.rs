@@ -23,6 +23,8 @@ use dataplane::testbed::{self, Testbed};
 
 /// Prefixes per family.
 const PREFIXES: u32 = 100_000;
+/// Sequence numbers of the marker frames (flap frames count up from 10, far below).
+const MARKER: u32 = 0x4000_0000;
 
 /// The `i`th announced IPv4 prefix (a /24 from 11.0.0.0 on).
 fn v4_prefix(i: u32) -> Ipv4Addr {
@@ -32,6 +34,12 @@ fn v4_prefix(i: u32) -> Ipv4Addr {
 /// The `i`th announced IPv6 prefix (a /64 under 2001:db8::/32).
 fn v6_prefix(i: u32) -> Ipv6Addr {
     Ipv6Addr::from((0x2001_0db8u128 << 96) | (u128::from(i) << 64))
+}
+
+/// The prefix index the flap's frame `k` goes to: spread over the table, and odd (the
+/// flapping half) for about half of each family.
+fn dest_index(k: u32) -> u32 {
+    (k * 97 + k / 2) % PREFIXES
 }
 
 /// A BIRD daemon in a namespace, stopped when dropped.
@@ -302,7 +310,7 @@ fn bird_feeds_the_table_over_bgp_and_flaps_are_followed_frame_by_frame() {
         .unwrap_or(30u64);
     let dsts: Vec<IpAddr> = (0..1000u32)
         .map(|k| {
-            let i = (k * 97) % PREFIXES;
+            let i = dest_index(k);
             if k % 2 == 0 {
                 IpAddr::V4(Ipv4Addr::from(u32::from(v4_prefix(i)) + 7))
             } else {
@@ -333,49 +341,11 @@ fn bird_feeds_the_table_over_bgp_and_flaps_are_followed_frame_by_frame() {
             back
         })
     };
-    // The kernel's own word on when each odd destination's prefix went: `ip monitor route`
-    // in the DUT namespace, read as it comes (a line read at time r was a deletion done by
-    // r). Only the odd prefixes the generator sends to are kept.
-    let odd_prefixes: std::collections::HashMap<String, usize> = dsts
-        .iter()
-        .enumerate()
-        .filter(|(k, _)| ((*k as u32 * 97) % PREFIXES) % 2 == 1)
-        .map(|(k, d)| {
-            let i = (k as u32 * 97) % PREFIXES;
-            let p = match d {
-                IpAddr::V4(_) => format!("{}/24", v4_prefix(i)),
-                IpAddr::V6(_) => format!("{}/64", v6_prefix(i)),
-            };
-            (p, k)
-        })
+    // The frames of the odd (flapping) half, by index.
+    let odd_ks: std::collections::HashSet<usize> = (0..dsts.len())
+        .filter(|k| dest_index(*k as u32) % 2 == 1)
         .collect();
     let start = Instant::now();
-    let mut monitor = Command::new("ip")
-        .args(["netns", "exec", &t.dut_ns(), "ip", "monitor", "route"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("ip monitor");
-    let deletions = {
-        let out = monitor.stdout.take().expect("monitor stdout");
-        let odd = odd_prefixes.clone();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            // (frame index k, when its prefix's deletion was read, µs since start)
-            let mut seen: Vec<(usize, u64)> = Vec::new();
-            for line in std::io::BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                let Some(rest) = line.strip_prefix("Deleted ") else {
-                    continue;
-                };
-                let prefix = rest.split_whitespace().next().unwrap_or_default();
-                if let Some(k) = odd.get(prefix) {
-                    seen.push((*k, start.elapsed().as_micros() as u64));
-                }
-            }
-            seen
-        })
-    };
     // The send time of each flap frame (µs since start), by sequence number - 10; the frame
     // (and so its destination) is `seq % 1000`.
     let sender = {
@@ -412,27 +382,77 @@ fn bird_feeds_the_table_over_bgp_and_flaps_are_followed_frame_by_frame() {
     let mut received: Vec<u32> = Vec::new();
     let mut announced = true;
     let mut next = Instant::now() + Duration::from_secs(2);
-    while start.elapsed() < Duration::from_secs(flap_secs) {
-        received.extend(seqs(&capture(
+    // After each withdrawal, by order rather than by time: once the kernel has deleted the
+    // whole odd half (its table read whole), a marker route is added to it, and marker frames
+    // are sent until one is forwarded. The control thread applies the kernel's changes in
+    // order, so then it has applied those deletions: from that moment (`converged`) until the
+    // next announcement, no frame for them may arrive, however slow the box. The next
+    // announcement waits for that, and for a window of 300 ms after it (the flaps are 2 s
+    // apart while the box keeps up).
+    let mut converged: Vec<(u64, u64)> = Vec::new(); // (from, to) µs since start
+    let mut marker: Option<(u32, Vec<u8>)> = None;
+    let mut markers_sent = 0u64;
+    let mut since: Option<u64> = None;
+    let hard_stop = Duration::from_secs(flap_secs + 30);
+    while (start.elapsed() < Duration::from_secs(flap_secs) || !announced)
+        && start.elapsed() < hard_stop
+    {
+        let got_now = seqs(&capture(
             &sink,
+            Duration::from_millis(20),
             Duration::from_millis(50),
-            Duration::from_millis(100),
-        )));
-        if Instant::now() >= next {
+        ));
+        if !announced {
+            let n = flaps.len() as u32;
+            // The kernel's own table, read whole (a monitor may lose lines in a burst):
+            // none of the odd half left.
+            let half = (PREFIXES / 2 + 1) as usize;
+            if marker.is_none() && bird_routes(t, "-4") <= half && bird_routes(t, "-6") <= half {
+                let dst = format!("198.51.100.{n}");
+                ns(
+                    &t.dut_ns(),
+                    &[
+                        "ip",
+                        "route",
+                        "add",
+                        &format!("{dst}/32"),
+                        "via",
+                        testbed::SINK_V4,
+                    ],
+                );
+                marker = Some((MARKER + n, frame(dst.parse().expect("ip"), MARKER + n)));
+            }
+            if let Some((m, f)) = &marker {
+                if since.is_none() {
+                    if got_now.contains(m) {
+                        since = Some(start.elapsed().as_micros() as u64);
+                    } else {
+                        gen.send(f).expect("send");
+                        markers_sent += 1;
+                    }
+                }
+            }
+        }
+        received.extend(got_now);
+        let now = start.elapsed().as_micros() as u64;
+        let window_done = since.is_some_and(|t| now >= t + 300_000);
+        if Instant::now() >= next && (announced || window_done) {
             let verb = if announced { "disable" } else { "enable" };
-            flaps.push(start.elapsed().as_micros() as u64);
+            if let Some(from) = since.take() {
+                converged.push((from, now));
+            }
+            flaps.push(now);
             peer.ctl(&[verb, "odd4"]);
             peer.ctl(&[verb, "odd6"]);
             announced = !announced;
-            next += Duration::from_secs(2);
+            marker = None;
+            next = Instant::now() + Duration::from_secs(2);
         }
     }
     stop.store(true, Ordering::Relaxed);
     let sent_at = sender.join().expect("sender");
     let back = wrong_port.join().expect("watcher");
-    let _ = monitor.kill();
-    let _ = monitor.wait();
-    let deleted = deletions.join().expect("monitor reader");
+    tally.sent += markers_sent;
     received.extend(seqs(&capture(
         &sink,
         Duration::from_millis(300),
@@ -440,75 +460,28 @@ fn bird_feeds_the_table_over_bgp_and_flaps_are_followed_frame_by_frame() {
     )));
     let s = dut.stop();
     // Probe frames (seq < 10) that arrived late count with the probes.
-    tally.received += received.iter().filter(|s| **s < 10).count() as u64;
+    // Probes (< 10) and markers (MARKER..) may arrive more than once: each copy was sent.
+    let flap_frame = |s: &u32| (10..MARKER).contains(s);
+    tally.received += received.iter().filter(|s| !flap_frame(s)).count() as u64;
     tally.sent += sent_at.len() as u64;
-    let got: BTreeSet<u32> = received.iter().copied().filter(|s| *s >= 10).collect();
+    let got: BTreeSet<u32> = received.iter().copied().filter(flap_frame).collect();
     tally.received += got.len() as u64;
     assert_eq!(
         got.len(),
-        received.iter().filter(|s| **s >= 10).count(),
+        received.iter().filter(|s| flap_frame(s)).count(),
         "no frame twice"
     );
     assert_eq!(back, 0, "frames left by the generator's port");
     let drops = total_drops(&s);
     let no_route = drop_count(&s, DropReason::NoRoute);
     // Every frame for an odd (flapping) prefix that arrived was sent while the prefix was
-    // announced. Its absences, per destination, as the kernel reported them: from when its
-    // deletion was read (it was gone by then), plus what the dataplane adds to follow the
-    // kernel through a burst of 50k deletions per family (the control thread works through
-    // the netlink backlog in order: up to about 1 s here, reported below as the lag seen):
-    // 1.5 s, until the next announcement was commanded (it cannot be back before). A frame
-    // sent inside one must not arrive; one sent outside may go either way.
-    const BOUND_US: u64 = 1_500_000;
-    let enables: Vec<u64> = flaps.iter().skip(1).step_by(2).copied().collect();
-    let mut gone_at: std::collections::HashMap<usize, Vec<u64>> = Default::default();
-    for (k, gone) in &deleted {
-        gone_at.entry(*k).or_default().push(*gone);
-    }
-    let odd_ks: std::collections::HashSet<usize> = odd_prefixes.values().copied().collect();
-    let absent = |k: usize, at: u64| {
-        gone_at.get(&k).is_some_and(|g| {
-            g.iter().any(|gone| {
-                let back = enables
-                    .iter()
-                    .copied()
-                    .find(|e| e > gone)
-                    .unwrap_or(u64::MAX);
-                at >= gone + BOUND_US && at < back
-            })
-        })
-    };
-    // How many frames were sent inside an absence: the check had something to look at.
+    // announced: none sent inside a converged window (see above) may have arrived.
+    let in_window = |at: u64| converged.iter().any(|(from, to)| at >= *from && at < *to);
     let inside = sent_at
         .iter()
         .enumerate()
-        .filter(|(n, at)| {
-            let k = (*n as u32 + 10) % 1000;
-            odd_ks.contains(&(k as usize)) && absent(k as usize, **at)
-        })
+        .filter(|(n, at)| odd_ks.contains(&((*n + 10) % 1000)) && in_window(**at))
         .count();
-    // The dataplane's lag behind the kernel, as seen: the latest a frame sent after its
-    // prefix's deletion was read (and before the next announcement) still arrived.
-    let lag_us = got
-        .iter()
-        .filter_map(|s| {
-            let k = (s % 1000) as usize;
-            let at = sent_at[(*s - 10) as usize];
-            gone_at
-                .get(&k)?
-                .iter()
-                .filter_map(|gone| {
-                    let back = enables
-                        .iter()
-                        .copied()
-                        .find(|e| e > gone)
-                        .unwrap_or(u64::MAX);
-                    (at >= *gone && at < back).then(|| at - gone)
-                })
-                .max()
-        })
-        .max()
-        .unwrap_or(0);
     let mut late = Vec::new();
     let (mut odd_got, mut even_got) = (0u64, 0u64);
     for s in &got {
@@ -519,28 +492,37 @@ fn bird_feeds_the_table_over_bgp_and_flaps_are_followed_frame_by_frame() {
         }
         odd_got += 1;
         let at = sent_at[(*s - 10) as usize];
-        if absent(k, at) {
+        if in_window(at) {
             late.push((s, at));
         }
     }
+    let periods: Vec<u64> = flaps.windows(2).map(|w| (w[1] - w[0]) / 1000).collect();
+    let convergence: Vec<u64> = converged
+        .iter()
+        .zip(flaps.iter().step_by(2))
+        .map(|((from, _), cmd)| (from - cmd) / 1000)
+        .collect();
     eprintln!(
         "bird: 100k+100k prefixes learned and forwarding in {took:?} ({n4} IPv4, {n6} IPv6 \
-         kernel routes); flapping {flap_secs} s: {} flaps, sent {}, received {} (even {even_got}, \
-         odd {odd_got}), dropped {drops} (no_route {no_route}); {} deletions of the odd \
-         destinations' prefixes seen; {inside} frames sent while their prefix was withdrawn, \
-         {} of them arrived; the dataplane's lag behind the kernel, as seen: {} ms",
+         kernel routes); flapping {flap_secs} s: {} flaps (ms apart: {periods:?}), sent {}, \
+         received {} (even {even_got}, odd {odd_got}), dropped {drops} (no_route {no_route}); \
+         withdrawal applied by the dataplane (ms after the command): {convergence:?}; {inside} \
+         frames sent after that, {} of them arrived",
         flaps.len(),
         sent_at.len(),
         got.len(),
-        deleted.len(),
         late.len(),
-        lag_us / 1000,
     );
     assert!(
         late.is_empty(),
         "frames for withdrawn prefixes arrived: {late:?}"
     );
     assert!(flaps.len() >= 4, "{flaps:?}");
+    assert!(
+        converged.len() * 2 + 1 >= flaps.len() && converged.len() >= 2,
+        "withdrawals not applied by the dataplane: {convergence:?} of {} flaps",
+        flaps.len()
+    );
     assert!(
         inside > 0,
         "no frame was sent while its prefix was withdrawn: nothing checked"

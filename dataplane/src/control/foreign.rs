@@ -169,25 +169,23 @@ mod tests {
 
         /// The steering program's answer for `dst`: passed to the kernel?
         fn passes(&self, dst: &str) -> bool {
-            let d: IpAddr = dst.parse().expect("ip");
-            let bits = if d.is_ipv4() { 32 } else { 128 };
-            self.maps
-                .iter()
-                .filter(|((a, l), _)| *l == bits && *a == d || inside((d, bits), (*a, *l)))
-                .max_by_key(|((_, l), _)| *l)
-                .is_some_and(|(_, pass)| *pass)
+            longest(self.maps.iter().map(|(k, v)| (*k, *v)), dst)
         }
 
         /// The table's answer: is the longest match foreign?
         fn foreign(&self, dst: &str) -> bool {
-            let d: IpAddr = dst.parse().expect("ip");
-            let bits = if d.is_ipv4() { 32 } else { 128 };
-            self.rib
-                .iter()
-                .filter(|((a, l), _)| *l == bits && *a == d || inside((d, bits), (*a, *l)))
-                .max_by_key(|((_, l), _)| *l)
-                .is_some_and(|(_, f)| *f)
+            longest(self.rib.iter().copied(), dst)
         }
+    }
+
+    /// The flag of the longest of `entries` that holds `dst` (false when none does).
+    fn longest(entries: impl Iterator<Item = ((IpAddr, u8), bool)>, dst: &str) -> bool {
+        let d: IpAddr = dst.parse().expect("ip");
+        let bits = if d.is_ipv4() { 32 } else { 128 };
+        entries
+            .filter(|((a, l), _)| *l == bits && *a == d || inside((d, bits), (*a, *l)))
+            .max_by_key(|((_, l), _)| *l)
+            .is_some_and(|(_, flag)| flag)
     }
 
     #[test]

@@ -113,6 +113,11 @@ fn attach(steer: Option<&mut Steer>, p: &Pending, generic: bool) -> Result<(), S
     if p.failed {
         return Err("a socket could not be reopened".into());
     }
+    if p.fds.is_empty() || p.fds.len() < p.expected {
+        // No poller took the request (its queue was full): resuming would leave the port's
+        // frames on the dead sockets.
+        return Err("not every poller reopened its sockets".into());
+    }
     let s = steer.ok_or("no steering program")?;
     for (queue, fd) in &p.fds {
         s.register_socket(*queue, *fd).map_err(|e| e.to_string())?;

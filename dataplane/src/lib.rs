@@ -23,11 +23,13 @@
 //! `docs/ARCHITECTURE.md` follows a packet through them.
 #![deny(unsafe_code)]
 
+pub mod announce;
 pub mod bpf;
 pub mod config;
 pub mod control;
 pub mod corpus;
 pub mod fib;
+pub mod fleet;
 pub mod forward;
 pub mod gen;
 pub mod irq;

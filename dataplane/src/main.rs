@@ -51,6 +51,12 @@ enum Cmd {
     },
     /// A running instance live, from its metrics endpoint: per poller and port rates.
     Top(cli::top::TopArgs),
+    /// Keep the service prefixes in a kernel table, for a routing daemon to announce, only
+    /// while the dataplane is healthy (docs/FLEET.md).
+    Announce(cli::announce::AnnounceArgs),
+    /// Two appliances behind an ECMP upstream (BIRD) in namespaces: flows, a stalled or killed
+    /// dataplane withdrawn and back; the table and plot (docs/FLEET.md).
+    FleetDemo(cli::fleet::FleetArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -79,6 +85,8 @@ fn main() {
         Cmd::Gen(a) => cli::gen::main(a),
         Cmd::Irq { action } => cli::irq::main(action),
         Cmd::Top(a) => cli::top::main(a),
+        Cmd::Announce(a) => cli::announce::main(a),
+        Cmd::FleetDemo(a) => cli::fleet::main(a),
         Cmd::Completions { shell } => cli::docs::completions::<Cli>(shell),
         Cmd::Manpages { dir } => cli::docs::manpages::<Cli>(&dir).map(|written| {
             for p in written {

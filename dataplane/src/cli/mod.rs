@@ -11,8 +11,10 @@ use dataplane::config::Config;
 use dataplane::plan::{Layout, Plan, QueueIn};
 use dataplane::topology::{Machine, Source};
 
+pub mod announce;
 pub mod bench;
 pub mod docs;
+pub mod fleet;
 pub mod gen;
 pub mod irq;
 pub mod plan;

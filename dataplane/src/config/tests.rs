@@ -185,8 +185,19 @@ fn every_example_in_config_dir_is_valid() {
     .expect("synthetic topology");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config");
     let mut n = 0;
+    // config/ and its subdirectories (config/fleet/).
+    let mut paths = Vec::new();
     for e in std::fs::read_dir(&dir).expect("config/ exists") {
         let p = e.expect("entry").path();
+        if p.is_dir() {
+            for e in std::fs::read_dir(&p).expect("readable") {
+                paths.push(e.expect("entry").path());
+            }
+        } else {
+            paths.push(p);
+        }
+    }
+    for p in paths {
         if p.extension().is_some_and(|x| x == "toml") {
             let cfg = Config::parse_for(
                 &std::fs::read_to_string(&p).expect("read"),
@@ -207,7 +218,7 @@ fn every_example_in_config_dir_is_valid() {
             n += 1;
         }
     }
-    assert!(n >= 5, "expected the example configs, found {n}");
+    assert!(n >= 6, "expected the example configs, found {n}");
 }
 
 #[test]

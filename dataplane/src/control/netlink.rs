@@ -333,6 +333,52 @@ impl Netlink {
         }
     }
 
+    /// Adds (or replaces), or deletes, a blackhole route `prefix/len` in routing table `table`
+    /// with protocol number `protocol`: a marker a routing daemon learns from that table and
+    /// announces (the health-coupled announcement, `crate::announce`). Nothing forwards by it
+    /// unless a rule points at the table. Deleting a route that is not there is not an error.
+    pub fn marker_route(
+        &mut self,
+        add: bool,
+        prefix: IpAddr,
+        len: u8,
+        table: u32,
+        protocol: u8,
+    ) -> Result<(), NetlinkError> {
+        let mut m = RouteMessage::default();
+        m.header.address_family = family(prefix);
+        m.header.destination_prefix_length = len;
+        m.header.table = u8::try_from(table).unwrap_or(RouteHeader::RT_TABLE_UNSPEC);
+        m.header.protocol = netlink_packet_route::route::RouteProtocol::Other(protocol);
+        m.header.scope = netlink_packet_route::route::RouteScope::Universe;
+        m.header.kind = RouteType::BlackHole;
+        m.attributes
+            .push(RouteAttribute::Destination(prefix.into()));
+        m.attributes.push(RouteAttribute::Table(table));
+        let (flags, msg, call) = if add {
+            (
+                NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE | NLM_F_ACK,
+                RouteNetlinkMessage::NewRoute(m),
+                "RTM_NEWROUTE",
+            )
+        } else {
+            (
+                NLM_F_REQUEST | NLM_F_ACK,
+                RouteNetlinkMessage::DelRoute(m),
+                "RTM_DELROUTE",
+            )
+        };
+        let seq = self.send(flags, msg)?;
+        match self.ack(seq, call) {
+            Err(NetlinkError::Refused { errno, .. })
+                if !add && errno.raw_os_error() == Some(libc::ESRCH) =>
+            {
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
     fn ack(&mut self, seq: u32, call: &'static str) -> Result<(), NetlinkError> {
         loop {
             let n = self

@@ -223,6 +223,8 @@ fn health_check(
             HealthEvent::Link { .. } => {}
         }
     }
+    // One per sample: a watcher that sees it stop knows the gauges below are stale.
+    let checks = metrics::counter!("dataplane_health_checks_total");
     // Every check's state, failing or not, so a dashboard sees the zeros too.
     let one = |b: bool| if b { 1.0 } else { 0.0 };
     let (per_poller, links) = health.state();
@@ -236,6 +238,7 @@ fn health_check(
         metrics::gauge!("dataplane_health", "check" => "link_down", "port" => p.to_string())
             .set(one(down));
     }
+    checks.increment(1);
 }
 
 pub(super) fn watch(

@@ -13,6 +13,7 @@ mod netif;
 mod packet_socket;
 pub mod privilege;
 mod thread;
+mod udp;
 mod xdp;
 
 pub use cpu::prefetch;
@@ -25,6 +26,7 @@ pub use thread::{
     current_thread_affinity, gettid, pin_current_thread, set_fifo, set_sched_idle,
     set_thread_affinity, set_timer_slack, thread_cpu_ns,
 };
+pub use udp::{enable_pktinfo, recv_with_ifindex};
 pub use xdp::{
     force_rcvbuf, poll_readable, pollfd_in, xdp_link_create, xsk_is_zerocopy, xsk_set_tx_budget,
     xsk_statistics,

@@ -28,6 +28,12 @@ pub enum TelemetryError {
         /// What went wrong.
         why: String,
     },
+    /// Nothing listens on a metrics endpoint (connection refused).
+    #[error("reading metrics from {addr}: nothing listens there (is `dataplane run --metrics` running?)")]
+    NotListening {
+        /// The endpoint.
+        addr: SocketAddr,
+    },
     /// The exporter could not start (address in use, a recorder already installed).
     #[error("starting the Prometheus exporter on {addr}: {why}")]
     Exporter {
@@ -135,6 +141,11 @@ fn describe() {
     describe_gauge!(
         "dataplane_health",
         "1 while a health check fails: check = stalled (a poller with frames waiting makes no progress), fill_empty (a fill ring empty for over a second), link_down."
+    );
+    describe_counter!(
+        "dataplane_health_checks_total",
+        Unit::Count,
+        "Health samples taken (every 250 ms): a watcher (`dataplane announce`) that sees it stop counting knows the gauges are stale."
     );
     describe_gauge!(
         "dataplane_fib_generation",

@@ -22,19 +22,38 @@ pub struct Sample {
 
 /// GET /metrics from `addr`: the body.
 pub fn fetch(addr: SocketAddr) -> Result<String, TelemetryError> {
+    fetch_within(addr, Duration::from_secs(2), Duration::from_secs(5))
+}
+
+/// GET /metrics from `addr`, giving up on connecting after `connect` and on each read after
+/// `read` (a stopped process's listener still accepts: the kernel completes the handshake,
+/// nobody answers). Nothing listening is its own error, [`TelemetryError::NotListening`].
+pub fn fetch_within(
+    addr: SocketAddr,
+    connect: Duration,
+    read: Duration,
+) -> Result<String, TelemetryError> {
     let fail = |why: String| TelemetryError::Scrape { addr, why };
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| {
-        fail(format!(
-            "connect: {e} (is `dataplane run --metrics` running?)"
-        ))
+    let mut s = TcpStream::connect_timeout(&addr, connect).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::ConnectionRefused {
+            TelemetryError::NotListening { addr }
+        } else {
+            fail(format!("connect: {e}"))
+        }
     })?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))
+    s.set_read_timeout(Some(read))
         .map_err(|e| fail(e.to_string()))?;
     s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
         .map_err(|e| fail(format!("request: {e}")))?;
     let mut text = String::new();
-    s.read_to_string(&mut text)
-        .map_err(|e| fail(format!("response: {e}")))?;
+    s.read_to_string(&mut text).map_err(|e| {
+        fail(match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                format!("no answer within {} ms", read.as_millis())
+            }
+            _ => format!("response: {e}"),
+        })
+    })?;
     match text.split_once("\r\n\r\n") {
         Some((head, body)) if head.contains(" 200") => Ok(body.to_string()),
         Some((head, _)) => Err(fail(format!(

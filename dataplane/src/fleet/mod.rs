@@ -1,0 +1,609 @@
+//! A fleet on one machine (docs/FLEET.md, `dataplane fleet-demo`): two appliances behind an
+//! upstream router that spreads flows over them with ECMP, each announcing the service prefix
+//! over BGP (BIRD) only while its dataplane is healthy (`dataplane announce`).
+//!
+//! ```text
+//!                               ns P-a: dataplane + BIRD + announce
+//!  ns P-cl          ns P-up   ┌ P-u1 10.0.12.1 ── P-a0 10.0.12.2 | P-a1 10.0.22.1 ── P-s1 10.0.22.2 ┐ ns P-sv
+//!  P-c0 10.0.1.2 ── P-u0      │     BIRD, ECMP, BFD                                                  │ 10.9.0.1
+//!                  10.0.1.1   └ P-u2 10.0.13.1 ── P-b0 10.0.13.2 | P-b1 10.0.23.1 ── P-s2 10.0.23.2 ┘ (service)
+//!                               ns P-b: dataplane + BIRD + announce
+//! ```
+//!
+//! The BIRD configs are the examples in config/fleet/, used as they are (the namespaces make
+//! the fixed addresses safe to reuse side by side); interface names carry the prefix.
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub mod report;
+pub mod traffic;
+
+/// The service prefix both appliances announce.
+pub const SERVICE_PREFIX: &str = "10.9.0.0/24";
+/// The server's service address (on its loopback).
+pub const SERVICE_ADDR: &str = "10.9.0.1";
+/// The client's address.
+pub const CLIENT_ADDR: &str = "10.0.1.2";
+/// The kernel table the announcers keep the service prefix in (config/fleet/*.bird.conf).
+pub const ANNOUNCE_TABLE: u32 = 100;
+/// Each appliance's metrics endpoint, inside its namespace.
+const METRICS: &str = "127.0.0.1:9100";
+
+const UPSTREAM_BIRD: &str = include_str!("../../../config/fleet/upstream.bird.conf");
+const APPLIANCE_BIRD: [&str; 2] = [
+    include_str!("../../../config/fleet/appliance-a.bird.conf"),
+    include_str!("../../../config/fleet/appliance-b.bird.conf"),
+];
+
+/// One appliance's addresses: (towards the upstream, the upstream's side), (towards the
+/// server, the server's side).
+const APPLIANCE_ADDRS: [[(&str, &str); 2]; 2] = [
+    [("10.0.12.2", "10.0.12.1"), ("10.0.22.1", "10.0.22.2")],
+    [("10.0.13.2", "10.0.13.1"), ("10.0.23.1", "10.0.23.2")],
+];
+
+/// The appliances' names.
+pub const APPLIANCES: [&str; 2] = ["a", "b"];
+
+/// A fleet step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// The prefix would make names too long for the kernel, or has odd characters.
+    #[error("fleet prefix `{0}` must be 1-10 characters of [a-z0-9]")]
+    BadPrefix(String),
+    /// A command failed.
+    #[error("`{cmd}` failed: {why}")]
+    Command {
+        /// The command line.
+        cmd: String,
+        /// What it printed, or why it could not run.
+        why: String,
+    },
+    /// A file could not be written.
+    #[error("writing {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The fleet did not come up in time.
+    #[error("the fleet was not ready after {secs} s: {what}")]
+    NotReady {
+        /// How long it waited.
+        secs: u64,
+        /// What was missing (and where the logs are).
+        what: String,
+    },
+    /// The traffic threads failed.
+    #[error("traffic: {0}")]
+    Traffic(String),
+}
+
+/// What happens to appliance a's dataplane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fault {
+    /// SIGSTOP, then SIGCONT: a stalled dataplane whose box, BGP and BFD stay up.
+    Stop,
+    /// SIGKILL, then started again: a crash.
+    Kill,
+}
+
+impl Fault {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Stop => "stop",
+            Fault::Kill => "kill",
+        }
+    }
+}
+
+fn run(args: &[&str]) -> Result<String, FleetError> {
+    let cmd = || args.join(" ");
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| FleetError::Command {
+            cmd: cmd(),
+            why: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(FleetError::Command {
+            cmd: cmd(),
+            why: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A fleet's namespaces and processes; torn down (processes killed, namespaces and files
+/// removed) by [`Fleet::down`] or when dropped.
+#[derive(Debug)]
+pub struct Fleet {
+    prefix: String,
+    dir: PathBuf,
+    exe: PathBuf,
+    /// BIRD: upstream, a, b.
+    birds: Vec<Child>,
+    /// Each appliance's dataplane (None while killed).
+    dataplanes: [Option<Child>; 2],
+    /// Each appliance's announcer.
+    announcers: Vec<Child>,
+}
+
+impl Fleet {
+    /// Names for `prefix`; `exe` is the dataplane binary the appliances run. Nothing is
+    /// created yet.
+    pub fn new(prefix: &str, exe: &Path) -> Result<Fleet, FleetError> {
+        if prefix.is_empty()
+            || prefix.len() > 10
+            || !prefix
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        {
+            return Err(FleetError::BadPrefix(prefix.into()));
+        }
+        Ok(Fleet {
+            prefix: prefix.into(),
+            dir: std::env::temp_dir().join(format!("dataplane-fleet-{prefix}")),
+            exe: exe.to_path_buf(),
+            birds: Vec::new(),
+            dataplanes: [None, None],
+            announcers: Vec::new(),
+        })
+    }
+
+    /// A namespace's name: `cl`, `up`, `a`, `b`, `sv`.
+    pub fn ns(&self, role: &str) -> String {
+        format!("{}-{role}", self.prefix)
+    }
+
+    /// An interface's name.
+    pub fn ifname(&self, short: &str) -> String {
+        format!("{}-{short}", self.prefix)
+    }
+
+    /// The server's interface from appliance `i`.
+    pub fn server_if(&self, i: usize) -> String {
+        self.ifname(["s1", "s2"][i])
+    }
+
+    /// Where the configs and logs are.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn write(&self, name: &str, text: &str) -> Result<PathBuf, FleetError> {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).map_err(|source| FleetError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(path)
+    }
+
+    fn log(&self, name: &str) -> Result<Stdio, FleetError> {
+        let path = self.dir.join(name);
+        let f =
+            std::fs::File::create(&path).map_err(|source| FleetError::Write { path, source })?;
+        Ok(Stdio::from(f))
+    }
+
+    fn spawn(&self, ns: &str, args: &[&str], log: &str) -> Result<Child, FleetError> {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).args(args);
+        c.stdin(Stdio::null())
+            .stdout(self.log(log)?)
+            .stderr(self.log(&format!("{log}.err"))?);
+        c.spawn().map_err(|e| FleetError::Command {
+            cmd: format!("ip netns exec {ns} {}", args.join(" ")),
+            why: e.to_string(),
+        })
+    }
+
+    /// Builds the namespaces and links, and starts BIRD, the dataplanes and the announcers.
+    /// Returns once they are started; [`Fleet::wait_ready`] waits for the routes.
+    pub fn up(&mut self) -> Result<(), FleetError> {
+        self.down();
+        std::fs::create_dir_all(&self.dir).map_err(|source| FleetError::Write {
+            path: self.dir.clone(),
+            source,
+        })?;
+        for role in ["cl", "up", "a", "b", "sv"] {
+            let ns = self.ns(role);
+            run(&["ip", "netns", "add", &ns])?;
+            run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+        }
+        let links = [
+            ("cl", "c0", "up", "u0"),
+            ("up", "u1", "a", "a0"),
+            ("up", "u2", "b", "b0"),
+            ("a", "a1", "sv", "s1"),
+            ("b", "b1", "sv", "s2"),
+        ];
+        for (n1, i1, n2, i2) in links {
+            let (ns1, ns2) = (self.ns(n1), self.ns(n2));
+            let (if1, if2) = (self.ifname(i1), self.ifname(i2));
+            run(&[
+                "ip", "link", "add", &if1, "netns", &ns1, "type", "veth", "peer", "name", &if2,
+                "netns", &ns2,
+            ])?;
+            run(&["ip", "-n", &ns1, "link", "set", &if1, "up"])?;
+            run(&["ip", "-n", &ns2, "link", "set", &if2, "up"])?;
+        }
+        let addr = |role: &str, short: &str, a: &str| -> Result<(), FleetError> {
+            run(&[
+                "ip",
+                "-n",
+                &self.ns(role),
+                "addr",
+                "add",
+                a,
+                "dev",
+                &self.ifname(short),
+            ])
+            .map(drop)
+        };
+        addr("cl", "c0", "10.0.1.2/24")?;
+        addr("up", "u0", "10.0.1.1/24")?;
+        addr("up", "u1", "10.0.12.1/24")?;
+        addr("up", "u2", "10.0.13.1/24")?;
+        for (i, role) in APPLIANCES.iter().enumerate() {
+            let [(up_side, _), (sv_side, server)] = APPLIANCE_ADDRS[i];
+            addr(role, &format!("{role}0"), &format!("{up_side}/24"))?;
+            addr(role, &format!("{role}1"), &format!("{sv_side}/24"))?;
+            addr("sv", ["s1", "s2"][i], &format!("{server}/24"))?;
+            let ns = self.ns(role);
+            run(&[
+                "ip",
+                "-n",
+                &ns,
+                "route",
+                "add",
+                SERVICE_PREFIX,
+                "via",
+                server,
+            ])?;
+            let upstream = APPLIANCE_ADDRS[i][0].1;
+            run(&[
+                "ip",
+                "-n",
+                &ns,
+                "route",
+                "add",
+                "10.0.1.0/24",
+                "via",
+                upstream,
+            ])?;
+        }
+        let sv = self.ns("sv");
+        run(&[
+            "ip",
+            "-n",
+            &sv,
+            "addr",
+            "add",
+            &format!("{SERVICE_ADDR}/32"),
+            "dev",
+            "lo",
+        ])?;
+        run(&[
+            "ip",
+            "-n",
+            &sv,
+            "route",
+            "add",
+            "10.0.1.0/24",
+            "nexthop",
+            "via",
+            "10.0.22.1",
+            "nexthop",
+            "via",
+            "10.0.23.1",
+        ])?;
+        run(&[
+            "ip",
+            "-n",
+            &self.ns("cl"),
+            "route",
+            "add",
+            "default",
+            "via",
+            "10.0.1.1",
+        ])?;
+        // The upstream and the appliances forward (the appliances' kernels take what their
+        // dataplane passes up); the upstream hashes flows, not address pairs, over its paths;
+        // the server takes a flow from either appliance.
+        let sysctl = |role: &str, kv: &str| -> Result<(), FleetError> {
+            run(&["ip", "netns", "exec", &self.ns(role), "sysctl", "-qw", kv]).map(drop)
+        };
+        for role in ["up", "a", "b"] {
+            sysctl(role, "net.ipv4.ip_forward=1")?;
+        }
+        sysctl("up", "net.ipv4.fib_multipath_hash_policy=1")?;
+        for k in ["all", "default", &self.ifname("s1"), &self.ifname("s2")] {
+            sysctl("sv", &format!("net.ipv4.conf.{k}.rp_filter=0"))?;
+        }
+        // Checksums filled in by the sender's stack, as a NIC would put them on the wire: a
+        // veth otherwise leaves UDP checksums to "offload", which an XDP redirect never does,
+        // and the server drops the frames as corrupt.
+        for (role, short) in [("cl", "c0"), ("up", "u1"), ("up", "u2")] {
+            run(&[
+                "ip",
+                "netns",
+                "exec",
+                &self.ns(role),
+                "ethtool",
+                "-K",
+                &self.ifname(short),
+                "tx",
+                "off",
+            ])?;
+        }
+        // Neighbours resolved before any traffic (the first frame to an unresolved neighbour
+        // waits for the kernel's ARP).
+        for i in 0..2 {
+            let ns = self.ns(APPLIANCES[i]);
+            run(&[
+                "ip",
+                "netns",
+                "exec",
+                &ns,
+                "ping",
+                "-c1",
+                "-W1",
+                APPLIANCE_ADDRS[i][1].1,
+            ])?;
+            run(&[
+                "ip",
+                "netns",
+                "exec",
+                &ns,
+                "ping",
+                "-c1",
+                "-W1",
+                APPLIANCE_ADDRS[i][0].1,
+            ])?;
+        }
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.ns("cl"),
+            "ping",
+            "-c1",
+            "-W1",
+            "10.0.1.1",
+        ])?;
+        self.start_birds()?;
+        for (i, role) in APPLIANCES.iter().enumerate() {
+            self.start_dataplane(i)?;
+            let ns = self.ns(role);
+            let exe = self.exe.display().to_string();
+            let table = ANNOUNCE_TABLE.to_string();
+            let args = [
+                exe.as_str(),
+                "announce",
+                "--metrics",
+                METRICS,
+                "--prefix",
+                SERVICE_PREFIX,
+                "--table",
+                &table,
+            ];
+            let c = self.spawn(&ns, &args, &format!("announce-{}.log", role))?;
+            self.announcers.push(c);
+        }
+        Ok(())
+    }
+
+    fn start_birds(&mut self) -> Result<(), FleetError> {
+        let confs = [
+            ("up", UPSTREAM_BIRD),
+            ("a", APPLIANCE_BIRD[0]),
+            ("b", APPLIANCE_BIRD[1]),
+        ];
+        for (role, text) in confs {
+            let conf = self.write(&format!("bird-{role}.conf"), text)?;
+            let sock = self.dir.join(format!("bird-{role}.ctl"));
+            let (conf, sock) = (conf.display().to_string(), sock.display().to_string());
+            let args = ["bird", "-f", "-c", conf.as_str(), "-s", sock.as_str()];
+            let c = self.spawn(&self.ns(role), &args, &format!("bird-{role}.log"))?;
+            self.birds.push(c);
+        }
+        Ok(())
+    }
+
+    /// The dataplane config of appliance `i` (config/fleet/appliance.toml with this fleet's
+    /// interfaces and one unpinned poller).
+    pub fn dataplane_config(&self, i: usize) -> String {
+        let role = APPLIANCES[i];
+        format!(
+            "# Appliance {role} of fleet `{p}` (written by `dataplane fleet-demo`).\n\
+             [dataplane]\nmode = \"l3fwd\"\nroutes = \"kernel\"\n\n\
+             [[interfaces]]\nname = \"{p}-{role}0\"\n[[interfaces]]\nname = \"{p}-{role}1\"\n\n\
+             [[pollers]]\nqueues = [0]\n",
+            p = self.prefix
+        )
+    }
+
+    fn start_dataplane(&mut self, i: usize) -> Result<(), FleetError> {
+        let role = APPLIANCES[i];
+        let conf = self.write(&format!("dataplane-{role}.toml"), &self.dataplane_config(i))?;
+        let (exe, conf) = (self.exe.display().to_string(), conf.display().to_string());
+        let args = [
+            exe.as_str(),
+            "run",
+            "--config",
+            conf.as_str(),
+            "--metrics",
+            METRICS,
+        ];
+        // Appended to, so a restart keeps the first run's log.
+        let log = self.dir.join(format!("dataplane-{role}.log"));
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(|source| FleetError::Write { path: log, source })?;
+        let err = out.try_clone().map_err(|source| FleetError::Write {
+            path: self.dir.clone(),
+            source,
+        })?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns(role)])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| FleetError::Command {
+                cmd: format!("dataplane run in {}", self.ns(role)),
+                why: e.to_string(),
+            })?;
+        self.dataplanes[i] = Some(child);
+        Ok(())
+    }
+
+    /// The upstream's next hops for the service prefix now (in its kernel's table).
+    pub fn upstream_next_hops(&self) -> Result<Vec<String>, FleetError> {
+        let out = run(&["ip", "-n", &self.ns("up"), "route", "show", SERVICE_PREFIX])?;
+        Ok(out
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .windows(2)
+            .filter(|w| w[0] == "via")
+            .map(|w| w[1].to_string())
+            .collect())
+    }
+
+    /// Waits until the upstream routes the service prefix over both appliances (every
+    /// daemon up, both dataplanes healthy and announced).
+    pub fn wait_ready(&self, timeout: Duration) -> Result<(), FleetError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let hops = self.upstream_next_hops()?;
+            if hops.len() == 2 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(FleetError::NotReady {
+                    secs: timeout.as_secs(),
+                    what: format!(
+                        "the upstream's next hops for {SERVICE_PREFIX} are {hops:?}, not both appliances (logs in {})",
+                        self.dir.display()
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn signal(&self, i: usize, sig: libc::c_int) -> Result<(), FleetError> {
+        let Some(c) = &self.dataplanes[i] else {
+            return Ok(());
+        };
+        let pid = c.id().to_string();
+        let name = if sig == libc::SIGSTOP {
+            "-STOP"
+        } else if sig == libc::SIGCONT {
+            "-CONT"
+        } else {
+            "-KILL"
+        };
+        run(&["kill", name, &pid]).map(drop)
+    }
+
+    /// Injects `fault` into appliance `i`'s dataplane.
+    pub fn fault(&mut self, i: usize, fault: Fault) -> Result<(), FleetError> {
+        match fault {
+            Fault::Stop => self.signal(i, libc::SIGSTOP),
+            Fault::Kill => {
+                self.signal(i, libc::SIGKILL)?;
+                if let Some(mut c) = self.dataplanes[i].take() {
+                    let _ = c.wait();
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Undoes `fault`: SIGCONT, or a fresh dataplane.
+    pub fn recover(&mut self, i: usize, fault: Fault) -> Result<(), FleetError> {
+        match fault {
+            Fault::Stop => self.signal(i, libc::SIGCONT),
+            Fault::Kill => self.start_dataplane(i),
+        }
+    }
+
+    /// What is left of this fleet on the machine: its namespaces, its processes (by their
+    /// config directory on the command line). Empty after [`Fleet::down`].
+    pub fn leftovers(&self) -> Vec<String> {
+        let mut left: Vec<String> = std::fs::read_dir("/run/netns")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!("{}-", self.prefix)))
+            .map(|n| format!("namespace {n}"))
+            .collect();
+        let dir = self.dir.display().to_string();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(&dir) {
+                left.push(format!(
+                    "process {}: {}",
+                    e.file_name().to_string_lossy(),
+                    cmd.trim()
+                ));
+            }
+        }
+        if self.dir.exists() {
+            left.push(format!("directory {dir}"));
+        }
+        left
+    }
+
+    /// Stops every process and removes the namespaces and files. Safe to call twice.
+    pub fn down(&mut self) {
+        // SIGKILL ends a stopped process too. The namespaces' deletion takes every route.
+        let mut children: Vec<Child> = self.announcers.drain(..).collect();
+        children.extend(self.dataplanes.iter_mut().filter_map(Option::take));
+        children.append(&mut self.birds);
+        for mut c in children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for role in ["cl", "up", "a", "b", "sv"] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.ns(role)])
+                .output();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// Keeps the logs: copies the config directory to `to` before it is removed.
+    pub fn keep_logs(&self, to: &Path) {
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            let _ = std::fs::create_dir_all(to);
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.extension()
+                    .is_some_and(|x| x == "log" || x == "err" || x == "toml")
+                {
+                    let _ = std::fs::copy(&p, to.join(e.file_name()));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.down();
+    }
+}

@@ -1,0 +1,107 @@
+//! A fleet behind ECMP (issue 22): two appliances (dataplane + BIRD + `dataplane announce`)
+//! behind an upstream BIRD router, in namespaces (`dataplane fleet-demo`). With both up the
+//! flows spread over both; a stalled (SIGSTOP) or crashed (SIGKILL) dataplane is withdrawn
+//! within a second and its flows move to the other appliance; once it is back, both carry
+//! traffic again; nothing is left behind. Needs root and bird (`make deps`).
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+/// Runs the demo with `fault` (short: 12 s of traffic, the fault at 4 s, undone at 8 s) and
+/// returns its fleet.json.
+fn fleet_run(prefix: &str, fault: &str) -> serde_json::Value {
+    let out = std::env::temp_dir().join(format!("dataplane-test-{prefix}"));
+    let _ = std::fs::remove_dir_all(&out);
+    let o = Command::new(bin())
+        .args(["fleet-demo", "--prefix", prefix, "--fault", fault])
+        .args(["--secs", "12", "--fault-at", "4", "--recover-at", "8"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("dataplane fleet-demo");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        o.status.success(),
+        "fleet-demo --fault {fault} failed:\n{text}"
+    );
+    eprintln!("{text}");
+    let json = std::fs::read_to_string(out.join("fleet.json")).expect("fleet.json");
+    assert!(out.join("fleet.svg").exists(), "no plot");
+    let _ = std::fs::remove_dir_all(&out);
+    serde_json::from_str(&json).expect("fleet.json parses")
+}
+
+fn f(v: &serde_json::Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing or null in {v}"))
+}
+
+/// What every fault must show.
+fn check(v: &serde_json::Value, fault: &str) {
+    let per_flow = f(&v["flows"], "pps_per_flow");
+    for i in 0..2 {
+        let before = v["share_before"][i].as_f64().expect("share");
+        let after = v["share_after"][i].as_f64().expect("share");
+        assert!(
+            before >= 30.0,
+            "{fault}: appliance {i} carried {before:.1} % before (>= 30 %)"
+        );
+        assert!(
+            after >= 30.0,
+            "{fault}: appliance {i} carried {after:.1} % after the return (>= 30 %)"
+        );
+    }
+    let withdraw = f(v, "withdraw_ms");
+    assert!(
+        withdraw <= 1000.0,
+        "{fault}: a's flows reached b only after {withdraw} ms"
+    );
+    // The loss: at most a second of the moved flows' datagrams.
+    let on_a = f(v, "flows_on_a");
+    let lost_fault = f(v, "lost_fault");
+    assert!(
+        lost_fault <= on_a * per_flow,
+        "{fault}: {lost_fault} datagrams lost at the fault, over 1 s of a's {on_a} flows"
+    );
+    // Steady state and the return lose (almost) nothing.
+    let sent = f(v, "sent");
+    for key in ["lost_before", "lost_recovery"] {
+        assert!(
+            f(v, key) <= sent * 0.001,
+            "{fault}: {key} = {} of {sent}",
+            f(v, key)
+        );
+    }
+    assert!(
+        f(v, "return_ms") < 4000.0,
+        "{fault}: a carried traffic again only after {} ms",
+        f(v, "return_ms")
+    );
+}
+
+#[test]
+fn fleet_withdraws_a_stalled_or_killed_dataplane_and_takes_it_back() {
+    if !root_or_skip("fleet_withdraws_a_stalled_or_killed_dataplane_and_takes_it_back") {
+        return;
+    }
+    let prefix = format!("fl{}", std::process::id() % 100_000);
+    for fault in ["stop", "kill"] {
+        let v = fleet_run(&prefix, fault);
+        check(&v, fault);
+        let left: Vec<String> = std::fs::read_dir("/run/netns")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!("{prefix}-")))
+            .collect();
+        assert!(left.is_empty(), "{fault}: namespaces left behind: {left:?}");
+    }
+}

@@ -12,8 +12,8 @@ use dataplane::fleet::traffic::{self, Flows};
 use dataplane::fleet::{Fault, Fleet};
 
 /// Run a fleet of two appliances behind an ECMP upstream (BIRD, BGP + BFD) in network
-/// namespaces, send paced UDP flows through it, stall or kill appliance a's dataplane and
-/// bring it back; print each appliance's share, the loss and the times to withdraw and
+/// namespaces, send paced UDP flows through it, stall or kill appliance a's dataplane or
+/// cut its link, and bring it back; print each appliance's share, the loss and the times to withdraw and
 /// return; write fleet.json, fleet.md and fleet.svg. Leaves nothing behind.
 #[derive(clap::Args)]
 pub struct FleetArgs {
@@ -23,8 +23,8 @@ pub struct FleetArgs {
     /// Seconds of traffic.
     #[arg(long, default_value_t = 30.0)]
     secs: f64,
-    /// What happens to appliance a's dataplane: stop (SIGSTOP, then SIGCONT) or kill
-    /// (SIGKILL, then started again).
+    /// What happens to appliance a: stop (its dataplane SIGSTOPped, then SIGCONT), kill
+    /// (SIGKILL, then started again) or link (its link to the servers down, then up).
     #[arg(long, value_enum, default_value = "stop")]
     fault: FaultArg,
     /// When the fault comes, seconds into the traffic.
@@ -48,6 +48,7 @@ pub struct FleetArgs {
 enum FaultArg {
     Stop,
     Kill,
+    Link,
 }
 
 pub fn main(a: FleetArgs) -> Result<()> {
@@ -69,6 +70,7 @@ pub fn main(a: FleetArgs) -> Result<()> {
     let fault = match a.fault {
         FaultArg::Stop => Fault::Stop,
         FaultArg::Kill => Fault::Kill,
+        FaultArg::Link => Fault::Link,
     };
     let exe = std::env::current_exe().context("the dataplane binary's path")?;
     let mut fleet = Fleet::new(&a.prefix, &exe)?;
@@ -134,16 +136,13 @@ fn run(
             let until = |d: Duration| std::thread::sleep(d.saturating_sub(start.elapsed()));
             until(fault_at);
             eprintln!(
-                "fleet: {:.1} s: appliance a's dataplane: {}",
+                "fleet: {:.1} s: appliance a: {}",
                 fault_at.as_secs_f64(),
                 fault.name()
             );
             fleet.fault(0, fault)?;
             until(recover_at);
-            eprintln!(
-                "fleet: {:.1} s: appliance a's dataplane back",
-                recover_at.as_secs_f64()
-            );
+            eprintln!("fleet: {:.1} s: appliance a back", recover_at.as_secs_f64());
             fleet.recover(0, fault)
         },
     )?;

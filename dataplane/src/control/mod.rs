@@ -460,7 +460,13 @@ impl Control {
                 name,
                 up,
                 mtu,
-            } => self.link(add, ifindex, &name, up, mtu),
+            } => {
+                if self.link(add, ifindex, &name, up, mtu) && kernel {
+                    if let Some(port) = self.by_ifindex.get(&ifindex).copied() {
+                        self.resolve_gateways(port, ifindex);
+                    }
+                }
+            }
             Event::Address {
                 add,
                 ifindex,
@@ -560,7 +566,8 @@ impl Control {
         }
     }
 
-    fn link(&mut self, add: bool, ifindex: u32, name: &str, up: bool, mtu: Option<u32>) {
+    /// A port's link changed (or was deleted, or created again); true when it came back up.
+    fn link(&mut self, add: bool, ifindex: u32, name: &str, up: bool, mtu: Option<u32>) -> bool {
         let Some(&port) = self.by_ifindex.get(&ifindex) else {
             if add {
                 if let Some(i) = self.spec.ports.iter().position(|p| p.name == name) {
@@ -569,7 +576,7 @@ impl Control {
                     }
                 }
             }
-            return;
+            return false;
         };
         let i = usize::from(port);
         let was = self.link_up.get(i).copied().flatten();
@@ -577,7 +584,7 @@ impl Control {
             if let Some(state) = self.reopening.get_mut(&port) {
                 // Still reopening: remember its state for when it resumes.
                 *state = (mtu.unwrap_or(state.0), up);
-                return;
+                return false;
             }
         } else {
             self.reopening.remove(&port);
@@ -599,7 +606,7 @@ impl Control {
             // The kernel flushes IPv4 routes through a deleted (or downed) device without a
             // notification: re-read its tables.
             self.resync_wanted = true;
-            return;
+            return false;
         }
         let mtu = mtu
             .or_else(|| self.spec.rib.table().port(port).map(|(m, _)| m))
@@ -621,6 +628,7 @@ impl Control {
         if let Some(s) = self.link_up.get_mut(i) {
             *s = Some(up);
         }
+        was == Some(false) && up
     }
 
     /// A kernel route added or removed. Among routes of one prefix the lowest metric is in
@@ -734,6 +742,27 @@ impl Control {
                     }
                 }
             }
+        }
+    }
+
+    /// A link back up (kernel mode): asks the kernel to resolve the gateways of the routes out
+    /// of it now, so the first frames after it comes back are not dropped as `resolving`.
+    fn resolve_gateways(&mut self, port: u16, ifindex: u32) {
+        let Some(nl) = self.requests.as_mut() else {
+            return;
+        };
+        let gateways = self.spec.rib.unresolved_gateways(port);
+        let now = Instant::now();
+        let mut failed = Vec::new();
+        for ip in gateways.into_iter().take(256) {
+            self.asked.insert(ip, now);
+            self.spec.status.resolve_requests.fetch_add(1, Relaxed);
+            if let Err(e) = nl.resolve(ifindex, ip) {
+                failed.push(format!("control: resolving {ip}: {e}"));
+            }
+        }
+        for f in failed {
+            self.warn(f);
         }
     }
 

@@ -178,6 +178,31 @@ impl Rib {
         Vec::new()
     }
 
+    /// The gateways of the routes out of `port` whose neighbour is not reachable (a link that
+    /// comes back up has lost them: the kernel flushes a device's neighbours on carrier loss).
+    pub fn unresolved_gateways(&self, port: u16) -> Vec<IpAddr> {
+        let mut out: Vec<IpAddr> = self
+            .routes
+            .values()
+            .filter_map(|(kind, _, _)| match kind {
+                RouteKind::Via(paths) => Some(paths),
+                _ => None,
+            })
+            .flatten()
+            .filter(|(p, gw)| {
+                *p == port
+                    && self
+                        .neighbours
+                        .get(&(*p, *gw))
+                        .is_none_or(|n| n.state != HopState::Reachable)
+            })
+            .map(|(_, gw)| *gw)
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     fn neighbour_state(&self, port: u16, ip: IpAddr) -> (HopState, MacAddr) {
         self.neighbours
             .get(&(port, ip))

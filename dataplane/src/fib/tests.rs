@@ -376,3 +376,24 @@ fn an_ipv6_lookup_split_over_a_burst_answers_a_version() {
     w.remove_route(ip("2001:db8:0:1::"), 64);
     assert_eq!(online.routes().target_v6(dst), Some(d));
 }
+
+#[test]
+fn unresolved_gateways_are_those_of_the_port_without_a_mac() {
+    let mut r = rib();
+    let (gw1, gw2, gw0) = (ip("198.19.0.1"), ip("198.19.0.2"), ip("198.18.0.1"));
+    r.set_route(ip("10.0.0.0"), 24, RouteKind::Via(vec![(1, gw1), (1, gw2)]))
+        .expect("multipath");
+    r.set_route(ip("10.0.1.0"), 24, RouteKind::Via(vec![(1, gw1)]))
+        .expect("via");
+    r.set_route(ip("10.0.2.0"), 24, RouteKind::Via(vec![(0, gw0)]))
+        .expect("via");
+    assert_eq!(
+        r.unresolved_gateways(1),
+        vec![gw1, gw2],
+        "each once, port 1's only"
+    );
+    assert_eq!(r.unresolved_gateways(0), vec![gw0]);
+    r.set_neighbour(1, gw1, HopState::Reachable, [2, 0, 0, 0, 1, 1])
+        .expect("neighbour");
+    assert_eq!(r.unresolved_gateways(1), vec![gw2]);
+}

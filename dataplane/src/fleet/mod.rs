@@ -89,6 +89,9 @@ pub enum Fault {
     Stop,
     /// SIGKILL, then started again: a crash.
     Kill,
+    /// The appliance's link to the server down, then up: the dataplane runs but its egress
+    /// is gone (its own health check, `link_down`, fails).
+    Link,
 }
 
 impl Fault {
@@ -97,6 +100,7 @@ impl Fault {
         match self {
             Fault::Stop => "stop",
             Fault::Kill => "kill",
+            Fault::Link => "link",
         }
     }
 }
@@ -528,14 +532,31 @@ impl Fleet {
                 }
                 Ok(())
             }
+            Fault::Link => self.server_link(i, "down"),
         }
     }
 
-    /// Undoes `fault`: SIGCONT, or a fresh dataplane.
+    /// Sets the server's end of appliance `i`'s server link down or up (the appliance's end
+    /// loses or regains its carrier).
+    fn server_link(&self, i: usize, state: &str) -> Result<(), FleetError> {
+        run(&[
+            "ip",
+            "-n",
+            &self.ns("sv"),
+            "link",
+            "set",
+            &self.server_if(i),
+            state,
+        ])
+        .map(drop)
+    }
+
+    /// Undoes `fault`: SIGCONT, a fresh dataplane, the link up.
     pub fn recover(&mut self, i: usize, fault: Fault) -> Result<(), FleetError> {
         match fault {
             Fault::Stop => self.signal(i, libc::SIGCONT),
             Fault::Kill => self.start_dataplane(i),
+            Fault::Link => self.server_link(i, "up"),
         }
     }
 

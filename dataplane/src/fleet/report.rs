@@ -228,11 +228,13 @@ impl Outcome {
             }
         };
         let (undo, what) = match self.fault {
-            Fault::Stop => ("SIGCONT", "SIGSTOP"),
-            Fault::Kill => ("restarted", "SIGKILL"),
+            Fault::Stop => ("dataplane SIGCONT", "dataplane SIGSTOP"),
+            Fault::Kill => ("dataplane restarted", "dataplane SIGKILL"),
+            Fault::Link => ("server link up", "server link down"),
         };
-        let mut s = format!(
-            "{} flows x {} pps for {:.0} s; appliance a's dataplane: {what} at {:.1} s, {undo} at {:.1} s\n\n\
+        let mut s =
+            format!(
+            "{} flows x {} pps for {:.0} s; appliance a: {what} at {:.1} s, {undo} at {:.1} s\n\n\
              | appliance | share before the fault | share after the return |\n|---|---|---|\n",
             self.flows.count, self.flows.pps_per_flow, self.secs, self.fault_at_s, self.recover_at_s
         );
@@ -280,10 +282,11 @@ impl Outcome {
         let mut chart = ChartBuilder::on(&root)
             .caption(
                 format!(
-                    "two appliances behind ECMP: a's dataplane {} at {:.0} s, back at {:.0} s",
+                    "two appliances behind ECMP: a {} at {:.0} s, back at {:.0} s",
                     match self.fault {
-                        Fault::Stop => "stopped",
-                        Fault::Kill => "killed",
+                        Fault::Stop => "stalled (SIGSTOP)",
+                        Fault::Kill => "killed (SIGKILL)",
+                        Fault::Link => "cut off from the servers",
                     },
                     self.fault_at_s,
                     self.recover_at_s
@@ -401,7 +404,8 @@ mod tests {
         assert_eq!(o.return_ms, Some(200.0));
         assert_eq!(o.share_before, [50.0, 50.0]);
         assert!(
-            o.table().contains("| a SIGSTOP | 1.0 s | 3 | 0.30 s |"),
+            o.table()
+                .contains("| a dataplane SIGSTOP | 1.0 s | 3 | 0.30 s |"),
             "{}",
             o.table()
         );

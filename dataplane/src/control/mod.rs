@@ -461,10 +461,10 @@ impl Control {
                 up,
                 mtu,
             } => {
-                if self.link(add, ifindex, &name, up, mtu) && kernel {
-                    if let Some(port) = self.by_ifindex.get(&ifindex).copied() {
-                        self.resolve_gateways(port, ifindex);
-                    }
+                let back_up = self.link(add, ifindex, &name, up, mtu);
+                match self.by_ifindex.get(&ifindex).copied() {
+                    Some(port) if back_up && kernel => self.resolve_gateways(port, ifindex),
+                    _ => {}
                 }
             }
             Event::Address {

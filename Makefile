@@ -6,7 +6,7 @@ DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool ipu
 	procps util-linux python3 libhwloc-dev libudev-dev traceroute iputils-tracepath iperf3 bird2 stress-ng man-db \
 	prometheus
 
-.PHONY: deps build test test-loaded loom stress sanitize vmtest vmbench demo bench lint fmt clean fuzz fuzz-ci install
+.PHONY: deps build test test-loaded loom stress sanitize vmtest vmbench demo fleet-demo bench lint fmt clean fuzz fuzz-ci install
 
 deps:
 	@scripts/deps.sh $(DEB_PACKAGES)
@@ -54,6 +54,13 @@ vmbench: build
 
 demo: build
 	scripts/demo.sh
+
+# Two appliances (dataplane + BIRD + `dataplane announce`) behind a BIRD upstream with ECMP and
+# BFD, in namespaces: 30 s of paced UDP flows, appliance a's dataplane stalled (SIGSTOP) at
+# 10 s and resumed at 20 s (FAULT=kill: SIGKILL and a restart; FAULT=link: its server link
+# down and up); the table, bench/out/fleet/fleet.svg and .json (docs/FLEET.md).
+fleet-demo: build
+	target/release/dataplane fleet-demo --fault $${FAULT:-stop} --out bench/out/fleet
 
 bench: build
 	for m in layouts ablation l2-vs-l3 batch; do \

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::{need_root, stop_flag};
+use super::stop_flag;
 use dataplane::announce::{Answer, Change, Judge, MarkerRoutes, Prefix, MARKER_PROTOCOL};
 use dataplane::telemetry::parse_listen;
 
@@ -40,7 +40,6 @@ pub struct AnnounceArgs {
 }
 
 pub fn main(a: AnnounceArgs) -> Result<()> {
-    need_root("announce (routes in a kernel table)")?;
     let addr = parse_listen(&a.metrics)?;
     if a.table == 0 || a.table == 253 || a.table == 254 || a.table == 255 {
         anyhow::bail!(
@@ -61,7 +60,9 @@ pub fn main(a: AnnounceArgs) -> Result<()> {
     let what = what.join(", ");
     // Whatever a previous watcher left behind goes first: nothing is announced until the
     // dataplane has been seen healthy.
-    routes.set(false).context("clearing old marker routes")?;
+    routes
+        .set(false)
+        .context("clearing old marker routes (routes need CAP_NET_ADMIN)")?;
     tracing::info!(
         "announce: watching {addr}; {what} in table {} (proto {MARKER_PROTOCOL}) while healthy",
         a.table

@@ -117,3 +117,95 @@ fn man_pages_render() {
     assert!(text.contains("--apply-irq"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every `dataplane <command> ...` line in the code blocks of the README and docs/ names a
+/// command the binary has, and every `--option` on it is one that command takes (checked
+/// against its `--help`): the docs cannot drift from the command line unnoticed.
+#[test]
+fn the_docs_command_examples_parse() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = vec![root.join("README.md")];
+    for e in std::fs::read_dir(root.join("docs")).expect("docs/") {
+        let p = e.expect("entry").path();
+        if p.extension().is_some_and(|x| x == "md") {
+            files.push(p);
+        }
+    }
+    let mut helps: std::collections::HashMap<Vec<String>, String> = Default::default();
+    let mut help = |path: &[String]| -> String {
+        helps
+            .entry(path.to_vec())
+            .or_insert_with(|| {
+                let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+                args.push("--help");
+                let (rc, out, err) = run(&args);
+                assert_eq!(rc, 0, "dataplane {}: {err}", args.join(" "));
+                out
+            })
+            .clone()
+    };
+    let mut checked = 0;
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("read");
+        let mut in_code = false;
+        for line in text.lines() {
+            if line.trim_start().starts_with("```") {
+                in_code = !in_code;
+                continue;
+            }
+            if !in_code {
+                continue;
+            }
+            // The command itself: what follows `dataplane` (or target/release/dataplane), up to
+            // a comment, a pipe or a redirection.
+            let cmd = line.split(" #").next().unwrap_or("");
+            let words: Vec<&str> = cmd.split_whitespace().collect();
+            let Some(at) = words
+                .iter()
+                .position(|w| *w == "dataplane" || w.ends_with("/dataplane"))
+            else {
+                continue;
+            };
+            let rest: Vec<&str> = words[at + 1..]
+                .iter()
+                .take_while(|w| !matches!(**w, ">" | "2>" | "|" | "&&" | ";" | ">>"))
+                .copied()
+                .collect();
+            let Some(sub) = rest
+                .first()
+                .filter(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+            else {
+                continue;
+            };
+            let mut path = vec![sub.to_string()];
+            let mut h = help(&path);
+            if h.contains("\nCommands:") {
+                if let Some(next) = rest
+                    .get(1)
+                    .filter(|w| !w.starts_with('-') && !w.contains('|'))
+                {
+                    path.push(next.to_string());
+                    h = help(&path);
+                }
+            }
+            for w in &rest {
+                let opt = w.trim_matches(|c| c == '[' || c == ']' || c == '|');
+                let opt = opt.split('=').next().unwrap_or(opt);
+                if opt.starts_with("--") && opt.len() > 2 {
+                    assert!(
+                        h.contains(&format!("{opt} ")) || h.contains(&format!("{opt}\n")),
+                        "{}: `{}`: dataplane {} has no {opt}",
+                        f.display(),
+                        line.trim(),
+                        path.join(" ")
+                    );
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 12,
+        "only {checked} command lines found in the docs"
+    );
+}

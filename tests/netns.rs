@@ -365,3 +365,40 @@ fn adaptive_idling_forwards_then_sleeps_when_quiet() {
     );
     assert_frames_accounted(&s);
 }
+
+#[test]
+fn sleep_and_busy_idle_modes_forward_and_idle_as_named() {
+    if !root_or_skip("sleep and busy idling") {
+        return;
+    }
+    let bed = Bed::up("tid", 1);
+    let t = &bed.0;
+    for idle in ["sleep", "busy"] {
+        let cfg = l3_config(t, &[(None, vec![0])]).replacen(
+            "[dataplane]\n",
+            &format!("[dataplane]\nidle = \"{idle}\"\n"),
+            1,
+        );
+        let dut = Dut::start(&bed, &cfg);
+        let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+        let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+        for i in 0..100u16 {
+            gen.send(&udp_v4(&spec(i))).expect("send");
+        }
+        let frames = capture(&sink, Duration::from_millis(300), Duration::from_secs(5));
+        // Quiet for half a second: `sleep` naps in poll(), `busy` never does.
+        std::thread::sleep(Duration::from_millis(500));
+        let s = dut.stop();
+        assert_eq!(
+            marked_frames(&frames).len(),
+            100,
+            "{idle}: every frame forwarded: {s}"
+        );
+        let sleeps = counter(&s, Counter::IdleSleeps);
+        match idle {
+            "busy" => assert_eq!(sleeps, 0, "busy polling never sleeps"),
+            _ => assert!(sleeps >= 5, "sleep mode naps when quiet: {sleeps} sleeps"),
+        }
+        assert_frames_accounted(&s);
+    }
+}

@@ -402,3 +402,43 @@ fn sleep_and_busy_idle_modes_forward_and_idle_as_named() {
         assert_frames_accounted(&s);
     }
 }
+
+#[test]
+fn generic_xdp_forwards_and_a_second_signal_exits_at_once() {
+    if !root_or_skip("generic XDP, second signal") {
+        return;
+    }
+    let bed = Bed::up("tgx", 1);
+    let t = &bed.0;
+    let cfg = l3_config(t, &[(None, vec![0])]).replacen(
+        "[dataplane]\n",
+        "[dataplane]\nxdp_mode = \"generic\"\n",
+        1,
+    );
+    let dut = Dut::start(&bed, &cfg);
+    assert!(
+        dut.log
+            .iter()
+            .any(|l| l.starts_with("attached xdp_steer (generic)")),
+        "attached in skb mode: {:?}",
+        dut.log
+    );
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    for i in 0..100u16 {
+        gen.send(&udp_v4(&spec(i))).expect("send");
+    }
+    let frames = capture(&sink, Duration::from_millis(300), Duration::from_secs(5));
+    assert_eq!(marked_frames(&frames).len(), 100, "every frame forwarded");
+    // A second SIGTERM while the first stop is under way exits at once, with status 1, and
+    // the kernel still detaches the programs (the bpf_links die with the process).
+    let status = dut.signal_twice();
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "second signal: exit 1 at once ({status})"
+    );
+    for ifname in [t.dut_in(), t.dut_out()] {
+        assert!(!has_xdp(&t.dut_ns(), &ifname), "{ifname}: XDP detached");
+    }
+}

@@ -238,6 +238,29 @@ impl Dut {
         let _ = child.wait();
     }
 
+    /// A SIGTERM, and a second one as soon as the first has been delivered (no longer
+    /// pending in /proc/PID/status: two pending signals would merge into one), while the
+    /// first stop is under way (it takes tens of ms); the exit status.
+    pub fn signal_twice(mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let pid = child.id().to_string();
+        let term = || Command::new("kill").args(["-TERM", &pid]).status();
+        let _ = term();
+        let pending = || {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            status.lines().any(|l| {
+                (l.starts_with("SigPnd:") || l.starts_with("ShdPnd:"))
+                    && u64::from_str_radix(l[7..].trim(), 16).unwrap_or(0) & (1 << 14) != 0
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while pending() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        let _ = term();
+        child.wait().expect("wait")
+    }
+
     /// SIGTERM, wait, and return the JSON summary.
     pub fn stop(mut self) -> serde_json::Value {
         let mut child = self.child.take().expect("running");

@@ -399,3 +399,88 @@ fn tracepath_sees_a_live_mtu_change_in_both_families() {
     assert!(drop_count(&s, DropReason::TooBig) >= 2, "{s}");
     assert_frames_accounted(&s);
 }
+
+#[test]
+fn unreachable_and_prohibit_routes_answer_with_their_icmp_errors() {
+    if !root_or_skip("unreachable and prohibit routes") {
+        return;
+    }
+    let bed = Bed::up("tup", 1);
+    let t = &bed.0;
+    for (kind, prefix) in [
+        ("unreachable", "203.0.113.0/24"),
+        ("prohibit", "198.51.100.0/24"),
+        ("unreachable", "2001:db8:1::/48"),
+        ("prohibit", "2001:db8:2::/48"),
+    ] {
+        let out = ns(&t.dut_ns(), &["ip", "route", "add", kind, prefix]);
+        assert!(
+            out.status.success(),
+            "ip route add {kind} {prefix}: {out:?}"
+        );
+    }
+    let dut = Dut::start(&bed, &kernel_config(t));
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    // (frame, IPv6, type, code): Linux's answers (RFC 1812 5.2.7.1, RFC 4443 3.1).
+    let cases = [
+        (
+            udp_v4(&FrameSpec {
+                dst4: "203.0.113.9".parse().expect("ip"),
+                ..spec(1)
+            }),
+            false,
+            3,
+            1,
+        ),
+        (
+            udp_v4(&FrameSpec {
+                dst4: "198.51.100.9".parse().expect("ip"),
+                ..spec(2)
+            }),
+            false,
+            3,
+            13,
+        ),
+        (
+            udp_v6(&FrameSpec {
+                dst6: "2001:db8:1::9".parse().expect("ip"),
+                ..spec(3)
+            }),
+            true,
+            1,
+            0,
+        ),
+        (
+            udp_v6(&FrameSpec {
+                dst6: "2001:db8:2::9".parse().expect("ip"),
+                ..spec(4)
+            }),
+            true,
+            1,
+            1,
+        ),
+    ];
+    for (f, v6, ty, code) in &cases {
+        gen.send(f).expect("send");
+        let got = icmp_errors(&capture(
+            &gen,
+            Duration::from_millis(300),
+            Duration::from_secs(3),
+        ));
+        assert_eq!(got.len(), 1, "one error for {ty}/{code}: {got:?}");
+        let e = &got[0];
+        assert_eq!((e.v6, e.ty, e.code), (*v6, *ty, *code));
+        let src = if *v6 {
+            testbed::DUT_IN_V6
+        } else {
+            testbed::DUT_IN_V4
+        };
+        assert_eq!(e.src, src, "from the ingress port's address");
+        assert_eq!(e.quote[..20], f[14..34], "quotes the packet");
+    }
+    let s = dut.stop();
+    assert_eq!(drop_count(&s, DropReason::Unreachable), 2, "{s}");
+    assert_eq!(drop_count(&s, DropReason::Prohibited), 2, "{s}");
+    assert_eq!(counter(&s, Counter::IcmpSent), 4, "{s}");
+    assert_frames_accounted(&s);
+}

@@ -895,3 +895,78 @@ fn foreign_routes_are_forwarded_by_the_kernel() {
     assert!(drop_count(&s, DropReason::NoRoute) >= 1, "{s}");
     assert_frames_accounted(&s);
 }
+
+#[test]
+fn static_multipath_spreads_ipv4_by_ports_and_ipv6_by_flow_label() {
+    if !root_or_skip("static multipath") {
+        return;
+    }
+    let bed = Bed::up("tsm", 1);
+    let t = &bed.0;
+    let o = t.dut_out();
+    let extra = format!(
+        "\n[[routes]]\nprefix = \"203.0.113.0/24\"\nvia = [\"{s4}\", \"198.19.0.3\"]\ndev = \"{o}\"\n\
+         \n[[routes]]\nprefix = \"2001:db8:5::/64\"\nvia = [\"{s6}\", \"2001:2:0:1::3\"]\ndev = \"{o}\"\n\
+         \n[[neighbours]]\nip = \"198.19.0.3\"\nmac = \"02:00:00:00:01:03\"\ndev = \"{o}\"\n\
+         \n[[neighbours]]\nip = \"2001:2:0:1::3\"\nmac = \"02:00:00:00:01:03\"\ndev = \"{o}\"\n",
+        s4 = testbed::SINK_V4,
+        s6 = testbed::SINK_V6,
+    );
+    let dut = Dut::start(&bed, &config(t, &extra));
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    // IPv4: 64 flows by source port. IPv6: 64 flows that differ only in their flow label
+    // (same addresses and ports): RFC 6438 lets a router spread them by the label alone.
+    let v6_flow = |label: u32| {
+        let mut f = udp_v6(&FrameSpec {
+            dst6: "2001:db8:5::9".parse().expect("ip"),
+            ..spec(7)
+        });
+        f[15] = (f[15] & 0xf0) | ((label >> 16) as u8 & 0x0f);
+        f[16] = (label >> 8) as u8;
+        f[17] = label as u8;
+        f
+    };
+    for _ in 0..4 {
+        for flow in 0..64u16 {
+            gen.send(&v4_to("203.0.113.9", 1000 + flow)).expect("send");
+            gen.send(&v6_flow(u32::from(flow) * 7919 + 1))
+                .expect("send");
+        }
+    }
+    let got = capture(&sink, Duration::from_millis(300), Duration::from_secs(3));
+    // Per family, flow -> the next hops' MACs it went to.
+    let mut paths: BTreeMap<(bool, u32), BTreeSet<[u8; 6]>> = BTreeMap::new();
+    for (v6, sport, f) in marked_frames(&got) {
+        let flow = if v6 {
+            u32::from_be_bytes([0, f[15] & 0x0f, f[16], f[17]])
+        } else {
+            u32::from(sport)
+        };
+        let mut dst = [0u8; 6];
+        dst.copy_from_slice(&f[..6]);
+        paths.entry((v6, flow)).or_default().insert(dst);
+    }
+    let frames: usize = marked_frames(&got).len();
+    assert_eq!(frames, 512, "every frame delivered");
+    for v6 in [false, true] {
+        let flows: Vec<&BTreeSet<[u8; 6]>> = paths
+            .iter()
+            .filter(|((f, _), _)| *f == v6)
+            .map(|(_, p)| p)
+            .collect();
+        assert_eq!(flows.len(), 64, "v6 {v6}: 64 flows");
+        assert!(
+            flows.iter().all(|p| p.len() == 1),
+            "v6 {v6}: a flow took two paths"
+        );
+        let used: BTreeSet<[u8; 6]> = flows.iter().copied().flatten().copied().collect();
+        assert_eq!(
+            used.len(),
+            2,
+            "v6 {v6}: both next hops get traffic: {used:?}"
+        );
+    }
+    let s = dut.stop();
+    assert_frames_accounted(&s);
+}

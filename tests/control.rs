@@ -970,3 +970,44 @@ fn static_multipath_spreads_ipv4_by_ports_and_ipv6_by_flow_label() {
     let s = dut.stop();
     assert_frames_accounted(&s);
 }
+
+#[test]
+fn an_address_added_to_the_box_goes_to_the_kernel_and_forwards_again_once_removed() {
+    if !root_or_skip("address removal") {
+        return;
+    }
+    let bed = Bed::up("tar", 1);
+    let t = &bed.0;
+    let mut dut = Dut::start(&bed, &kernel_config(t));
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    // 203.0.113.50 is routed to the sink: forwarded there while it is not the box's own.
+    dut_ip(t, &["route", "add", "203.0.113.0/24", "via", testbed::SINK_V4]);
+    let addr = "203.0.113.50";
+    assert!(
+        until_forwarded(&gen, &sink, &v4_to(addr, 1), Duration::from_secs(2)).is_some(),
+        "forwarded while not the box's"
+    );
+    dut_ip(t, &["addr", "add", &format!("{addr}/32"), "dev", "lo"]);
+    assert!(
+        dut.wait_log(&format!("address {addr} added"), Duration::from_secs(5)),
+        "{:?}",
+        dut.log_lines()
+    );
+    assert!(
+        until_stopped(&gen, &sink, |s| v4_to(addr, s), 100, Duration::from_secs(2)).is_some(),
+        "the box's own address: passed to the kernel, not forwarded"
+    );
+    dut_ip(t, &["addr", "del", &format!("{addr}/32"), "dev", "lo"]);
+    assert!(
+        dut.wait_log(&format!("address {addr} removed"), Duration::from_secs(5)),
+        "{:?}",
+        dut.log_lines()
+    );
+    assert!(
+        until_forwarded(&gen, &sink, &v4_to(addr, 2000), Duration::from_secs(2)).is_some(),
+        "forwarded again once removed"
+    );
+    let s = dut.stop();
+    assert_frames_accounted(&s);
+}

@@ -982,7 +982,10 @@ fn an_address_added_to_the_box_goes_to_the_kernel_and_forwards_again_once_remove
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());
     let gen = packet_socket(&t.gen_ns(), &t.gen_if());
     // 203.0.113.50 is routed to the sink: forwarded there while it is not the box's own.
-    dut_ip(t, &["route", "add", "203.0.113.0/24", "via", testbed::SINK_V4]);
+    dut_ip(
+        t,
+        &["route", "add", "203.0.113.0/24", "via", testbed::SINK_V4],
+    );
     let addr = "203.0.113.50";
     assert!(
         until_forwarded(&gen, &sink, &v4_to(addr, 1), Duration::from_secs(2)).is_some(),
@@ -1010,4 +1013,68 @@ fn an_address_added_to_the_box_goes_to_the_kernel_and_forwards_again_once_remove
     );
     let s = dut.stop();
     assert_frames_accounted(&s);
+}
+
+#[test]
+fn sighup_with_kernel_routes_keeps_the_kernel_table_and_counts_each_reload() {
+    if !root_or_skip("reload with kernel routes") {
+        return;
+    }
+    let bed = Bed::up("tkh", 1);
+    let t = &bed.0;
+    let cfg = kernel_config(t);
+    let mut dut = Dut::start(&bed, &cfg);
+    let path = std::env::temp_dir().join(format!("{}-dut.toml", t.prefix));
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let far = "203.0.113.7";
+    dut_ip(
+        t,
+        &["route", "add", "203.0.113.0/24", "via", testbed::SINK_V4],
+    );
+    assert!(until_forwarded(&gen, &sink, &v4_to(far, 1), Duration::from_secs(2)).is_some());
+    let pid = dut.pid().to_string();
+    let hup = || {
+        Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .expect("kill");
+    };
+    // The same file: applied; the routes stay the kernel's (nothing is cleared).
+    hup();
+    assert!(
+        dut.wait_log("reloaded", Duration::from_secs(2)),
+        "{:?}",
+        dut.log_lines()
+    );
+    assert!(until_forwarded(&gen, &sink, &v4_to(far, 2), Duration::from_secs(1)).is_some());
+    // Switching to static routes needs a restart: refused, the kernel's table stays.
+    std::fs::write(&path, config(t, "")).expect("write");
+    hup();
+    assert!(
+        dut.wait_log(
+            "dataplane.routes changed, which needs a restart",
+            Duration::from_secs(2)
+        ),
+        "{:?}",
+        dut.log_lines()
+    );
+    // A file that does not parse: refused too.
+    std::fs::write(&path, "[dataplane\n").expect("write");
+    hup();
+    let refused = |d: &mut Dut| {
+        d.log_lines()
+            .iter()
+            .filter(|l| l.contains("reload refused"))
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while refused(&mut dut) < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(refused(&mut dut), 2, "{:?}", dut.log_lines());
+    assert!(until_forwarded(&gen, &sink, &v4_to(far, 3), Duration::from_secs(1)).is_some());
+    let s = dut.stop();
+    assert_eq!(s["control"]["reloads"], 1, "{}", s["control"]);
+    assert_eq!(s["control"]["reloads_refused"], 2, "{}", s["control"]);
 }

@@ -1078,3 +1078,65 @@ fn sighup_with_kernel_routes_keeps_the_kernel_table_and_counts_each_reload() {
     assert_eq!(s["control"]["reloads"], 1, "{}", s["control"]);
     assert_eq!(s["control"]["reloads_refused"], 2, "{}", s["control"]);
 }
+
+#[test]
+fn a_netlink_overrun_rereads_the_kernels_tables() {
+    if !root_or_skip("netlink overrun") {
+        return;
+    }
+    let bed = Bed::up("tov", 1);
+    let t = &bed.0;
+    let mut dut = Dut::start(&bed, &kernel_config(t));
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    // Stopped, the control thread drains nothing: 150k route notifications overflow its
+    // 32 MiB receive buffer (ENOBUFS), and the changes in it are lost.
+    let pid = dut.pid().to_string();
+    let signal = |sig: &str| {
+        Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("kill");
+    };
+    signal("-STOP");
+    let batch = std::env::temp_dir().join(format!("{}-routes.batch", t.prefix));
+    let mut lines = String::new();
+    for i in 0..150_000u32 {
+        lines.push_str(&format!(
+            "route add {}.{}.{}.0/24 via {}\n",
+            20 + (i >> 16),
+            (i >> 8) & 0xff,
+            i & 0xff,
+            testbed::SINK_V4
+        ));
+    }
+    std::fs::write(&batch, lines).expect("write batch");
+    let out = ns(&t.dut_ns(), &["ip", "-batch", &batch.display().to_string()]);
+    let _ = std::fs::remove_file(&batch);
+    signal("-CONT");
+    assert!(out.status.success(), "ip -batch: {out:?}");
+    assert!(
+        dut.wait_log("netlink overrun", Duration::from_secs(20)),
+        "{:?}",
+        dut.log_lines()
+    );
+    // Re-read: the last route added (and the first) forward.
+    let last = format!(
+        "{}.{}.{}.9",
+        20 + (149_999u32 >> 16),
+        (149_999u32 >> 8) & 0xff,
+        149_999u32 & 0xff
+    );
+    for (dst, sport) in [(last.as_str(), 1u16), ("20.0.0.9", 2)] {
+        assert!(
+            until_forwarded(&gen, &sink, &v4_to(dst, sport), Duration::from_secs(20)).is_some(),
+            "{dst} forwarded after the re-read"
+        );
+    }
+    let s = dut.stop();
+    assert!(
+        s["control"]["resyncs"].as_u64().expect("resyncs") >= 1,
+        "{}",
+        s["control"]
+    );
+}

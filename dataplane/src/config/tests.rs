@@ -253,6 +253,29 @@ fn an_oversized_routes_file_is_refused_before_it_is_read() {
 }
 
 #[test]
+fn a_routes_file_of_more_than_4m_lines_is_refused_and_4m_are_read() {
+    let dir = std::env::temp_dir().join(format!("dp-routes-lines-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let text = GOOD.replace(
+        "mode = \"l3fwd\"",
+        "mode = \"l3fwd\"\nroutes_file = \"many.routes\"",
+    );
+    // Comment lines: cheap to write and parse, and they count as lines.
+    let at_limit = "#\n".repeat(ROUTES_FILE_MAX_LINES);
+    std::fs::write(dir.join("many.routes"), &at_limit).expect("write");
+    Config::parse_in(&text, "t", Some(&dir)).expect("4M lines are within the limit");
+    std::fs::write(dir.join("many.routes"), format!("{at_limit}#\n")).expect("write");
+    let e = Config::parse_in(&text, "t", Some(&dir))
+        .expect_err("one line too many")
+        .to_string();
+    assert!(
+        e.contains("dataplane.routes_file") && e.contains("more than 4000000 lines"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn more_interfaces_than_a_next_hop_can_name_are_refused() {
     let many: String = (0..=crate::fib::MAX_PORTS)
         .map(|i| format!("[[interfaces]]\nname = \"p{i}\"\n"))

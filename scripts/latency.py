@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""`make latency`: ping RTT and TCP through the DUT, the kernel and the dataplane side by side.
+
+On one gen <-> dut <-> sink testbed (`dataplane testbed up`), for the kernel's forwarding and
+for the dataplane in each idle mode (adaptive, the default; sleep; busy), in one run:
+  - ping RTT p50 / p99 / max over 1000 pings 2 ms apart, idle and under a background UDP load
+    (64-byte frames at half the dataplane's flat-out rate, measured first in the same run);
+  - iperf3 TCP, 1 and 8 streams, IPv4 and IPv6: Gbit/s and the sender's retransmits;
+  - the dataplane's drops by reason and its sockets' kernel counters over its whole run.
+Writes OUT/latency.md (the table), OUT/latency.json and OUT/rtt-cdf.svg (RTT distributions).
+Timings on a shared 2-vCPU VM are noisy: compare within one run.
+
+  scripts/latency.py [--out DIR] [--secs S] [--pings N] [--duts kernel,adaptive,sleep,busy]
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = "target/release/dataplane"
+SINK_V4, SINK_V6 = "198.19.0.1", "2001:2:0:1::1"
+IPERF_PORT = 5299
+
+
+def sh(*args, check=True, capture=True, timeout=None):
+    r = subprocess.run(args, capture_output=capture, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: {r.stderr.strip()}")
+    return r.stdout if capture else ""
+
+
+def in_ns(ns, *args):
+    return ["ip", "netns", "exec", ns, *args]
+
+
+def percentile(xs, p):
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    k = (len(xs) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+class Bed:
+    def __init__(self, prefix):
+        self.p = prefix
+        self.gen, self.dut, self.sink = f"{prefix}-gen", f"{prefix}-dut", f"{prefix}-sink"
+        self.procs = []
+
+    def up(self):
+        sh(BIN, "testbed", "up", "--prefix", self.p)
+
+    def down(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        sh(BIN, "testbed", "down", "--prefix", self.p, check=False)
+
+    def spawn(self, args, out, err):
+        p = subprocess.Popen(args, stdout=out, stderr=err, text=True)
+        self.procs.append(p)
+        return p
+
+
+def wait_for(path, needle, secs):
+    deadline = time.time() + secs
+    while time.time() < deadline:
+        try:
+            if needle in open(path).read():
+                return True
+        except FileNotFoundError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def ping(bed, n, v6=False):
+    dst = SINK_V6 if v6 else SINK_V4
+    out = sh(*in_ns(bed.gen, "ping", "-6" if v6 else "-4", "-n", "-c", str(n), "-i", "0.002", "-W", "1", dst),
+             check=False, timeout=n * 0.01 + 30)
+    rtts = [float(m) for m in re.findall(r"time=([0-9.]+) ms", out)]
+    return rtts, n - len(rtts)
+
+
+def iperf(bed, streams, secs, v6):
+    dst = SINK_V6 if v6 else SINK_V4
+    out = sh(*in_ns(bed.gen, "iperf3", "-c", dst, "-p", str(IPERF_PORT), "-t", str(secs), "-P", str(streams), "-J"),
+             check=False, timeout=secs + 30)
+    try:
+        j = json.loads(out)
+        return round(j["end"]["sum_received"]["bits_per_second"] / 1e9, 2), j["end"]["sum_sent"].get("retransmits", 0)
+    except (ValueError, KeyError):
+        return None, None
+
+
+def flat_out_rate(bed, tmp):
+    """The dataplane's (adaptive) forwarding rate with gen flat out, 64-byte frames, 16 flows."""
+    dut = start_dataplane(bed, tmp, "adaptive", metrics=9230)
+    gen = bed.spawn(in_ns(bed.gen, BIN, "gen", "--iface", f"{bed.p}-g0", "--duration", "4", "--flows", "16"),
+                    subprocess.DEVNULL, subprocess.DEVNULL)
+    time.sleep(1.0)
+    top = sh(*in_ns(bed.dut, BIN, "top", "--metrics", "9230", "--json", "--interval", "2"))
+    gen.wait()
+    stop(dut)
+    rows = json.loads(top)
+    pollers = rows.get("pollers", rows) if isinstance(rows, dict) else rows
+    return sum(r["tx_pps"] for r in pollers)
+
+
+def start_dataplane(bed, tmp, idle, metrics=None):
+    cfg = sh(BIN, "testbed", "config", "--prefix", bed.p, "--cpus", "1")
+    cfg = cfg.replace("[dataplane]\n", f'[dataplane]\nidle = "{idle}"\n', 1)
+    path = os.path.join(tmp, f"dut-{idle}.toml")
+    open(path, "w").write(cfg)
+    err = os.path.join(tmp, f"dut-{idle}.err")
+    args = [BIN, "run", "--config", path, "--interval", "0"]
+    if metrics:
+        args += ["--metrics", str(metrics)]
+    p = bed.spawn(in_ns(bed.dut, *args), open(os.path.join(tmp, f"dut-{idle}.out"), "w"), open(err, "w"))
+    if not wait_for(err, "attached", 20):
+        raise RuntimeError(f"dataplane ({idle}) did not attach: {open(err).read()}")
+    p.files = (os.path.join(tmp, f"dut-{idle}.out"), err)
+    return p
+
+
+def stop(p):
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def dataplane_notes(p):
+    """Drops by reason and the sockets' kernel counters from the run's final summary."""
+    text = open(p.files[0]).read() + open(p.files[1]).read()
+    notes = []
+    for line in text.splitlines():
+        if line.startswith("drops") or "rx_ring_full" in line or line.startswith("totals"):
+            notes.append(line.strip())
+    return notes
+
+
+def measure(bed, name, args, load_pps):
+    r = {"dut": name}
+    for v6 in (False, True):
+        fam = "v6" if v6 else "v4"
+        for streams in (1, 8):
+            r[f"tcp{streams}_{fam}"] = iperf(bed, streams, args.secs, v6)
+    r["rtt_idle"], r["ping_lost_idle"] = ping(bed, args.pings)
+    gen = bed.spawn(in_ns(bed.gen, BIN, "gen", "--iface", f"{bed.p}-g0", "--duration", str(int(args.pings * 0.004 + 10)),
+                          "--flows", "16", "--rate", str(int(load_pps))), subprocess.DEVNULL, subprocess.DEVNULL)
+    time.sleep(1.0)
+    r["rtt_load"], r["ping_lost_load"] = ping(bed, args.pings)
+    gen.kill()
+    gen.wait()
+    return r
+
+
+def cdf_svg(results, path):
+    """The RTT distributions (CDF), idle (solid) and loaded (dashed), one colour per DUT."""
+    w, h, ml, mb, mt, mr = 820, 460, 70, 50, 40, 190
+    xs = [x for r in results for k in ("rtt_idle", "rtt_load") for x in r[k]]
+    xmax = max(percentile(xs, 99.5), 0.05) * 1.1 if xs else 1.0
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
+    sx = lambda x: ml + (w - ml - mr) * min(x, xmax) / xmax
+    sy = lambda y: h - mb - (h - mb - mt) * y
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{w}" height="{h}" fill="white"/>',
+           f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="15">ping RTT through the DUT (CDF; solid idle, dashed under load)</text>']
+    for i in range(6):
+        x = xmax * i / 5
+        out.append(f'<line x1="{sx(x):.1f}" y1="{sy(0)}" x2="{sx(x):.1f}" y2="{sy(1)}" stroke="#ddd"/>')
+        out.append(f'<text x="{sx(x):.1f}" y="{h - mb + 16}" text-anchor="middle">{x:.3f}</text>')
+        y = i / 5
+        out.append(f'<line x1="{ml}" y1="{sy(y):.1f}" x2="{w - mr}" y2="{sy(y):.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{ml - 6}" y="{sy(y) + 4:.1f}" text-anchor="end">{y:.1f}</text>')
+    out.append(f'<text x="{(ml + w - mr) / 2}" y="{h - 10}" text-anchor="middle">RTT (ms)</text>')
+    out.append(f'<text x="16" y="{(h - mb + mt) / 2}" transform="rotate(-90 16 {(h - mb + mt) / 2})" text-anchor="middle">fraction of pings</text>')
+    for i, r in enumerate(results):
+        c = colours[i % len(colours)]
+        for key, dash in (("rtt_idle", ""), ("rtt_load", ' stroke-dasharray="6 4"')):
+            v = sorted(r[key])
+            if not v:
+                continue
+            pts = " ".join(f"{sx(x):.1f},{sy((k + 1) / len(v)):.1f}" for k, x in enumerate(v))
+            out.append(f'<polyline fill="none" stroke="{c}" stroke-width="2"{dash} points="{pts}"/>')
+        ly = mt + 20 * i
+        out.append(f'<line x1="{w - mr + 10}" y1="{ly}" x2="{w - mr + 34}" y2="{ly}" stroke="{c}" stroke-width="2"/>')
+        out.append(f'<text x="{w - mr + 40}" y="{ly + 4}">{r["dut"]}</text>')
+    out.append("</svg>")
+    open(path, "w").write("\n".join(out))
+
+
+def table(results, load_pps):
+    def rtt(xs):
+        return f"{percentile(xs, 50):.3f} / {percentile(xs, 99):.3f} / {max(xs):.3f}" if xs else "-"
+
+    def tcp(x):
+        g, rt = x
+        return "failed" if g is None else f"{g:.2f} ({rt})"
+
+    lines = [f"ping: p50 / p99 / max ms over the pings that came back; load: 64-byte UDP at {load_pps / 1e6:.3f} Mpps "
+             "(half the dataplane's flat-out rate in this run). TCP: Gbit/s (sender retransmits).", "",
+             "| DUT | RTT idle | RTT loaded | TCP 1 v4 | TCP 8 v4 | TCP 1 v6 | TCP 8 v6 |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['dut']} | {rtt(r['rtt_idle'])} | {rtt(r['rtt_load'])} | {tcp(r['tcp1_v4'])} | "
+                     f"{tcp(r['tcp8_v4'])} | {tcp(r['tcp1_v6'])} | {tcp(r['tcp8_v6'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench/out/latency")
+    ap.add_argument("--secs", type=int, default=5, help="seconds per iperf3 run")
+    ap.add_argument("--pings", type=int, default=1000)
+    ap.add_argument("--duts", default="kernel,adaptive,sleep,busy")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("latency: needs root")
+    if not os.access(BIN, os.X_OK):
+        sys.exit(f"latency: {BIN} missing: run make build")
+    os.makedirs(args.out, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="latency-")
+    bed = Bed(f"lt{os.getpid() % 100000}")
+    results = []
+    try:
+        bed.up()
+        for ns, flag in ((bed.dut, "0"),):
+            sh(*in_ns(ns, "sysctl", "-qw", f"net.ipv4.ip_forward={flag}"))
+        server = bed.spawn(in_ns(bed.sink, "iperf3", "-s", "-p", str(IPERF_PORT)), subprocess.DEVNULL, subprocess.DEVNULL)
+        load_pps = flat_out_rate(bed, tmp) / 2
+        print(f"latency: the dataplane forwards {2 * load_pps / 1e6:.3f} Mpps flat out here; load at half", file=sys.stderr)
+        for dut in args.duts.split(","):
+            print(f"latency: {dut}", file=sys.stderr)
+            if dut == "kernel":
+                sh(*in_ns(bed.dut, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
+                sh(*in_ns(bed.dut, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"))
+                r = measure(bed, "kernel", args, load_pps)
+                sh(*in_ns(bed.dut, "sysctl", "-qw", "net.ipv4.ip_forward=0"))
+                sh(*in_ns(bed.dut, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=0"))
+            else:
+                p = start_dataplane(bed, tmp, dut)
+                r = measure(bed, f"dataplane, idle = {dut}", args, load_pps)
+                stop(p)
+                r["notes"] = dataplane_notes(p)
+            results.append(r)
+        server.kill()
+    finally:
+        bed.down()
+    md = table(results, load_pps)
+    for r in results:
+        for n in r.get("notes", []):
+            md += f"\n{r['dut']}: {n}"
+    open(os.path.join(args.out, "latency.md"), "w").write(md + "\n")
+    json.dump({"load_pps": load_pps, "results": results}, open(os.path.join(args.out, "latency.json"), "w"), indent=1)
+    cdf_svg(results, os.path.join(args.out, "rtt-cdf.svg"))
+    print(md)
+    print(f"latency: wrote {args.out}/latency.md, latency.json, rtt-cdf.svg (dataplane logs in {tmp})")
+
+
+if __name__ == "__main__":
+    main()

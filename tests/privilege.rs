@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::router::{config, marked, spec};
+use common::router::{config, kernel_config, marked, spec};
 use common::*;
 use dataplane::packet::build::udp_v4;
 
@@ -40,33 +40,18 @@ const CAP_BPF: u64 = 1 << 39;
 const CAP_NET_ADMIN: u64 = 1 << 12;
 const CAP_NET_RAW: u64 = 1 << 13;
 
-#[test]
-fn runs_unprivileged_with_the_documented_capabilities_and_keeps_only_cap_bpf() {
-    if !root_or_skip("least privilege") {
-        return;
-    }
-    let bed = Bed::up("tlp", 1);
-    let t = &bed.0;
-    // The documented set for `dataplane run` (docs/OPERATIONS.md), as a systemd unit's
-    // AmbientCapabilities would give it to user nobody.
-    let caps = "-all,+net_admin,+net_raw,+bpf,+ipc_lock";
-    let wrapper = [
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        &format!("--inh-caps={caps}"),
-        &format!("--ambient-caps={caps}"),
-    ];
-    let dut = Dut::start_wrapped(&bed, &config(t, ""), &wrapper, &["--metrics", "9914"]);
-    let threads = thread_privileges(dut.pid());
+/// Every thread of `pid` holds what the rest of the run needs and nothing more; the control
+/// thread holds `control` (nothing with static routes, CAP_NET_ADMIN with the kernel's).
+fn assert_least_privilege(pid: u32, control: u64) {
+    let threads = thread_privileges(pid);
     assert!(threads.len() >= 2, "{threads:?}");
     for (name, eff, nnp, prm) in &threads {
         assert_eq!(nnp, "1", "{name}: no-new-privs");
-        // Pollers keep nothing; the control thread nothing with static routes (CAP_NET_ADMIN
-        // with routes from the kernel, to have neighbours resolved); the rest CAP_BPF.
-        let want = if name.starts_with("dp-poll") || name == "dp-control" {
+        // Pollers keep nothing; the control thread `control`; the rest CAP_BPF.
+        let want = if name.starts_with("dp-poll") {
             0
+        } else if name == "dp-control" {
+            control
         } else {
             CAP_BPF
         };
@@ -90,6 +75,28 @@ fn runs_unprivileged_with_the_documented_capabilities_and_keeps_only_cap_bpf() {
             "{name}: CapPrm {prm:#x} (all threads: {threads:?})"
         );
     }
+}
+
+#[test]
+fn runs_unprivileged_with_the_documented_capabilities_and_keeps_only_cap_bpf() {
+    if !root_or_skip("least privilege") {
+        return;
+    }
+    let bed = Bed::up("tlp", 1);
+    let t = &bed.0;
+    // The documented set for `dataplane run` (docs/OPERATIONS.md), as a systemd unit's
+    // AmbientCapabilities would give it to user nobody.
+    let caps = "-all,+net_admin,+net_raw,+bpf,+ipc_lock";
+    let wrapper = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        &format!("--inh-caps={caps}"),
+        &format!("--ambient-caps={caps}"),
+    ];
+    let dut = Dut::start_wrapped(&bed, &config(t, ""), &wrapper, &["--metrics", "9914"]);
+    assert_least_privilege(dut.pid(), 0);
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());
     let gen = packet_socket(&t.gen_ns(), &t.gen_if());
     for i in 0..50u16 {
@@ -169,4 +176,60 @@ fn the_summary_is_never_written_through_a_symlink() {
     assert_eq!(std::fs::read_to_string(&target).expect("target"), "keep me");
     let _ = std::fs::remove_file(&link);
     let _ = std::fs::remove_file(&target);
+}
+
+#[test]
+fn with_kernel_routes_the_control_thread_alone_keeps_cap_net_admin() {
+    if !root_or_skip("least privilege, kernel routes") {
+        return;
+    }
+    let bed = Bed::up("tlk", 1);
+    let t = &bed.0;
+    let caps = "-all,+net_admin,+net_raw,+bpf,+ipc_lock";
+    let wrapper = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        &format!("--inh-caps={caps}"),
+        &format!("--ambient-caps={caps}"),
+    ];
+    let dut = Dut::start_wrapped(&bed, &kernel_config(t), &wrapper, &[]);
+    // The control thread asks the kernel to resolve neighbours (RTM_NEWNEIGH): CAP_NET_ADMIN.
+    assert_least_privilege(dut.pid(), CAP_NET_ADMIN);
+    // And it can: a destination whose neighbour the kernel does not know yet is resolved
+    // (the sink answers ARP) and then forwarded.
+    let out = common::router::ns(
+        &t.dut_ns(),
+        &[
+            "ip",
+            "neigh",
+            "del",
+            dataplane::testbed::SINK_V4,
+            "dev",
+            &t.dut_out(),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut got = BTreeSet::new();
+    let mut i = 0u16;
+    while got.is_empty() && std::time::Instant::now() < deadline {
+        gen.send(&udp_v4(&spec(i))).expect("send");
+        i += 1;
+        got = marked(&capture(
+            &sink,
+            Duration::from_millis(100),
+            Duration::from_millis(200),
+        ));
+    }
+    assert!(!got.is_empty(), "resolved and forwarded");
+    let s = dut.stop();
+    assert!(
+        s["control"]["resolve_requests"].as_u64().expect("count") >= 1,
+        "{}",
+        s["control"]
+    );
 }

@@ -231,7 +231,21 @@ fn link_down_drops_by_reason_and_up_resumes() {
     for i in 0..20 {
         gen.send(&v4_to(testbed::SINK_V4, 10 + i)).expect("send");
     }
-    std::thread::sleep(Duration::from_millis(200));
+    // A marker behind them: a TTL-1 frame the poller answers with time exceeded (out of the
+    // ingress port, which is up). Once that arrives, the 20 before it were decided.
+    let marker = udp_v4(&FrameSpec {
+        dst4: testbed::SINK_V4.parse().expect("ip"),
+        ttl: 1,
+        ..spec(30)
+    });
+    gen.send(&marker).expect("send");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut decided = false;
+    while !decided && Instant::now() < deadline {
+        let got = capture(&gen, Duration::from_millis(50), Duration::from_millis(200));
+        decided = icmp_errors(&got).iter().any(|e| e.ty == 11);
+    }
+    assert!(decided, "the marker's time exceeded came back");
     ns(&t.sink_ns(), &["ip", "link", "set", &t.sink_if(), "up"]);
     assert!(
         dut.wait_log("link up", Duration::from_secs(3)),
@@ -248,8 +262,19 @@ fn link_down_drops_by_reason_and_up_resumes() {
     .is_some());
     // The DUT's own port set down and up: the kernel flushes its routes and neighbours on
     // the way down; on the way up the connected route returns and the neighbour is resolved.
+    let downs = |d: &mut Dut| {
+        d.log_lines()
+            .iter()
+            .filter(|l| l.contains("link down"))
+            .count()
+    };
+    let before = downs(&mut dut);
     dut_ip(t, &["link", "set", &t.dut_out(), "down"]);
-    std::thread::sleep(Duration::from_millis(200));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while downs(&mut dut) == before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(downs(&mut dut) > before, "the DUT saw its port go down");
     dut_ip(t, &["link", "set", &t.dut_out(), "up"]);
     let back = until_forwarded(
         &gen,
@@ -301,9 +326,16 @@ fn multipath_spreads_flows_and_keeps_each_on_one_path() {
             second,
         ],
     );
-    std::thread::sleep(Duration::from_millis(200));
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());
     let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    // The route is in (both paths: one netlink message) once a frame to it is forwarded.
+    assert!(until_forwarded(
+        &gen,
+        &sink,
+        &v4_to("203.0.113.9", 999),
+        Duration::from_secs(2)
+    )
+    .is_some());
     // 64 flows (source ports), 4 frames each.
     for _ in 0..4 {
         for flow in 0..64u16 {
@@ -525,14 +557,27 @@ fn no_loss_while_routes_churn_and_the_config_reloads() {
     let dut = Dut::start(&bed, &kernel_config(t));
     let dir = std::env::temp_dir();
     let (sent_json, got_json) = (dir.join("tzl-gen.json"), dir.join("tzl-sink.json"));
-    let sink = dataplane_in(&t.sink_ns(), &["sink", "--iface", &t.sink_if()])
+    let mut sink = dataplane_in(&t.sink_ns(), &["sink", "--iface", &t.sink_if()])
         .args(["--duration", "12", "--json"])
         .arg(&got_json)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("sink");
-    std::thread::sleep(Duration::from_millis(500));
+    // Counting from its "window open" line on (attached, counters read).
+    let err = sink.stderr.take().expect("stderr");
+    let (open_tx, open_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if line.contains("window open") {
+                let _ = open_tx.send(());
+            }
+        }
+    });
+    open_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the sink opened its window");
     let gen = dataplane_in(&t.gen_ns(), &["gen", "--iface", &t.gen_if()])
         .args([
             "--rate",
@@ -640,7 +685,6 @@ fn failed_resolution_answers_unreachable_and_foreign_routes_go_to_the_kernel() {
         t,
         &["route", "add", "198.51.100.0/24", "via", "198.19.0.77"],
     );
-    std::thread::sleep(Duration::from_millis(200));
     let gen = packet_socket(&t.gen_ns(), &t.gen_if());
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());
     // Out of fx0: handed to the kernel (which has nowhere to send it), not to the sink.

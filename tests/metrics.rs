@@ -208,12 +208,11 @@ fn top_shows_the_pollers_of_a_running_instance() {
     let dut = Dut::start_with(&bed, &config(t, ""), &["--metrics", port]);
     // 20 kpps for the whole test, paced.
     let mut gen = dataplane_in(&t.gen_ns(), &["gen", "--iface", &t.gen_if()])
-        .args(["--rate", "20000", "--duration", "4"])
+        .args(["--rate", "20000", "--duration", "10"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("gen");
-    std::thread::sleep(Duration::from_millis(500));
     let top = |extra: &[&str]| {
         let mut args = vec![bin(), "top".into(), "--metrics".into(), port.into()];
         args.extend(
@@ -225,6 +224,18 @@ fn top_shows_the_pollers_of_a_running_instance() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         String::from_utf8_lossy(&common::router::ns(&t.dut_ns(), &args).stdout).into_owned()
     };
+    // Readiness: the generator's frames are reaching the poller.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let j: serde_json::Value = serde_json::from_str(&top(&["--json"])).unwrap_or_default();
+        if j["pollers"][0]["rx_pps"].as_f64().unwrap_or(0.0) > 0.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no frames reached the poller: {j}"
+        );
+    }
     // One frame of the terminal UI, as the interactive view draws it.
     let screen = top(&["--screen", "100x12"]);
     assert!(
@@ -277,6 +288,7 @@ fn top_shows_the_pollers_of_a_running_instance() {
     assert!(p["busy_pct"].as_f64().expect("busy") > 0.0, "{v}");
     assert!(p["avg_burst"].as_f64().expect("burst") >= 1.0, "{v}");
     assert_eq!(v["ports"].as_array().expect("ports").len(), 2, "{v}");
+    let _ = gen.kill();
     let _ = gen.wait();
     let s = dut.stop();
     assert_frames_accounted(&s);

@@ -158,7 +158,7 @@ fn icmp_errors_are_rate_limited_per_poller() {
     if !root_or_skip("icmp rate limit") {
         return;
     }
-    let bed = Bed::up("trl", 1);
+    let bed = Bed::up("tirl", 1);
     let t = &bed.0;
     let cfg = with_knobs(config(t, ""), "icmp_rate = 20\nicmp_burst = 5");
     let dut = Dut::start(&bed, &cfg);
@@ -342,7 +342,7 @@ fn tracepath_sees_a_live_mtu_change_in_both_families() {
     }
     // The egress link's MTU lowered during the run (both ends: one link, one MTU): the
     // dataplane's "fragmentation needed" / "packet too big" carry the new MTU at once.
-    let bed = Bed::up("ttp", 1);
+    let bed = Bed::up("titp", 1);
     let t = &bed.0;
     let dut = Dut::start(&bed, &config(t, ""));
     ns(

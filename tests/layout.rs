@@ -139,7 +139,7 @@ fn same_package_and_unpinned_layouts() {
     if !root_or_skip("same-package layout") {
         return;
     }
-    let bed = Bed::up("tlp", 1);
+    let bed = Bed::up("tlz", 1);
     let t = &bed.0;
     let cfg = t.config(Mode::L3fwd, &[(None, vec![0])], 64);
     let dut = Dut::start_with(&bed, &cfg, &["--layout", "same-package", "--irq-cpu", "0"]);

@@ -501,7 +501,7 @@ fn ipv4_without_df_is_fragmented_to_the_egress_mtu() {
     }
     // RFC 1812 5.2.6: a router MUST fragment. A 1400-byte egress: 1500-byte packets without
     // DF leave as fragments the sink reassembles; with DF they get "fragmentation needed".
-    let bed = Bed::up("tfr", 1);
+    let bed = Bed::up("tfg", 1);
     let t = &bed.0;
     // One MTU for the link, both ends (a veth drops frames longer than its receiver's MTU:
     // the sink's replies must fit too).

@@ -209,3 +209,29 @@ fn the_docs_command_examples_parse() {
         "only {checked} command lines found in the docs"
     );
 }
+
+/// Every netns test builds its testbed under a name prefix no other test uses, so tests run
+/// side by side (and a crashed one's leftovers never meet another's).
+#[test]
+fn every_netns_test_has_its_own_testbed_prefix() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests");
+    let mut seen: std::collections::BTreeMap<String, String> = Default::default();
+    for e in std::fs::read_dir(&dir).expect("tests/") {
+        let p = e.expect("entry").path();
+        if p.extension().is_none_or(|x| x != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).expect("read");
+        for (n, line) in text.lines().enumerate() {
+            let Some(rest) = line.split("Bed::up(\"").nth(1) else {
+                continue;
+            };
+            let prefix = rest.split('"').next().unwrap_or("").to_string();
+            let here = format!("{}:{}", p.display(), n + 1);
+            if let Some(first) = seen.insert(prefix.clone(), here.clone()) {
+                panic!("testbed prefix {prefix} used twice: {first} and {here}");
+            }
+        }
+    }
+    assert!(seen.len() >= 30, "only {} testbeds found", seen.len());
+}

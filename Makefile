@@ -6,7 +6,7 @@ DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool ipu
 	procps util-linux python3 libhwloc-dev libudev-dev traceroute iputils-tracepath iperf3 bird2 stress-ng man-db \
 	prometheus
 
-.PHONY: deps build test test-loaded loom stress sanitize vmtest vmbench demo fleet-demo bench lint fmt clean fuzz fuzz-ci install
+.PHONY: deps build test test-loaded loom stress sanitize vmtest vmbench demo fleet-demo latency bench lint fmt clean fuzz fuzz-ci install
 
 deps:
 	@scripts/deps.sh $(DEB_PACKAGES)
@@ -55,6 +55,12 @@ vmbench: build
 demo: build
 	scripts/demo.sh
 
+# Ping RTT (idle and under a UDP load of half the dataplane's rate) and iperf3 TCP (1 and 8
+# streams, IPv4 and IPv6) through the kernel's forwarding and the dataplane in each idle mode,
+# side by side in one run: bench/out/latency/latency.md, .json and rtt-cdf.svg.
+latency: build
+	python3 scripts/latency.py --out bench/out/latency
+
 # Two appliances (dataplane + BIRD + `dataplane announce`) behind a BIRD upstream with ECMP and
 # BFD, in namespaces: 30 s of paced UDP flows, appliance a's dataplane stalled (SIGSTOP) at
 # 10 s and resumed at 20 s (FAULT=kill: SIGKILL and a restart; FAULT=link: its server link
@@ -80,14 +86,14 @@ lint: deps
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --manifest-path fuzz/Cargo.toml -- -D warnings
 
-# The per-packet decision under libFuzzer (cargo-fuzz, nightly): 10 million executions by
+# The per-packet decision and the config parser under libFuzzer (cargo-fuzz, nightly): 10 million executions per target by
 # default (RUNS=..., SECONDS_MAX=... to change). Fails on a crash or a failed assertion.
 fuzz: deps
 	scripts/fuzz.sh
 
 # What CI fuzzes: each target for a bounded time (from the committed seeds).
 fuzz-ci: deps
-	SECONDS_MAX=$${SECONDS_MAX:-90} scripts/fuzz.sh
+	SECONDS_MAX=$${SECONDS_MAX:-60} scripts/fuzz.sh
 
 # The binary, its man pages and shell completions under $(DESTDIR)$(PREFIX).
 PREFIX ?= /usr/local

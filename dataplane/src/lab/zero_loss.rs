@@ -52,23 +52,9 @@ impl Lab<'_> {
         for dev in [bed.dut_in(), bed.dut_out()] {
             napi(&bed.dut_ns(), &dev, napi_cpu, &all, false)?;
         }
-        let (mut lo, mut hi, mut best) = (0.0f64, max_pps * 1.1, 0.0f64);
-        let mut trials = Vec::new();
-        for step in 0..mx.zero_loss_steps {
-            let rate = if step == 0 { hi } else { (lo + hi) / 2.0 };
-            let (actual, sent, got) = self.trial(cell, bed, tag, rate, &all)?;
-            trials.push((actual, sent, got));
-            if got >= sent {
-                best = best.max(actual);
-                lo = rate;
-                if step == 0 {
-                    break;
-                }
-            } else {
-                hi = rate;
-            }
-        }
-        Ok((best, trials))
+        binary_search(max_pps, mx.zero_loss_steps, |rate| {
+            self.trial(cell, bed, tag, rate, &all)
+        })
     }
 
     /// One trial at `rate`: (the rate the generator reached, frames sent, frames received).
@@ -131,5 +117,77 @@ impl Lab<'_> {
         let sent = g["packets"].as_u64().unwrap_or(n);
         let actual = sent as f64 / g["seconds"].as_f64().unwrap_or(1.0).max(1e-9);
         Ok((actual, sent, got))
+    }
+}
+
+/// RFC 2544's search: a first trial at 110% of `max_pps` (zero loss there ends it), then
+/// `steps - 1` halvings of the interval between the highest rate without loss and the lowest
+/// with. `trial(rate)` gives (the rate reached, frames sent, frames received). Returns the
+/// highest rate reached without loss, and every trial.
+pub(super) fn binary_search(
+    max_pps: f64,
+    steps: u32,
+    mut trial: impl FnMut(f64) -> Result<Trial, LabError>,
+) -> Result<(f64, Vec<Trial>), LabError> {
+    let (mut lo, mut hi, mut best) = (0.0f64, max_pps * 1.1, 0.0f64);
+    let mut trials = Vec::new();
+    for step in 0..steps {
+        let rate = if step == 0 { hi } else { (lo + hi) / 2.0 };
+        let (actual, sent, got) = trial(rate)?;
+        trials.push((actual, sent, got));
+        if got >= sent {
+            best = best.max(actual);
+            lo = rate;
+            if step == 0 {
+                break;
+            }
+        } else {
+            hi = rate;
+        }
+    }
+    Ok((best, trials))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A DUT that forwards everything up to `cap` pps and loses the excess.
+    fn dut(cap: f64) -> impl FnMut(f64) -> Result<Trial, LabError> {
+        move |rate| {
+            let sent = (rate * 10.0) as u64;
+            let got = if rate <= cap {
+                sent
+            } else {
+                (cap * 10.0) as u64
+            };
+            Ok((rate, sent, got))
+        }
+    }
+
+    #[test]
+    fn the_search_converges_on_the_highest_rate_without_loss() {
+        let (best, trials) = binary_search(1_000_000.0, 12, dut(600_000.0)).expect("search");
+        assert_eq!(trials.len(), 12);
+        assert!(best <= 600_000.0, "never above the loss point: {best}");
+        // 12 steps halve 1.1 Mpps 11 times: within 1.1e6 / 2^11 (537 pps) below it.
+        assert!(600_000.0 - best < 1_100_000.0 / 2048.0, "{best}");
+        // Every trial with loss was above the answer, every one without at or below it.
+        for (rate, sent, got) in &trials {
+            assert_eq!(got >= sent, *rate <= best, "{rate}: {got} of {sent}");
+        }
+    }
+
+    #[test]
+    fn zero_loss_at_the_top_ends_the_search_at_once() {
+        let (best, trials) = binary_search(1_000.0, 12, dut(f64::MAX)).expect("search");
+        assert_eq!(trials.len(), 1);
+        assert!((best - 1_100.0).abs() < 1e-9, "{best}");
+    }
+
+    #[test]
+    fn a_dut_that_loses_everything_has_zero() {
+        let (best, trials) = binary_search(1_000.0, 6, |r| Ok((r, 100, 0))).expect("search");
+        assert_eq!((best, trials.len()), (0.0, 6));
     }
 }

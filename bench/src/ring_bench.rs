@@ -380,6 +380,9 @@ fn measure(cell: &Cell, routes: &Routes, traffics: &[Arc<Traffic>], opts: &Opts)
         let mut sum = Sample::default();
         for _ in 0..cell.pollers {
             let s = rx.recv().expect("a poller's sample");
+            // A path that dropped everything would still be "measured": each poller must
+            // have transmitted what it took.
+            assert!(s.packets > 0, "a poller forwarded nothing in a repeat");
             sum.packets += s.packets;
             sum.cpu_ns += s.cpu_ns;
         }

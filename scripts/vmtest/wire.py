@@ -4,4 +4,4 @@ GUEST_MACS = ("52:54:00:00:00:0a", "52:54:00:00:00:0b")
 # The host ends of the taps: the gen side's and the sink side's, as the guest's neighbours.
 HOST_MACS = ("02:00:00:00:0a:01", "02:00:00:00:0b:01")
 # Every layout must forward on one of the booted topologies.
-LAYOUTS = ("irq-core", "smt-sibling", "same-package", "remote-node", "spread", "unpinned")
+LAYOUTS = ("irq-core", "smt-sibling", "same-package", "remote-node", "spread", "explicit", "unpinned")

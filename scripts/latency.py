@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """`make latency`: ping RTT and TCP through the DUT, the kernel and the dataplane side by side.
 
-On one gen <-> dut <-> sink testbed (`dataplane testbed up`), for the kernel's forwarding and
-for the dataplane in each idle mode (adaptive, the default; sleep; busy), in one run:
+On one gen <-> dut <-> sink testbed (`dataplane testbed up`), for the kernel's forwarding (as
+the testbed gives it, and with the hosts sending wire-sized frames), and for the dataplane in
+each idle mode (adaptive, the default; sleep; busy), in one run:
   - ping RTT p50 / p99 / max over 1000 pings 2 ms apart, idle and under a background UDP load
     (64-byte frames at half the dataplane's flat-out rate, measured first in the same run);
   - iperf3 TCP, 1 and 8 streams, IPv4 and IPv6: Gbit/s and the sender's retransmits;
@@ -10,7 +11,8 @@ for the dataplane in each idle mode (adaptive, the default; sleep; busy), in one
 Writes OUT/latency.md (the table), OUT/latency.json and OUT/rtt-cdf.svg (RTT distributions).
 Timings on a shared 2-vCPU VM are noisy: compare within one run.
 
-  scripts/latency.py [--out DIR] [--secs S] [--pings N] [--duts kernel,adaptive,sleep,busy]
+  scripts/latency.py [--out DIR] [--secs S] [--pings N] [--duts kernel,kernel-mtu,adaptive,sleep,busy]
+                     [--knob ring_size=8192 ...]
 """
 import argparse
 import json
@@ -115,9 +117,13 @@ def flat_out_rate(bed, tmp):
     return sum(r["tx_pps"] for r in pollers)
 
 
+KNOBS = []
+
+
 def start_dataplane(bed, tmp, idle, metrics=None):
     cfg = sh(BIN, "testbed", "config", "--prefix", bed.p, "--cpus", "1")
-    cfg = cfg.replace("[dataplane]\n", f'[dataplane]\nidle = "{idle}"\n', 1)
+    knobs = "".join(f"{k.split('=', 1)[0]} = {k.split('=', 1)[1]}\n" for k in KNOBS)
+    cfg = cfg.replace("[dataplane]\n", f'[dataplane]\nidle = "{idle}"\n{knobs}', 1)
     path = os.path.join(tmp, f"dut-{idle}.toml")
     open(path, "w").write(cfg)
     err = os.path.join(tmp, f"dut-{idle}.err")
@@ -224,8 +230,11 @@ def main():
     ap.add_argument("--out", default="bench/out/latency")
     ap.add_argument("--secs", type=int, default=5, help="seconds per iperf3 run")
     ap.add_argument("--pings", type=int, default=1000)
-    ap.add_argument("--duts", default="kernel,adaptive,sleep,busy")
+    ap.add_argument("--duts", default="kernel,kernel-mtu,adaptive,sleep,busy")
+    ap.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE",
+                    help="a [dataplane] key for every dataplane run, e.g. ring_size=8192 (repeatable)")
     args = ap.parse_args()
+    KNOBS.extend(args.knob)
     if os.geteuid() != 0:
         sys.exit("latency: needs root")
     if not os.access(BIN, os.X_OK):
@@ -243,12 +252,24 @@ def main():
         print(f"latency: the dataplane forwards {2 * load_pps / 1e6:.3f} Mpps flat out here; load at half", file=sys.stderr)
         for dut in args.duts.split(","):
             print(f"latency: {dut}", file=sys.stderr)
-            if dut == "kernel":
+            if dut in ("kernel", "kernel-mtu"):
+                # kernel-mtu: the hosts segment in software before their veth (TSO and GSO
+                # off), so the kernel forwards wire-sized frames, as the dataplane gets them:
+                # a veth whose peer has an XDP program without multi-buffer support turns the
+                # peer's TSO off, and GSO then cuts 1500-byte frames before the DUT.
+                hosts = ((bed.gen, f"{bed.p}-g0"), (bed.sink, f"{bed.p}-s0"))
+                mtu = dut == "kernel-mtu"
+                if mtu:
+                    for ns, dev in hosts:
+                        sh(*in_ns(ns, "ethtool", "-K", dev, "tso", "off", "gso", "off"))
                 sh(*in_ns(bed.dut, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
                 sh(*in_ns(bed.dut, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"))
-                r = measure(bed, "kernel", args, load_pps)
+                r = measure(bed, "kernel, wire-sized frames (hosts' TSO/GSO off)" if mtu else "kernel", args, load_pps)
                 sh(*in_ns(bed.dut, "sysctl", "-qw", "net.ipv4.ip_forward=0"))
                 sh(*in_ns(bed.dut, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=0"))
+                if mtu:
+                    for ns, dev in hosts:
+                        sh(*in_ns(ns, "ethtool", "-K", dev, "tso", "on", "gso", "on"))
             else:
                 p = start_dataplane(bed, tmp, dut)
                 r = measure(bed, f"dataplane, idle = {dut}", args, load_pps)

@@ -87,16 +87,24 @@ fn scraped_metrics_are_valid_and_agree_with_the_sink() {
         f[14] = 0x55; // version 5
         gen.send(&f).expect("send");
     }
-    // Readiness: the counters are published on the metrics thread's schedule; scrape until
-    // every frame sent shows (305 taken, 5 of them dropped), for up to 5 s.
+    // Readiness: the counters are published on the metrics thread's schedule, family by
+    // family (a scrape can fall between two of them); scrape until every frame sent shows in
+    // each family the checks below read (305 taken, per queue too, 5 of them dropped, 305
+    // redirected by the steering program), for up to 5 s.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let text = loop {
         let text = scrape(&t.dut_ns(), port);
         let seen = (
             sum(&text, "dataplane_rx_packets_total", ""),
+            sum(&text, "dataplane_queue_rx_packets_total", ""),
             sum(&text, "dataplane_drops_total", ""),
+            sum(
+                &text,
+                "dataplane_steer_frames_total",
+                "result=\"redirected\"",
+            ),
         );
-        if seen == (305, 5) || std::time::Instant::now() > deadline {
+        if seen == (305, 305, 5, 305) || std::time::Instant::now() > deadline {
             break text;
         }
         std::thread::sleep(Duration::from_millis(50));

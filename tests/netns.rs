@@ -326,33 +326,40 @@ fn steering_counter_names_match_the_bpf_map() {
     );
 }
 
-#[test]
-fn adaptive_idling_forwards_then_sleeps_when_quiet() {
-    if !root_or_skip("adaptive idling") {
-        return;
-    }
-    let bed = Bed::up("tad", 1);
+/// Runs the DUT with `keys` added to `[dataplane]`, sends 100 frames, captures them at the
+/// sink, stays quiet for `quiet`, stops it: the frames forwarded, and the summary.
+fn forward_100_then_quiet(bed: &Bed, keys: &str, quiet: Duration) -> (usize, serde_json::Value) {
     let t = &bed.0;
     let cfg = l3_config(t, &[(None, vec![0])]).replacen(
         "[dataplane]\n",
-        "[dataplane]\nidle = \"adaptive\"\nidle_spin_us = 200\n",
+        &format!("[dataplane]\n{keys}"),
         1,
     );
-    let dut = Dut::start(&bed, &cfg);
+    let dut = Dut::start(bed, &cfg);
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());
     let gen = packet_socket(&t.gen_ns(), &t.gen_if());
     for i in 0..100u16 {
         gen.send(&udp_v4(&spec(i))).expect("send");
     }
     let frames = capture(&sink, Duration::from_millis(300), Duration::from_secs(5));
-    // Then nothing for a second: the poller must go to sleep, not spin.
-    std::thread::sleep(Duration::from_secs(1));
+    std::thread::sleep(quiet);
     let s = dut.stop();
-    assert_eq!(
-        marked_frames(&frames).len(),
-        100,
-        "every frame forwarded: {s}"
+    (marked_frames(&frames).len(), s)
+}
+
+#[test]
+fn adaptive_idling_forwards_then_sleeps_when_quiet() {
+    if !root_or_skip("adaptive idling") {
+        return;
+    }
+    let bed = Bed::up("tad", 1);
+    // Then nothing for a second: the poller must go to sleep, not spin.
+    let (forwarded, s) = forward_100_then_quiet(
+        &bed,
+        "idle = \"adaptive\"\nidle_spin_us = 200\n",
+        Duration::from_secs(1),
     );
+    assert_eq!(forwarded, 100, "every frame forwarded: {s}");
     let sleeps = counter(&s, Counter::IdleSleeps);
     let passes = counter(&s, Counter::LoopPasses);
     let elapsed = s["elapsed_s"].as_f64().expect("elapsed");
@@ -372,28 +379,14 @@ fn sleep_and_busy_idle_modes_forward_and_idle_as_named() {
         return;
     }
     let bed = Bed::up("tid", 1);
-    let t = &bed.0;
     for idle in ["sleep", "busy"] {
-        let cfg = l3_config(t, &[(None, vec![0])]).replacen(
-            "[dataplane]\n",
-            &format!("[dataplane]\nidle = \"{idle}\"\n"),
-            1,
-        );
-        let dut = Dut::start(&bed, &cfg);
-        let sink = packet_socket(&t.sink_ns(), &t.sink_if());
-        let gen = packet_socket(&t.gen_ns(), &t.gen_if());
-        for i in 0..100u16 {
-            gen.send(&udp_v4(&spec(i))).expect("send");
-        }
-        let frames = capture(&sink, Duration::from_millis(300), Duration::from_secs(5));
         // Quiet for half a second: `sleep` naps in poll(), `busy` never does.
-        std::thread::sleep(Duration::from_millis(500));
-        let s = dut.stop();
-        assert_eq!(
-            marked_frames(&frames).len(),
-            100,
-            "{idle}: every frame forwarded: {s}"
+        let (forwarded, s) = forward_100_then_quiet(
+            &bed,
+            &format!("idle = \"{idle}\"\n"),
+            Duration::from_millis(500),
         );
+        assert_eq!(forwarded, 100, "{idle}: every frame forwarded: {s}");
         let sleeps = counter(&s, Counter::IdleSleeps);
         match idle {
             "busy" => assert_eq!(sleeps, 0, "busy polling never sleeps"),

@@ -40,6 +40,22 @@ const CAP_BPF: u64 = 1 << 39;
 const CAP_NET_ADMIN: u64 = 1 << 12;
 const CAP_NET_RAW: u64 = 1 << 13;
 
+/// `setpriv` as user nobody with the documented set for `dataplane run`
+/// (docs/OPERATIONS.md), as a systemd unit's AmbientCapabilities would give it.
+fn unprivileged() -> Vec<String> {
+    let caps = "-all,+net_admin,+net_raw,+bpf,+ipc_lock";
+    [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        &format!("--inh-caps={caps}"),
+        &format!("--ambient-caps={caps}"),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// Every thread of `pid` holds what the rest of the run needs and nothing more; the control
 /// thread holds `control` (nothing with static routes, CAP_NET_ADMIN with the kernel's).
 fn assert_least_privilege(pid: u32, control: u64) {
@@ -84,17 +100,8 @@ fn runs_unprivileged_with_the_documented_capabilities_and_keeps_only_cap_bpf() {
     }
     let bed = Bed::up("tlp", 1);
     let t = &bed.0;
-    // The documented set for `dataplane run` (docs/OPERATIONS.md), as a systemd unit's
-    // AmbientCapabilities would give it to user nobody.
-    let caps = "-all,+net_admin,+net_raw,+bpf,+ipc_lock";
-    let wrapper = [
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        &format!("--inh-caps={caps}"),
-        &format!("--ambient-caps={caps}"),
-    ];
+    let wrapper = unprivileged();
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
     let dut = Dut::start_wrapped(&bed, &config(t, ""), &wrapper, &["--metrics", "9914"]);
     assert_least_privilege(dut.pid(), 0);
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());
@@ -185,15 +192,8 @@ fn with_kernel_routes_the_control_thread_alone_keeps_cap_net_admin() {
     }
     let bed = Bed::up("tlk", 1);
     let t = &bed.0;
-    let caps = "-all,+net_admin,+net_raw,+bpf,+ipc_lock";
-    let wrapper = [
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        &format!("--inh-caps={caps}"),
-        &format!("--ambient-caps={caps}"),
-    ];
+    let wrapper = unprivileged();
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
     let dut = Dut::start_wrapped(&bed, &kernel_config(t), &wrapper, &[]);
     // The control thread asks the kernel to resolve neighbours (RTM_NEWNEIGH): CAP_NET_ADMIN.
     assert_least_privilege(dut.pid(), CAP_NET_ADMIN);

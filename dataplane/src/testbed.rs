@@ -89,15 +89,20 @@ enum Side {
     Sink,
 }
 
+/// Whether `prefix` can name namespaces and interfaces: 1-10 characters of [a-z0-9] (an
+/// interface name `PREFIX-xx` stays within the kernel's 15).
+pub fn prefix_ok(prefix: &str) -> bool {
+    !prefix.is_empty()
+        && prefix.len() <= 10
+        && prefix
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+}
+
 impl Testbed {
     /// Names for `prefix` (nothing is created).
     pub fn new(prefix: &str, queues: u32) -> Result<Testbed, TestbedError> {
-        if prefix.is_empty()
-            || prefix.len() > 10
-            || !prefix
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        {
+        if !prefix_ok(prefix) {
             return Err(TestbedError::BadPrefix(prefix.into()));
         }
         if !(1..=64).contains(&queues) {

@@ -142,12 +142,7 @@ impl Fleet {
     /// Names for `prefix`; `exe` is the dataplane binary the appliances run. Nothing is
     /// created yet.
     pub fn new(prefix: &str, exe: &Path) -> Result<Fleet, FleetError> {
-        if prefix.is_empty()
-            || prefix.len() > 10
-            || !prefix
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        {
+        if !crate::testbed::prefix_ok(prefix) {
             return Err(FleetError::BadPrefix(prefix.into()));
         }
         Ok(Fleet {
@@ -189,10 +184,15 @@ impl Fleet {
         Ok(path)
     }
 
+    /// A log file in the fleet's directory, appended to (a restarted process keeps the first
+    /// one's lines; `up` starts from an empty directory).
     fn log(&self, name: &str) -> Result<Stdio, FleetError> {
         let path = self.dir.join(name);
-        let f =
-            std::fs::File::create(&path).map_err(|source| FleetError::Write { path, source })?;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|source| FleetError::Write { path, source })?;
         Ok(Stdio::from(f))
     }
 
@@ -446,28 +446,7 @@ impl Fleet {
             "--metrics",
             METRICS,
         ];
-        // Appended to, so a restart keeps the first run's log.
-        let log = self.dir.join(format!("dataplane-{role}.log"));
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .map_err(|source| FleetError::Write { path: log, source })?;
-        let err = out.try_clone().map_err(|source| FleetError::Write {
-            path: self.dir.clone(),
-            source,
-        })?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns(role)])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .map_err(|e| FleetError::Command {
-                cmd: format!("dataplane run in {}", self.ns(role)),
-                why: e.to_string(),
-            })?;
+        let child = self.spawn(&self.ns(role), &args, &format!("dataplane-{role}.log"))?;
         self.dataplanes[i] = Some(child);
         Ok(())
     }

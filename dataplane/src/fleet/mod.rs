@@ -349,39 +349,15 @@ impl Fleet {
         }
         // Neighbours resolved before any traffic (the first frame to an unresolved neighbour
         // waits for the kernel's ARP).
-        for i in 0..2 {
-            let ns = self.ns(APPLIANCES[i]);
-            run(&[
-                "ip",
-                "netns",
-                "exec",
-                &ns,
-                "ping",
-                "-c1",
-                "-W1",
-                APPLIANCE_ADDRS[i][1].1,
-            ])?;
-            run(&[
-                "ip",
-                "netns",
-                "exec",
-                &ns,
-                "ping",
-                "-c1",
-                "-W1",
-                APPLIANCE_ADDRS[i][0].1,
-            ])?;
+        let ping = |ns: &str, addr: &str| {
+            run(&["ip", "netns", "exec", ns, "ping", "-c1", "-W1", addr]).map(drop)
+        };
+        for (i, role) in APPLIANCES.iter().enumerate() {
+            let [(_, upstream), (_, server)] = APPLIANCE_ADDRS[i];
+            ping(&self.ns(role), server)?;
+            ping(&self.ns(role), upstream)?;
         }
-        run(&[
-            "ip",
-            "netns",
-            "exec",
-            &self.ns("cl"),
-            "ping",
-            "-c1",
-            "-W1",
-            "10.0.1.1",
-        ])?;
+        ping(&self.ns("cl"), "10.0.1.1")?;
         self.start_birds()?;
         for (i, role) in APPLIANCES.iter().enumerate() {
             self.start_dataplane(i)?;

@@ -256,32 +256,23 @@ impl Fleet {
         addr("up", "u1", "10.0.12.1/24")?;
         addr("up", "u2", "10.0.13.1/24")?;
         for (i, role) in APPLIANCES.iter().enumerate() {
-            let [(up_side, _), (sv_side, server)] = APPLIANCE_ADDRS[i];
+            let [(up_side, upstream), (sv_side, server)] = APPLIANCE_ADDRS[i];
             addr(role, &format!("{role}0"), &format!("{up_side}/24"))?;
             addr(role, &format!("{role}1"), &format!("{sv_side}/24"))?;
             addr("sv", ["s1", "s2"][i], &format!("{server}/24"))?;
-            let ns = self.ns(role);
-            run(&[
-                "ip",
-                "-n",
-                &ns,
-                "route",
-                "add",
-                SERVICE_PREFIX,
-                "via",
-                server,
-            ])?;
-            let upstream = APPLIANCE_ADDRS[i][0].1;
-            run(&[
-                "ip",
-                "-n",
-                &ns,
-                "route",
-                "add",
-                "10.0.1.0/24",
-                "via",
-                upstream,
-            ])?;
+            // The service behind the server, the client behind the upstream.
+            for (prefix, via) in [(SERVICE_PREFIX, server), ("10.0.1.0/24", upstream)] {
+                run(&[
+                    "ip",
+                    "-n",
+                    &self.ns(role),
+                    "route",
+                    "add",
+                    prefix,
+                    "via",
+                    via,
+                ])?;
+            }
         }
         let sv = self.ns("sv");
         run(&[

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes each target (fuzz/fuzz_targets/: packet_path, the per-packet decision; config_parse,
-# the config and routes file) with cargo-fuzz on the nightly toolchain, for RUNS executions or
+# the config and routes file; netlink_events, the control thread against a model of the
+# kernel's state) with cargo-fuzz on the nightly toolchain, for RUNS executions or
 # SECONDS_MAX seconds each, whichever comes first, starting from the committed seeds
 # (fuzz/seeds/TARGET). TARGETS="..." picks some. Installs the nightly toolchain and cargo-fuzz
 # when missing. Prints libFuzzer's final lines (executions, coverage); exits non-zero when
@@ -17,7 +18,7 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     echo "fuzz: installing cargo-fuzz"
     cargo install --locked cargo-fuzz
 fi
-TARGETS=${TARGETS:-packet_path config_parse}
+TARGETS=${TARGETS:-packet_path config_parse netlink_events}
 cd fuzz
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

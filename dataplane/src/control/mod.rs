@@ -30,7 +30,9 @@ use crate::fib::{HopState, TableSize};
 use crate::port_addrs::{Addrs, PortAddrs};
 
 pub mod foreign;
+pub mod model;
 pub mod netlink;
+pub mod offline;
 
 use foreign::{Foreign, RouteNow, SteerRoute};
 use netlink::{Event, KernelRoute, NeighState, Netlink, NetlinkError};
@@ -233,25 +235,7 @@ pub fn start(spec: ControlSpec) -> Result<JoinHandle<Rib>, ControlError> {
     let kernel = spec.config.dataplane.routes == RouteSource::Kernel;
     let events = Netlink::subscribe(32 << 20)?;
     let requests = Netlink::open()?;
-    let mut c = Control {
-        by_ifindex: spec
-            .ports
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| Some((p.ifindex, u16::try_from(i).ok()?)))
-            .collect(),
-        link_up: vec![None; spec.ports.len()],
-        addrs: vec![Addrs::default(); spec.ports.len()],
-        reading_addrs: false,
-        reopening: HashMap::new(),
-        spec,
-        requests: Some(requests),
-        events: Some(events),
-        alternates: HashMap::new(),
-        asked: HashMap::new(),
-        foreign: Foreign::default(),
-        resync_wanted: false,
-    };
+    let mut c = Control::new(spec, Some(requests), Some(events));
     c.resync(kernel)?;
     c.spec.rib.reclaim();
     c.publish();
@@ -262,6 +246,30 @@ pub fn start(spec: ControlSpec) -> Result<JoinHandle<Rib>, ControlError> {
 }
 
 impl Control {
+    /// The thread's state before anything is read; without sockets, nothing is read or
+    /// asked of the kernel ([`offline`]).
+    fn new(spec: ControlSpec, requests: Option<Netlink>, events: Option<Netlink>) -> Control {
+        Control {
+            by_ifindex: spec
+                .ports
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| Some((p.ifindex, u16::try_from(i).ok()?)))
+                .collect(),
+            link_up: vec![None; spec.ports.len()],
+            addrs: vec![Addrs::default(); spec.ports.len()],
+            reading_addrs: false,
+            reopening: HashMap::new(),
+            spec,
+            requests,
+            events,
+            alternates: HashMap::new(),
+            asked: HashMap::new(),
+            foreign: Foreign::default(),
+            resync_wanted: false,
+        }
+    }
+
     /// A problem worth an operator's attention (through `tracing`, at warn).
     fn warn(&self, line: String) {
         tracing::warn!(target: "dataplane::control", "{line}");

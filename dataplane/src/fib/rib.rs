@@ -3,6 +3,7 @@
 //! time: a route added, replaced or removed changes one prefix; a neighbour learnt, changed
 //! or lost changes one next-hop word (and its host route). Nothing is ever rebuilt whole.
 use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -37,8 +38,9 @@ pub enum RouteKind {
 struct NeighEntry {
     state: HopState,
     mac: MacAddr,
-    /// The host route `ip/32` (`/128`) this neighbour put in the table (inside a connected
-    /// route of its port, where no configured route of that length exists).
+    /// The host route `ip/32` (`/128`) this neighbour put in the table: where the longest
+    /// route covering it is a connected route of its port (and shorter than a host route),
+    /// so that the kernel would send to it directly.
     host_route: bool,
 }
 
@@ -49,8 +51,12 @@ pub struct Rib {
     /// kernel's metric).
     routes: HashMap<(IpAddr, u8), (RouteKind, u32, u32)>,
     neighbours: HashMap<(u16, IpAddr), NeighEntry>,
-    /// The connected routes (prefix, length, port): few, and searched per neighbour change.
-    connected: Vec<(IpAddr, u8, u16)>,
+    /// The neighbours in address order: those inside a changed prefix are found without a
+    /// scan (a route change may give them a host route or take it away).
+    neighbour_ips: BTreeSet<(IpAddr, u16)>,
+    /// How many routes each length has, per family (IPv4, IPv6): a longest-match search of
+    /// `routes` tries only lengths in use.
+    lengths: [[u32; 129]; 2],
     /// What a next hop with no neighbour entry does: `Failed` where nothing will resolve it
     /// (static neighbours), `Incomplete` where the kernel is asked to.
     unknown: HopState,
@@ -75,20 +81,24 @@ fn host_len(ip: IpAddr) -> u8 {
     }
 }
 
-fn inside(prefix: IpAddr, len: u8, a: IpAddr) -> bool {
-    match (prefix, a) {
-        (IpAddr::V4(p), IpAddr::V4(a)) => u32::from(a) & mask4(len) == u32::from(p) & mask4(len),
-        (IpAddr::V6(p), IpAddr::V6(a)) => u128::from(a) & mask6(len) == u128::from(p) & mask6(len),
-        _ => false,
-    }
-}
-
 /// The prefix with its host bits cleared.
 pub fn canonical(prefix: IpAddr, len: u8) -> IpAddr {
     match prefix {
         IpAddr::V4(a) => IpAddr::V4((u32::from(a) & mask4(len)).into()),
         IpAddr::V6(a) => IpAddr::V6((u128::from(a) & mask6(len)).into()),
     }
+}
+
+/// The last address of `prefix/len`.
+fn last_in(prefix: IpAddr, len: u8) -> IpAddr {
+    match prefix {
+        IpAddr::V4(a) => IpAddr::V4((u32::from(a) | !mask4(len)).into()),
+        IpAddr::V6(a) => IpAddr::V6((u128::from(a) | !mask6(len)).into()),
+    }
+}
+
+fn family(ip: IpAddr) -> usize {
+    usize::from(ip.is_ipv6())
 }
 
 impl Rib {
@@ -104,7 +114,8 @@ impl Rib {
             w: TableWriter::new(ports, readers, cap)?,
             routes: HashMap::default(),
             neighbours: HashMap::default(),
-            connected: Vec::new(),
+            neighbour_ips: BTreeSet::new(),
+            lengths: [[0; 129]; 2],
             unknown: if resolving {
                 HopState::Incomplete
             } else {
@@ -223,8 +234,14 @@ impl Rib {
         Ok(id)
     }
 
-    fn target(&mut self, kind: &RouteKind) -> Result<u32, FibError> {
+    /// The target of a route of `kind` for `prefix/len`.
+    fn target(&mut self, kind: &RouteKind, prefix: IpAddr, len: u8) -> Result<u32, FibError> {
         Ok(match kind {
+            // A connected host route goes to that one neighbour (as the kernel's does).
+            RouteKind::Connected { port } if len == host_len(prefix) => self.hop(HopKey {
+                port: *port,
+                addr: Some(prefix),
+            })?,
             RouteKind::Connected { port } => self.hop(HopKey {
                 port: *port,
                 addr: None,
@@ -279,69 +296,40 @@ impl Rib {
         {
             return Ok(());
         }
-        let target = self.target(&kind)?;
+        let target = self.target(&kind, prefix, len)?;
         if let Err(e) = self.w.set_route(prefix, len, target) {
             self.w.release_target(target);
             return Err(e);
         }
         self.changes += 1;
-        // A configured route over a neighbour's host route takes its place.
-        if len == max {
-            for (port_ip, n) in self.neighbours.iter_mut() {
-                if port_ip.1 == prefix && n.host_route {
-                    n.host_route = false;
-                    if let Some(id) = self.w.hop_id(&HopKey {
-                        port: port_ip.0,
-                        addr: Some(prefix),
-                    }) {
-                        self.w.release_hop(id);
-                    }
+        match self.routes.insert((prefix, len), (kind, target, tag)) {
+            Some((_, old, _)) => self.w.release_target(old),
+            None => {
+                if let Some(n) = self.length_count(prefix, len) {
+                    *n += 1;
                 }
             }
         }
-        let connected = match &kind {
-            RouteKind::Connected { port } => Some(*port),
-            _ => None,
-        };
-        if let Some((old_kind, old, _)) = self.routes.insert((prefix, len), (kind, target, tag)) {
-            self.w.release_target(old);
-            if let RouteKind::Connected { port } = old_kind {
-                self.connected.retain(|c| *c != (prefix, len, port));
-                self.unexpand(port, prefix, len);
-            }
-        }
-        if let Some(port) = connected {
-            self.connected.push((prefix, len, port));
-            self.expand(port, prefix, len)?;
-        }
-        Ok(())
+        // The neighbours inside it: their host routes follow the new longest match (a
+        // configured host route takes a neighbour's place).
+        self.refresh_inside(prefix, len)
     }
 
     /// Removes `prefix/len`. Returns false when there was no such route.
     pub fn remove_route(&mut self, prefix: IpAddr, len: u8) -> bool {
         let prefix = canonical(prefix, len);
-        let Some((kind, target, _)) = self.routes.remove(&(prefix, len)) else {
+        let Some((_, target, _)) = self.routes.remove(&(prefix, len)) else {
             return false;
         };
         self.w.remove_route(prefix, len);
         self.w.release_target(target);
+        if let Some(n) = self.length_count(prefix, len) {
+            *n -= 1;
+        }
         self.changes += 1;
-        if let RouteKind::Connected { port } = kind {
-            self.connected.retain(|c| *c != (prefix, len, port));
-            self.unexpand(port, prefix, len);
-        }
-        // A neighbour whose host route the removed route had replaced gets it back.
-        if len == host_len(prefix) {
-            let ports: Vec<u16> = self
-                .neighbours
-                .keys()
-                .filter(|(_, ip)| *ip == prefix)
-                .map(|(p, _)| *p)
-                .collect();
-            for port in ports {
-                let _ = self.refresh_host_route(port, prefix);
-            }
-        }
+        // The neighbours inside it: a host route it had replaced comes back, one whose
+        // connected route it was goes.
+        let _ = self.refresh_inside(prefix, len);
         true
     }
 
@@ -357,6 +345,7 @@ impl Rib {
             port,
             addr: Some(ip),
         };
+        self.neighbour_ips.insert((ip, port));
         let previous = self.neighbours.insert(
             (port, ip),
             NeighEntry {
@@ -386,6 +375,7 @@ impl Rib {
         let Some(n) = self.neighbours.remove(&(port, ip)) else {
             return false;
         };
+        self.neighbour_ips.remove(&(ip, port));
         self.changes += 1;
         let key = HopKey {
             port,
@@ -410,22 +400,46 @@ impl Rib {
             .map(|((p, ip), n)| (*p, *ip, n.state, n.mac))
     }
 
+    /// How many routes of `prefix`'s family have length `len`.
+    fn length_count(&mut self, prefix: IpAddr, len: u8) -> Option<&mut u32> {
+        self.lengths
+            .get_mut(family(prefix))?
+            .get_mut(usize::from(len))
+    }
+
+    /// The longest route covering `ip`: its length and kind.
+    fn longest_match(&self, ip: IpAddr) -> Option<(u8, &RouteKind)> {
+        let counts = self.lengths.get(family(ip))?;
+        (0..=host_len(ip))
+            .rev()
+            .filter(|l| counts.get(usize::from(*l)).is_some_and(|n| *n > 0))
+            .find_map(|l| Some((l, &self.routes.get(&(canonical(ip, l), l))?.0)))
+    }
+
+    /// Whether neighbour `ip` on `port` wants a host route: where the kernel would send to it
+    /// directly, that is where the longest route covering it is a connected route of its
+    /// port (a connected host route already goes to the neighbour, see [`Rib::target`]).
+    fn host_route_wanted(&self, port: u16, ip: IpAddr) -> bool {
+        matches!(
+            self.longest_match(ip),
+            Some((l, RouteKind::Connected { port: p })) if *p == port && l < host_len(ip)
+        )
+    }
+
     /// Puts in (or leaves out) the host route of neighbour `ip` on `port`.
     fn refresh_host_route(&mut self, port: u16, ip: IpAddr) -> Result<(), FibError> {
         let Some(n) = self.neighbours.get(&(port, ip)).copied() else {
             return Ok(());
         };
         let max = host_len(ip);
-        let wanted = !self.routes.contains_key(&(ip, max))
-            && self
-                .connected
-                .iter()
-                .any(|(p, l, cp)| *cp == port && inside(*p, *l, ip));
+        let wanted = self.host_route_wanted(port, ip);
         if wanted && !n.host_route {
             let id = self.hop(HopKey {
                 port,
                 addr: Some(ip),
             })?;
+            // Over whatever the entry held (another port's neighbour of this address that
+            // is about to give it up): one store, no moment without it.
             if let Err(e) = self.w.set_route(ip, max, id) {
                 self.w.release_hop(id);
                 return Err(e);
@@ -434,7 +448,18 @@ impl Rib {
                 e.host_route = true;
             }
         } else if !wanted && n.host_route {
-            self.w.remove_route(ip, max);
+            // The entry may have been taken over already: by a configured route of the same
+            // prefix, or by the neighbour of this address on another port.
+            let taken = self.routes.contains_key(&(ip, max))
+                || self
+                    .neighbour_ips
+                    .range((ip, 0)..=(ip, u16::MAX))
+                    .any(|(_, p)| {
+                        *p != port && self.neighbours.get(&(*p, ip)).is_some_and(|n| n.host_route)
+                    });
+            if !taken {
+                self.w.remove_route(ip, max);
+            }
             if let Some(id) = self.w.hop_id(&HopKey {
                 port,
                 addr: Some(ip),
@@ -448,32 +473,23 @@ impl Rib {
         Ok(())
     }
 
-    /// Host routes for the neighbours of `port` inside a new connected prefix.
-    fn expand(&mut self, port: u16, prefix: IpAddr, len: u8) -> Result<(), FibError> {
-        let ips: Vec<IpAddr> = self
-            .neighbours
-            .keys()
-            .filter(|(p, ip)| *p == port && inside(prefix, len, *ip))
-            .map(|(_, ip)| *ip)
+    /// Refreshes the host routes of the neighbours inside `prefix/len` (a route of it
+    /// changed): found by a range of the address-ordered set, not a scan of all of them.
+    /// Those that gain one go first, so that an address whose host route moves to another
+    /// port's neighbour is never without one.
+    fn refresh_inside(&mut self, prefix: IpAddr, len: u8) -> Result<(), FibError> {
+        let first = (canonical(prefix, len), 0);
+        let last = (last_in(prefix, len), u16::MAX);
+        let mut inside: Vec<(bool, IpAddr, u16)> = self
+            .neighbour_ips
+            .range(first..=last)
+            .map(|(ip, port)| (!self.host_route_wanted(*port, *ip), *ip, *port))
             .collect();
-        for ip in ips {
+        inside.sort_unstable();
+        for (_, ip, port) in inside {
             self.refresh_host_route(port, ip)?;
         }
         Ok(())
-    }
-
-    /// Host routes of `port`'s neighbours inside a connected prefix that went away (unless
-    /// another connected route of the port still covers them).
-    fn unexpand(&mut self, port: u16, prefix: IpAddr, len: u8) {
-        let ips: Vec<IpAddr> = self
-            .neighbours
-            .iter()
-            .filter(|((p, ip), n)| *p == port && n.host_route && inside(prefix, len, *ip))
-            .map(|((_, ip), _)| *ip)
-            .collect();
-        for ip in ips {
-            let _ = self.refresh_host_route(port, ip);
-        }
     }
 
     /// Frees what no poller can still see.

@@ -398,3 +398,125 @@ fn tune_measures_each_layout_with_live_traffic_and_recommends_one() {
     assert!(["same-package", "unpinned"].contains(&best), "{table}");
     assert!(table.contains(&format!("recommended: {best}")), "{table}");
 }
+
+#[test]
+fn tune_apply_becomes_the_run_with_the_recommended_layout() {
+    if !root_or_skip("dataplane tune --apply") {
+        return;
+    }
+    let bed = Bed::up("tta", 1);
+    let t = &bed.0;
+    let dir = std::env::temp_dir();
+    let cfg = dir.join("tta-dut.toml");
+    let out = dir.join("tta-tune.json");
+    let _ = std::fs::remove_file(&out);
+    std::fs::write(&cfg, t.config(Mode::L3fwd, &[(None, vec![0])], 64)).expect("config");
+    let mut gen = dataplane_in(&t.gen_ns(), &["gen", "--iface", &t.gen_if()])
+        .args(["--rate", "20000", "--duration", "40"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("gen");
+    let mut tune = dataplane_in(&t.dut_ns(), &["tune", "--config"])
+        .arg(&cfg)
+        .args(["--layouts", "same-package,unpinned", "--irq-cpu", "0:0"])
+        .args(["--window", "1", "--apply", "--json"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tune");
+    // `ip netns exec` execs the binary, and `--apply` execs the run: one pid throughout.
+    let pid = tune.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = tune.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // Ready: the recommendation, then the run's own "attached" line after it.
+    let mut log = Vec::new();
+    let mut best = None;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+            .unwrap_or_else(|_| panic!("tune --apply never ran the recommended layout: {log:#?}"));
+        if let Some(rest) = line.strip_prefix("tune: running with ") {
+            best = rest.split_whitespace().next().map(str::to_string);
+        }
+        let attached = best.is_some() && line.starts_with("attached");
+        log.push(line);
+        if attached {
+            break;
+        }
+    }
+    let best = best.expect("a layout");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("json")).expect("valid");
+    assert_eq!(v["recommended"], best.as_str(), "{log:#?}");
+    let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).expect("cmdline");
+    let args: Vec<&str> = cmdline.split('\0').collect();
+    assert!(
+        args.windows(3)
+            .any(|w| w == ["run", "--layout", best.as_str()]),
+        "the process became the run: {args:?}"
+    );
+    // Its pollers sit where the plan for that layout puts them.
+    let plan = dataplane_in(&t.dut_ns(), &["plan", "--config"])
+        .arg(&cfg)
+        .args(["--layout", &best, "--irq-cpu", "0:0", "--json"])
+        .output()
+        .expect("plan");
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).expect("plan json");
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let want: Vec<(String, Vec<usize>)> = plan["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let cpus = match e["poller_cpu"].as_u64() {
+                Some(c) => vec![usize::try_from(c).expect("cpu")],
+                None => (0..ncpu).collect(),
+            };
+            (format!("dp-poll{i}"), cpus)
+        })
+        .collect();
+    assert_eq!(poller_cpus(pid), want, "{log:#?}");
+    // It forwards: the sink's port counts frames while it runs.
+    let sink_rx = || {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &t.sink_ns(), "cat"])
+            .arg(format!(
+                "/sys/class/net/{}/statistics/rx_packets",
+                t.sink_if()
+            ))
+            .output()
+            .expect("cat");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<u64>()
+            .expect("count")
+    };
+    let before = sink_rx();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sink_rx() < before + 1000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the applied layout forwards"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // A SIGTERM to that pid stops it cleanly, with its programs detached.
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let status = tune.wait().expect("wait");
+    let _ = gen.kill();
+    let _ = gen.wait();
+    assert!(status.success(), "{status}: {log:#?}");
+    assert!(!has_xdp(&t.dut_ns(), &t.dut_in()), "detached at stop");
+}

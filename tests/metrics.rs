@@ -327,3 +327,141 @@ fn logs_are_json_lines_with_levels_when_asked() {
         "{stderr}"
     );
 }
+
+/// One thread of another process held stopped (ptrace: only that thread stops, the rest of
+/// the process runs on), resumed on drop. Made and dropped on the same thread (ptrace's
+/// tracer is a thread).
+struct Frozen {
+    tid: i32,
+}
+
+impl Frozen {
+    fn thread(tid: i32) -> Frozen {
+        // SAFETY: PTRACE_SEIZE and PTRACE_INTERRUPT take a thread id and no pointers.
+        let r = unsafe {
+            libc::ptrace(
+                libc::PTRACE_SEIZE,
+                tid,
+                std::ptr::null_mut::<libc::c_void>(),
+                std::ptr::null_mut::<libc::c_void>(),
+            )
+        };
+        assert_eq!(
+            r,
+            0,
+            "ptrace seize {tid}: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: as above.
+        let r = unsafe {
+            libc::ptrace(
+                libc::PTRACE_INTERRUPT,
+                tid,
+                std::ptr::null_mut::<libc::c_void>(),
+                std::ptr::null_mut::<libc::c_void>(),
+            )
+        };
+        assert_eq!(
+            r,
+            0,
+            "ptrace interrupt: {}",
+            std::io::Error::last_os_error()
+        );
+        let mut status = 0;
+        // SAFETY: `status` is a valid place for waitpid to write.
+        let w = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
+        assert_eq!(w, tid, "waitpid: {}", std::io::Error::last_os_error());
+        Frozen { tid }
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        // SAFETY: PTRACE_DETACH takes a thread id and a signal number (0: none).
+        unsafe {
+            libc::ptrace(
+                libc::PTRACE_DETACH,
+                self.tid,
+                std::ptr::null_mut::<libc::c_void>(),
+                std::ptr::null_mut::<libc::c_void>(),
+            );
+        }
+    }
+}
+
+/// The value of `dataplane_health{check=...,poller="0"}`.
+fn health(text: &str, check: &str) -> Option<u64> {
+    text.lines()
+        .find(|l| {
+            l.starts_with("dataplane_health{")
+                && l.contains(&format!("check=\"{check}\""))
+                && l.contains("poller=\"0\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+}
+
+#[test]
+fn a_poller_that_stops_taking_frames_fails_its_health_checks_live() {
+    if !root_or_skip("health checks live") {
+        return;
+    }
+    let bed = Bed::up("thc", 1);
+    let t = &bed.0;
+    let mut dut = Dut::start_with(&bed, &config(t, ""), &["--metrics", "9917"]);
+    let poller = std::fs::read_dir(format!("/proc/{}/task", dut.pid()))
+        .expect("tasks")
+        .flatten()
+        .find(|e| {
+            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "dp-poll0")
+        })
+        .and_then(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .expect("the poller's thread");
+    let mut gen = dataplane_in(&t.gen_ns(), &["gen", "--iface", &t.gen_if()])
+        .args(["--rate", "20000", "--duration", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gen");
+    let until = |what: &str, want: &dyn Fn(&str) -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let text = scrape(&t.dut_ns(), 9917);
+            if want(&text) {
+                return text;
+            }
+            assert!(std::time::Instant::now() < deadline, "{what}: {text}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // Healthy while it forwards.
+    until("forwarding, healthy", &|m| {
+        sum(m, "dataplane_tx_packets_total", "") > 1000
+            && health(m, "stalled") == Some(0)
+            && health(m, "fill_empty") == Some(0)
+    });
+    {
+        let _stopped = Frozen::thread(poller);
+        // The kernel drops what arrives for it, and it takes nothing: stalled at the next
+        // check; its fill ring stays empty: starved after a second.
+        until("stalled and starved", &|m| {
+            health(m, "stalled") == Some(1) && health(m, "fill_empty") == Some(1)
+        });
+    }
+    until("recovered", &|m| {
+        health(m, "stalled") == Some(0) && health(m, "fill_empty") == Some(0)
+    });
+    let _ = gen.kill();
+    let _ = gen.wait();
+    let log = dut.log_lines().join("\n");
+    for line in [
+        "health: poller 0 stalled",
+        "health: poller 0 starved",
+        "health: poller 0 recovered (stalled)",
+        "health: poller 0 recovered (fill_empty)",
+    ] {
+        assert!(log.contains(line), "{line:?} logged: {log}");
+    }
+    let s = dut.stop();
+    assert_frames_accounted(&s);
+}

@@ -39,6 +39,7 @@ fn thread_privileges(pid: u32) -> Vec<(String, u64, String, u64)> {
 const CAP_BPF: u64 = 1 << 39;
 const CAP_NET_ADMIN: u64 = 1 << 12;
 const CAP_NET_RAW: u64 = 1 << 13;
+const CAP_SYS_NICE: u64 = 1 << 23;
 
 /// `setpriv` as user nobody with the documented set for `dataplane run`
 /// (docs/OPERATIONS.md), as a systemd unit's AmbientCapabilities would give it.
@@ -59,6 +60,11 @@ fn unprivileged() -> Vec<String> {
 /// Every thread of `pid` holds what the rest of the run needs and nothing more; the control
 /// thread holds `control` (nothing with static routes, CAP_NET_ADMIN with the kernel's).
 fn assert_least_privilege(pid: u32, control: u64) {
+    assert_least_privilege_with(pid, control, 0);
+}
+
+/// As [`assert_least_privilege`], the main thread holding `main` besides CAP_BPF.
+fn assert_least_privilege_with(pid: u32, control: u64, main: u64) {
     let threads = thread_privileges(pid);
     assert!(threads.len() >= 2, "{threads:?}");
     for (name, eff, nnp, prm) in &threads {
@@ -68,6 +74,8 @@ fn assert_least_privilege(pid: u32, control: u64) {
             0
         } else if name == "dp-control" {
             control
+        } else if name == "dataplane" {
+            CAP_BPF | main
         } else {
             CAP_BPF
         };
@@ -231,5 +239,41 @@ fn with_kernel_routes_the_control_thread_alone_keeps_cap_net_admin() {
         s["control"]["resolve_requests"].as_u64().expect("count") >= 1,
         "{}",
         s["control"]
+    );
+}
+
+#[test]
+fn with_apply_irq_the_main_thread_keeps_only_what_putting_interrupts_back_needs() {
+    if !root_or_skip("least privilege, --apply-irq") {
+        return;
+    }
+    let bed = Bed::up("tli", 1);
+    let t = &bed.0;
+    let state = std::env::temp_dir().join("tli-irq.json");
+    let _ = std::fs::remove_file(&state);
+    let state_arg = state.to_str().expect("utf-8").to_string();
+    // As root: writing the `threaded` switch and the journal takes file permissions that the
+    // documented set alone does not give user nobody. The drop after setup is the same.
+    let dut = Dut::start_with(
+        &bed,
+        &config(t, ""),
+        &[
+            "--layout",
+            "irq-core",
+            "--irq-cpu",
+            "0:0",
+            "--apply-irq",
+            "--irq-state",
+            &state_arg,
+        ],
+    );
+    assert!(state.exists(), "the interrupt changes are journaled");
+    // The main thread restores the interrupts at stop: CAP_NET_ADMIN (threaded NAPI) and
+    // CAP_SYS_NICE (kernel threads' affinity), besides CAP_BPF; the pollers nothing.
+    assert_least_privilege_with(dut.pid(), 0, CAP_NET_ADMIN | CAP_SYS_NICE);
+    let s = dut.stop();
+    assert!(
+        !state.exists(),
+        "a clean stop put everything back and removed the journal: {s}"
     );
 }

@@ -37,7 +37,8 @@ pub struct TuneArgs {
     /// Write the rows and the recommendation as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Then run with the recommended layout until SIGINT/SIGTERM.
+    /// Then run with the recommended layout until SIGINT/SIGTERM (this process becomes
+    /// `dataplane run --layout <best>`).
     #[arg(long)]
     apply: bool,
 }
@@ -101,13 +102,15 @@ pub fn main(a: TuneArgs) -> Result<()> {
     if a.apply {
         let best = best.context("--apply: no layout forwarded anything, nothing to keep")?;
         eprintln!("tune: running with {best} (a restart: the ports were detached meanwhile)");
-        let status = std::process::Command::new(&exe)
-            .args(["run", "--layout", &best, "--config"])
-            .arg(&a.config)
-            .args(&irq_args)
-            .status()
-            .context("starting dataplane run")?;
-        std::process::exit(status.code().unwrap_or(1));
+        // This process becomes the run (same pid): a service manager's or an operator's
+        // SIGTERM then stops it cleanly, with nothing left behind.
+        let err = std::os::unix::process::CommandExt::exec(
+            std::process::Command::new(&exe)
+                .args(["run", "--layout", &best, "--config"])
+                .arg(&a.config)
+                .args(&irq_args),
+        );
+        return Err(err).context("starting dataplane run");
     }
     Ok(())
 }

@@ -3,8 +3,9 @@
 //! A check that starts failing is logged once (warn) and again when it recovers (info), and
 //! exported as `dataplane_health{check, ...}` 1 / 0.
 //!
-//! - `stalled`: the kernel found a poller's RX ring full (frames waiting) while the poller
-//!   took none since the previous check.
+//! - `stalled`: the kernel dropped frames for a poller since the previous check (its RX ring
+//!   full, or its fill ring empty: in copy mode the kernel takes a fill entry before it looks
+//!   at the RX ring, so a poller that stopped shows as the latter) while it took none.
 //! - `fill_empty`: the kernel found a poller's fill ring empty in every check for over a
 //!   second (frames arriving with nowhere to go).
 //! - `link_down`: a port's link is down (the control thread logs the change itself).
@@ -95,11 +96,12 @@ impl Health {
         }
         for (i, (st, s)) in self.pollers.iter_mut().zip(pollers).enumerate() {
             let took = s.rx_packets != st.last.rx_packets;
-            let ring_full = s.rx_ring_full != st.last.rx_ring_full;
+            let dropped_for_it =
+                s.rx_ring_full != st.last.rx_ring_full || s.fill_empty != st.last.fill_empty;
             let stalled = if st.stalled {
                 !took
             } else {
-                ring_full && !took
+                dropped_for_it && !took
             };
             if stalled != st.stalled {
                 st.stalled = stalled;
@@ -181,22 +183,38 @@ mod tests {
     }
 
     #[test]
+    fn a_poller_taking_nothing_while_its_fill_ring_runs_dry_is_stalled() {
+        let mut h = Health::default();
+        let t = Instant::now();
+        h.check(t, &[s(10, 0, 0)], &[true]);
+        assert_eq!(
+            h.check(t, &[s(10, 0, 3)], &[true]),
+            vec![HealthEvent::Poller {
+                poller: 0,
+                check: "stalled",
+                failing: true,
+            }]
+        );
+    }
+
+    #[test]
     fn a_fill_ring_empty_for_a_second_counts_and_links_are_followed() {
         let mut h = Health::default();
         let t = Instant::now();
         h.check(t, &[s(0, 0, 0)], &[true, true]);
+        // Taking frames, but short of buffers: not stalled, starved once it lasts.
         for (ms, empty) in [(250, 1), (500, 2), (900, 3)] {
             assert!(h
                 .check(
                     t + Duration::from_millis(ms),
-                    &[s(0, 0, empty)],
+                    &[s(empty, 0, empty)],
                     &[true, true]
                 )
                 .is_empty());
         }
         let ev = h.check(
             t + Duration::from_millis(1300),
-            &[s(0, 0, 4)],
+            &[s(4, 0, 4)],
             &[true, false],
         );
         assert!(ev.contains(&HealthEvent::Poller {

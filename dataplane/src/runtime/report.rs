@@ -210,7 +210,7 @@ fn health_check(
                 failing,
             } => {
                 let what = match check {
-                    "stalled" => "stalled: the kernel finds its RX ring full and it takes nothing",
+                    "stalled" => "stalled: the kernel drops frames for it (RX ring full or fill ring empty) and it takes nothing",
                     _ => "starved: its fill ring has been empty for over a second",
                 };
                 if failing {

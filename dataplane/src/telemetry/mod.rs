@@ -140,7 +140,7 @@ fn describe() {
     );
     describe_gauge!(
         "dataplane_health",
-        "1 while a health check fails: check = stalled (a poller with frames waiting makes no progress), fill_empty (a fill ring empty for over a second), link_down."
+        "1 while a health check fails: check = stalled (the kernel drops frames for a poller that takes none), fill_empty (a fill ring empty for over a second), link_down."
     );
     describe_counter!(
         "dataplane_health_checks_total",

@@ -246,6 +246,16 @@ impl Rib {
                 port: *port,
                 addr: None,
             })?,
+            // One gateway (most routes): its hop is the target, no group to look for.
+            RouteKind::Via(paths) if paths.len() == 1 => {
+                let Some(&(port, gw)) = paths.first() else {
+                    return Err(FibError::Full("a route with no next hop"));
+                };
+                self.hop(HopKey {
+                    port,
+                    addr: Some(gw),
+                })?
+            }
             RouteKind::Via(paths) => {
                 let mut ids = Vec::with_capacity(paths.len());
                 for (port, gw) in paths {

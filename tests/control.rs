@@ -538,10 +538,11 @@ fn a_deleted_port_is_survived_and_forwards_again_once_recreated() {
     assert!(drop_count(&s, DropReason::LinkDown) >= 1, "{s}");
     assert_frames_accounted(&s);
     eprintln!(
-        "recreated port: link up {:?} after the deletion, forwarding {resumed:?} after that; sent {sent}, received {}, dropped {drops} (link_down {})",
+        "recreated port: link up {:?} after the deletion, forwarding {resumed:?} after that; sent {sent}, received {}, dropped {drops} (link_down {}, tx_refused {})",
         recreated - deleted,
         got.len(),
-        drop_count(&s, DropReason::LinkDown)
+        drop_count(&s, DropReason::LinkDown),
+        drop_count(&s, DropReason::TxRefused)
     );
 }
 

@@ -389,8 +389,9 @@ impl RingIo for MemQueue {
     fn tx_needs_wakeup(&self) -> bool {
         false
     }
-    fn tx_wake(&mut self, area: &Area) {
+    fn tx_wake(&mut self, area: &Area) -> u32 {
         self.transmit_frames(area);
+        0
     }
 
     #[inline]

@@ -97,11 +97,15 @@ pub enum DropReason {
     InvalidDescriptor,
     /// Mode `drop`: everything is dropped on purpose.
     DropMode,
+    /// Put on a TX ring, but the kernel did not send it: the egress device refused it (down
+    /// or being deleted, or its veth peer's backlog full). Also in `tx_packets` and
+    /// `tx_lost`.
+    TxRefused,
 }
 
 impl DropReason {
     /// Number of reasons (size of a counter array).
-    pub const COUNT: usize = 28;
+    pub const COUNT: usize = 29;
     /// All reasons in discriminant order.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
@@ -132,6 +136,7 @@ impl DropReason {
         DropReason::TxRingFull,
         DropReason::InvalidDescriptor,
         DropReason::DropMode,
+        DropReason::TxRefused,
     ];
 
     /// True for the drops a router answers with an ICMP error (RFC 1812 5.2.7, 5.3.1;
@@ -180,6 +185,7 @@ impl DropReason {
             DropReason::TxRingFull => "tx_ring_full",
             DropReason::InvalidDescriptor => "invalid_descriptor",
             DropReason::DropMode => "drop_mode",
+            DropReason::TxRefused => "tx_refused",
         }
     }
 }

@@ -54,8 +54,9 @@ pub trait RingIo: 'static {
     fn tx_pending(&self) -> u32;
     /// Whether the device must be kicked to send.
     fn tx_needs_wakeup(&self) -> bool;
-    /// Kicks the device to send.
-    fn tx_wake(&mut self, area: &Area);
+    /// Kicks the device to send; returns how many frames the device refused (taken off the
+    /// TX ring and completed, but not sent: 0 or 1 per kick, see [`crate::xsk`]).
+    fn tx_wake(&mut self, area: &Area) -> u32;
 
     /// Reaps up to `max` completions, handing each address to `each`; returns how many.
     fn complete(&mut self, area: &Area, max: u32, each: impl FnMut(u64)) -> u32;

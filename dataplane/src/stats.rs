@@ -54,9 +54,10 @@ pub enum Counter {
     /// Fragments sent for them, the first included (RFC 4293 OutFragCreates): each
     /// fragmented packet is one frame in and `frag_creates / frag_ok` frames out.
     FragCreates,
-    /// Frames put on a TX ring (so in `tx_packets`) whose interface was deleted before it
-    /// sent them; counted as `link_down` drops too, when the port's sockets are reopened on
-    /// the interface created again.
+    /// Frames put on a TX ring (so in `tx_packets`) that the kernel did not send: refused
+    /// by the device (counted as `tx_refused` drops too), or left on the ring of an
+    /// interface that was deleted (`link_down` drops, counted when the port's sockets are
+    /// reopened on the interface created again).
     TxLost,
 }
 
@@ -195,6 +196,15 @@ impl PollerStats {
     #[inline(always)]
     pub fn add_drop(&self, r: DropReason, v: u64) {
         self.bump(COUNTERS + r as usize, v);
+    }
+
+    /// Counts frames the kernel refused on a TX kick (usually none: one branch).
+    #[inline(always)]
+    pub fn add_tx_refused(&self, n: u32) {
+        if n > 0 {
+            self.add(Counter::TxLost, u64::from(n));
+            self.add_drop(DropReason::TxRefused, u64::from(n));
+        }
     }
 
     /// Counts one RX burst of `n` frames (1..=256) in its size bucket.

@@ -46,6 +46,9 @@ pub struct QueueRings {
     pub port: u16,
     /// Queue id.
     pub queue: u32,
+    /// Bound in copy mode: a kick's EBUSY is a frame the device refused (see
+    /// [`RingIo::tx_wake`]); a zero-copy driver's wakeup errors mean other things.
+    pub copy_mode: bool,
 }
 
 impl QueueRings {
@@ -111,9 +114,29 @@ impl RingIo for QueueRings {
     fn tx_needs_wakeup(&self) -> bool {
         self.tx.needs_wakeup()
     }
+    /// In copy mode the kick sends what the ring holds, one frame at a time, and stops at
+    /// the first the device refuses (`NET_XMIT_DROP`: the device or its veth peer is down
+    /// or gone, or the peer's backlog is full): that frame is completed but not sent, and
+    /// the call fails with EBUSY. So each EBUSY is exactly one frame lost in the kernel.
     #[inline]
-    fn tx_wake(&mut self, _area: &Area) {
-        self.tx.wake();
+    fn tx_wake(&mut self, _area: &Area) -> u32 {
+        // SAFETY: sendto with a null buffer of length 0 and no address reads and writes no
+        // memory; the descriptor is the TX ring's own, open while `self.tx` lives.
+        let r = unsafe {
+            libc::sendto(
+                self.tx.as_raw_fd(),
+                std::ptr::null(),
+                0,
+                libc::MSG_DONTWAIT,
+                std::ptr::null(),
+                0,
+            )
+        };
+        u32::from(
+            r < 0
+                && self.copy_mode
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EBUSY),
+        )
     }
 
     #[inline]
@@ -267,12 +290,14 @@ fn bind_one(
     if sizes.tx_kick_budget > 0 {
         let _ = crate::sys::xsk_set_tx_budget(rx.as_raw_fd(), sizes.tx_kick_budget);
     }
+    let copy_mode = !crate::sys::xsk_is_zerocopy(rx.as_raw_fd()).unwrap_or(false);
     Ok(QueueRings {
         fq_cq,
         rx,
         tx,
         port: s.port,
         queue: s.queue,
+        copy_mode,
     })
 }
 

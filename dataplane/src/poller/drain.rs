@@ -92,7 +92,8 @@ impl<Q: RingIo> Poller<Q> {
             // Completions and kicks, without refilling.
             for q in self.queues.iter_mut() {
                 if q.tx_pending() > 0 {
-                    q.tx_wake(&self.area);
+                    let refused = q.tx_wake(&self.area);
+                    self.stats.add_tx_refused(refused);
                 }
                 let (free, mask) = (&mut self.free, self.frame_mask);
                 moved += q.complete(&self.area, self.ring, |a| free.push(a & mask)) as usize;

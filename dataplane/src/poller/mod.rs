@@ -510,7 +510,8 @@ impl<Q: RingIo> Poller<Q> {
             self.stats.add_queue(i, false, sent as u64, bytes);
             stage.len = 0;
             if sent > 0 && q.tx_needs_wakeup() {
-                q.tx_wake(&self.area);
+                let refused = q.tx_wake(&self.area);
+                self.stats.add_tx_refused(refused);
                 self.stats.add(Counter::TxWakeups, 1);
             }
         }
@@ -541,7 +542,8 @@ impl<Q: RingIo> Poller<Q> {
             let mut kicks = 0;
             let mut pending = q.tx_pending();
             while kicks < MAX_KICKS && pending > 0 && q.tx_needs_wakeup() {
-                q.tx_wake(&self.area);
+                let refused = q.tx_wake(&self.area);
+                self.stats.add_tx_refused(refused);
                 kicks += 1;
                 let now = q.tx_pending();
                 if now >= pending {

@@ -288,15 +288,7 @@ fn irq_restore_undoes_what_a_killed_run_moved() {
     let _ = std::fs::remove_file(&state);
     let state_arg = state.display().to_string();
     let cfg = t.config(Mode::L3fwd, &[(None, vec![0])], 64);
-    let args = [
-        "--layout",
-        "irq-core",
-        "--irq-cpu",
-        "0:0",
-        "--apply-irq",
-        "--irq-state",
-        &state_arg,
-    ];
+    let args = irq_core_args(&state_arg);
     let dut = Dut::start_with(&bed, &cfg, &args);
     assert_eq!(napi_cpus(&t.dut_in()), vec![vec![0]], "moved while running");
     assert_eq!(threaded(&t.dut_ns(), &t.dut_out()), "1");

@@ -335,38 +335,29 @@ struct Frozen {
     tid: i32,
 }
 
+/// ptrace request `req` on thread `tid`, with no address or data; fails the test on error.
+fn ptrace_thread(req: libc::c_uint, tid: i32, what: &str) {
+    // SAFETY: the requests used here (SEIZE, INTERRUPT) take a thread id and no pointers.
+    let r = unsafe {
+        libc::ptrace(
+            req,
+            tid,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "ptrace {what} {tid}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
 impl Frozen {
     fn thread(tid: i32) -> Frozen {
-        // SAFETY: PTRACE_SEIZE and PTRACE_INTERRUPT take a thread id and no pointers.
-        let r = unsafe {
-            libc::ptrace(
-                libc::PTRACE_SEIZE,
-                tid,
-                std::ptr::null_mut::<libc::c_void>(),
-                std::ptr::null_mut::<libc::c_void>(),
-            )
-        };
-        assert_eq!(
-            r,
-            0,
-            "ptrace seize {tid}: {}",
-            std::io::Error::last_os_error()
-        );
-        // SAFETY: as above.
-        let r = unsafe {
-            libc::ptrace(
-                libc::PTRACE_INTERRUPT,
-                tid,
-                std::ptr::null_mut::<libc::c_void>(),
-                std::ptr::null_mut::<libc::c_void>(),
-            )
-        };
-        assert_eq!(
-            r,
-            0,
-            "ptrace interrupt: {}",
-            std::io::Error::last_os_error()
-        );
+        ptrace_thread(libc::PTRACE_SEIZE, tid, "seize");
+        ptrace_thread(libc::PTRACE_INTERRUPT, tid, "interrupt");
         let mut status = 0;
         // SAFETY: `status` is a valid place for waitpid to write.
         let w = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };

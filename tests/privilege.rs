@@ -10,7 +10,8 @@ use common::router::{config, kernel_config, marked, spec};
 use common::*;
 use dataplane::packet::build::udp_v4;
 
-/// (thread name, CapEff, NoNewPrivs, CapPrm) of every thread of `pid`.
+/// (thread name, CapEff, NoNewPrivs, CapPrm) of every thread of `pid`; the main thread (its
+/// id is the pid) is named `main`: helper threads inherit its name `dataplane`.
 fn thread_privileges(pid: u32) -> Vec<(String, u64, String, u64)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -25,8 +26,13 @@ fn thread_privileges(pid: u32) -> Vec<(String, u64, String, u64)> {
                 .map(|v| v.trim().to_string())
                 .expect("field")
         };
+        let main = e.file_name().to_str() == Some(&pid.to_string());
         out.push((
-            field("Name:"),
+            if main {
+                "main".to_string()
+            } else {
+                field("Name:")
+            },
             u64::from_str_radix(&field("CapEff:"), 16).expect("hex"),
             field("NoNewPrivs:"),
             u64::from_str_radix(&field("CapPrm:"), 16).expect("hex"),
@@ -74,7 +80,7 @@ fn assert_least_privilege_with(pid: u32, control: u64, main: u64) {
             0
         } else if name == "dp-control" {
             control
-        } else if name == "dataplane" {
+        } else if name == "main" {
             CAP_BPF | main
         } else {
             CAP_BPF
@@ -85,10 +91,12 @@ fn assert_least_privilege_with(pid: u32, control: u64, main: u64) {
         );
         // Permitted, not in force: a poller's CAP_NET_RAW (to bind a socket on a recreated
         // interface) and the main thread's CAP_NET_ADMIN (to attach its steering program
-        // there), each raised for that call only; the metrics endpoint's threads hold none.
+        // there), each raised for that call only; the metrics endpoint's threads, and the one
+        // that started it (named `dataplane` as the main thread; it may still be exiting),
+        // hold none.
         let spare = if name.starts_with("dp-poll") {
             CAP_NET_RAW
-        } else if name == "dataplane" {
+        } else if name == "main" {
             CAP_NET_ADMIN
         } else {
             0
@@ -254,19 +262,7 @@ fn with_apply_irq_the_main_thread_keeps_only_what_putting_interrupts_back_needs(
     let state_arg = state.to_str().expect("utf-8").to_string();
     // As root: writing the `threaded` switch and the journal takes file permissions that the
     // documented set alone does not give user nobody. The drop after setup is the same.
-    let dut = Dut::start_with(
-        &bed,
-        &config(t, ""),
-        &[
-            "--layout",
-            "irq-core",
-            "--irq-cpu",
-            "0:0",
-            "--apply-irq",
-            "--irq-state",
-            &state_arg,
-        ],
-    );
+    let dut = Dut::start_with(&bed, &config(t, ""), &irq_core_args(&state_arg));
     assert!(state.exists(), "the interrupt changes are journaled");
     // The main thread restores the interrupts at stop: CAP_NET_ADMIN (threaded NAPI) and
     // CAP_SYS_NICE (kernel threads' affinity), besides CAP_BPF; the pollers nothing.

@@ -294,6 +294,20 @@ impl Drop for Dut {
     }
 }
 
+/// `dataplane run` arguments for the irq-core layout with queue 0's interrupt on CPU 0,
+/// applied and journaled to `state`.
+pub fn irq_core_args(state: &str) -> [&str; 7] {
+    [
+        "--layout",
+        "irq-core",
+        "--irq-cpu",
+        "0:0",
+        "--apply-irq",
+        "--irq-state",
+        state,
+    ]
+}
+
 /// `dataplane <args...>` in namespace `ns` (the caller adds options, stdio, and runs it).
 pub fn dataplane_in(ns: &str, args: &[&str]) -> Command {
     let mut c = Command::new("ip");

@@ -97,6 +97,10 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     const DEEPER: u32 = {
         assert!(FIRST < 32 && STRIDE < 32 && FIRST <= BITS);
         assert!((BITS - FIRST) % STRIDE == 0, "strides must tile the key");
+        assert!(
+            (((BITS - FIRST) / STRIDE) as usize) < MAX_LEVELS,
+            "a path fits in `Path`"
+        );
         (BITS - FIRST) / STRIDE
     };
 
@@ -204,6 +208,23 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     }
 }
 
+/// Levels a path can have: 1 + (128 - 24) / 8 = 14 for IPv6; 32 with the model checker's
+/// strides of 4 (checked in `Dir::DEEPER`).
+const MAX_LEVELS: usize = 32;
+
+/// The entries on a key's path, first level first: `slots[..len]` are set.
+struct Path<'a> {
+    slots: [Option<&'a AtomicU32>; MAX_LEVELS],
+    len: usize,
+}
+
+impl Path<'_> {
+    /// The entry at level `i` (0 if the path stops above it).
+    fn entry(&self, i: usize) -> u32 {
+        self.slots[i].map_or(0, |s| s.load(Relaxed))
+    }
+}
+
 /// The last key bit (exclusive, counted from the top) of level `l` (0: the first level).
 const fn level_end(first: u32, stride: u32, l: u32) -> u32 {
     first + l * stride
@@ -303,18 +324,22 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
     }
 
     /// The entries of `key`'s path from the first level down to level `last` (or to the
-    /// first leaf above it).
-    fn path(t: &Dir<FIRST, STRIDE, BITS>, key: u128, last: u32) -> Vec<&AtomicU32> {
-        let mut out = Vec::with_capacity(last as usize + 1);
+    /// first leaf above it). On the stack: every withdrawal walks one.
+    fn path(t: &Dir<FIRST, STRIDE, BITS>, key: u128, last: u32) -> Path<'_> {
+        let mut out = Path {
+            slots: [None; MAX_LEVELS],
+            len: 1,
+        };
         let mut slot = Self::slot(t.top.get(), key, 0);
-        out.push(slot);
+        out.slots[0] = Some(slot);
         for l in 1..=last {
             let e = slot.load(Relaxed);
             if e & EXT == 0 {
                 break;
             }
             slot = Self::slot(t.group(e & !EXT), key, l);
-            out.push(slot);
+            out.slots[out.len] = Some(slot);
+            out.len += 1;
         }
         out
     }
@@ -408,9 +433,8 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
         });
         let level = Self::level_of(len);
         let path = Self::path(t, prefix, level);
-        if path.len() == level as usize + 1 {
-            let container_group =
-                (level > 0).then(|| path[level as usize - 1].load(Relaxed) & !EXT);
+        if path.len == level as usize + 1 {
+            let container_group = (level > 0).then(|| path.entry(level as usize - 1) & !EXT);
             self.paint(t, container_group, prefix, len, cover.unwrap_or(0), |e| {
                 depth(e) == len && e & VALUE_MASK != 0
             });
@@ -424,7 +448,8 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
     fn fold_path(&mut self, t: &Dir<FIRST, STRIDE, BITS>, qsbr: &Qsbr, key: u128, level: u32) {
         let path = Self::path(t, key, level);
         // path[i] is the entry at level i; a link there leads to a group at level i + 1.
-        for (i, slot) in path.iter().enumerate().rev() {
+        for i in (0..path.len).rev() {
+            let Some(slot) = path.slots[i] else { continue };
             let e = slot.load(Relaxed);
             if e & EXT == 0 {
                 continue;
@@ -442,7 +467,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
                 #[allow(clippy::cast_possible_truncation)] // levels are few
                 let parent_end = level_end(FIRST, STRIDE, i as u32 - 1);
                 if !is_own(first, parent_end) {
-                    let c = path[i - 1].load(Relaxed) & !EXT;
+                    let c = path.entry(i - 1) & !EXT;
                     self.own[c as usize] -= 1;
                 }
             }

@@ -6,7 +6,7 @@
 //! Runs as root in a network namespace of its own (`cbench`, deleted at the end): one veth
 //! pair, 1M IPv4 + 200k IPv6 routes through a neighbour on it. Prints one JSON object.
 //!
-//! Run: `cargo run --release -p dataplane-bench --bin control-bench [-- --v4 N --v6 N --storm N]`
+//! Run: `cargo run --release -p dataplane-bench --bin control-bench [-- --v4 N --v6 N --storm N --v6-uniform 1]`
 use std::io::Write;
 use std::net::IpAddr;
 use std::process::Command;
@@ -27,7 +27,7 @@ const NS: &str = "cbench";
 mod arg;
 mod routes;
 use arg::arg;
-use routes::prefixes;
+use routes::{prefixes_shaped, shape6, V6Shape};
 
 fn sh(args: &[&str]) {
     let ok = Command::new(args[0])
@@ -92,7 +92,17 @@ fn main() {
     }
 
     // The kernel's own insert rate for the same routes, through `ip -batch`.
-    let (p4, p6) = prefixes(n4, n6);
+    let shape = if arg("--v6-uniform", 0) != 0 {
+        V6Shape::Uniform
+    } else {
+        V6Shape::Bgp
+    };
+    let (p4, p6) = prefixes_shaped(n4, n6, shape);
+    let (avg, nested) = shape6(&p6);
+    println!(
+        "IPv6 prefixes: {shape:?} shape, average length {avg:.1}, {:.0}% inside another of them",
+        nested * 100.0
+    );
     let batch = std::env::temp_dir().join("cbench.routes");
     {
         let mut f = std::io::BufWriter::new(std::fs::File::create(&batch).expect("batch file"));

@@ -15,7 +15,8 @@
 //!
 //! Run (root not needed, but pinning to an idle CPU gives steadier figures):
 //!   cargo run --release -p dataplane-bench --bin ring-bench -- [--reps 5 --ms 1000
-//!   --ring 512 --v4 1000000 --v6 200000 --quick 1 --testpmd 0 --ablation 1]
+//!   --ring 512 --v4 1000000 --v6 200000 --quick 1 --testpmd 0 --ablation 1 --rib-only 1
+//!   --v6-uniform 1]
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -35,7 +36,7 @@ use rand::{Rng, SeedableRng};
 mod arg;
 mod routes;
 use arg::arg;
-use routes::{prefixes, Prefixes};
+use routes::{prefixes_shaped, shape6, Prefixes, V6Shape};
 
 const PORTS: u16 = 2;
 
@@ -135,8 +136,24 @@ struct Routes {
 }
 
 fn build_routes(n4: usize, n6: usize, readers: usize) -> Routes {
-    let prefixes = prefixes(n4, n6);
+    // `--v6-uniform 1`: the IPv6 prefixes drawn uniformly (the trie's worst case) instead of
+    // shaped like the Internet's table.
+    let shape = if arg("--v6-uniform", 0) != 0 {
+        V6Shape::Uniform
+    } else {
+        V6Shape::Bgp
+    };
+    let prefixes = prefixes_shaped(n4, n6, shape);
+    let (avg, nested) = shape6(&prefixes.1);
+    println!(
+        "IPv6 prefixes: {shape:?} shape, average length {avg:.1}, {:.0}% inside another of them",
+        nested * 100.0
+    );
     rib_rate(&prefixes.1);
+    // `--rib-only 1`: stop after the RIB's line (to profile the control path alone).
+    if arg("--rib-only", 0) != 0 {
+        std::process::exit(0);
+    }
     let mut w = TableWriter::new(PORTS as usize, readers, Capacity::default()).expect("table");
     for p in 0..PORTS {
         w.set_port(p, 1500, true);

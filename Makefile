@@ -35,6 +35,7 @@ stress:
 	CHURN_SECS=$${CHURN_SECS:-600} $(CARGO) test --release -p dataplane --lib fib::churn -- --nocapture
 
 # Miri on the table's unit tests, ThreadSanitizer on the churn oracle (nightly toolchain).
+# About 30 minutes on 2 vCPUs: Miri 23 (the IPv6 brute-force test 16 of them), TSan 5.
 sanitize:
 	scripts/sanitize.sh
 

@@ -11,7 +11,8 @@
 //! every other figure, as net_null's mbuf handling is in testpmd's; it is measured for each
 //! traffic set, since the port writes each frame from a template and 1M flows' templates no
 //! longer fit in the caches. Before the cells: how fast the table takes the routes (IPv4, IPv6,
-//! and IPv6 through the RIB) and the memory the tries use.
+//! and IPv6 through the RIB) and the memory the tries use. After them: IPv6-only against
+//! IPv4-only at 1M flows with the two cells' repeats taking turns, a ratio per pair.
 //!
 //! Run (root not needed, but pinning to an idle CPU gives steadier figures):
 //!   cargo run --release -p dataplane-bench --bin ring-bench -- [--reps 5 --ms 1000
@@ -299,120 +300,224 @@ fn cpus() -> usize {
 
 /// Runs `reps` repeats of `cell` and returns, per repeat, the pollers' samples summed.
 fn measure(cell: &Cell, routes: &Routes, traffics: &[Arc<Traffic>], opts: &Opts) -> Vec<Sample> {
-    let ports = (0..PORTS)
-        .map(|p| Port {
-            mac: port_mac(p),
-            v4: Some(0x0a00_0002 + (u32::from(p) << 8)),
-            v6: None,
-        })
-        .collect();
-    let fwd = Arc::new(Forwarder::new(
-        cell.mode,
-        routes.table.clone(),
-        vec![1, 0],
-        ports,
-    ));
-    let stop = Arc::new(AtomicBool::new(false));
-    let quit = Arc::new(AtomicBool::new(false));
-    let barrier = Arc::new(Barrier::new(cell.pollers + 1));
-    let shared = Arc::new(PollerStats::new(true));
-    let (tx, rx) = mpsc::channel::<Sample>();
-    let n = cpus();
-    let mut handles = Vec::new();
-    for id in 0..cell.pollers {
-        // The last CPUs: CPU 0 keeps the main thread and the machine's chores.
-        let cpu = n.saturating_sub(cell.pollers - id).max(usize::from(n > 1));
-        let (fwd, stop, quit, barrier, tx) = (
-            fwd.clone(),
-            stop.clone(),
-            quit.clone(),
-            barrier.clone(),
-            tx.clone(),
-        );
-        let stats = if cell.shared_stats {
-            shared.clone()
-        } else {
-            Arc::new(PollerStats::with_queues(false, PORTS as usize))
-        };
-        let traffics = traffics.to_vec();
-        let cell = cell.clone();
-        let ring = opts.ring;
-        handles.push(std::thread::spawn(move || {
-            let _ = sys::pin_current_thread(cpu);
-            let queues: Vec<MemQueue> = (0..PORTS)
-                .map(|p| {
-                    MemQueue::new(p, id as u32, ring, Some(traffics[p as usize].clone()))
-                        .with_headroom(cell.offset)
-                })
-                .collect();
-            let spec = PollerSpec {
-                id,
-                cpu: Some(cpu),
-                headroom: cell.offset,
-                hugepages: std::env::var_os("RB_HUGE").is_some(),
-                mem_policy: cell
-                    .interleave
-                    .then(|| (MemPolicy::Interleave, vec![0usize])),
-                ..PollerSpec::in_memory(
-                    PORTS as usize,
-                    2 * ring * u32::from(PORTS),
-                    ring,
-                    cell.burst,
-                )
-            };
-            let mut p = MemPoller::new(&spec, queues, fwd, stats).expect("poller");
-            let (pid, tid) = (std::process::id(), sys::gettid() as u32);
-            let sent = |p: &MemPoller| -> u64 {
-                p.queues().iter().map(|q| q.counters().transmitted).sum()
-            };
-            loop {
-                barrier.wait();
-                if quit.load(Relaxed) {
-                    break;
-                }
-                let (c0, s0) = (sys::thread_cpu_ns(pid, tid).unwrap_or(0), sent(&p));
-                p.run(&stop);
-                let (c1, s1) = (sys::thread_cpu_ns(pid, tid).unwrap_or(0), sent(&p));
-                let _ = tx.send(Sample {
-                    packets: s1 - s0,
-                    cpu_ns: c1 - c0,
-                });
-            }
-            let report = p.finish();
-            assert_eq!(
-                report.frames.accounted(),
-                report.frames.total,
-                "every frame accounted"
-            );
-        }));
-    }
-    drop(tx);
-    let mut out = Vec::new();
+    let runner = Runner::start(cell, routes, traffics, opts, 0);
     // One unmeasured warm-up repeat (caches, page faults), then the repeats.
-    for rep in 0..=opts.reps {
-        stop.store(false, Relaxed);
-        barrier.wait();
-        std::thread::sleep(Duration::from_millis(opts.ms));
-        stop.store(true, Relaxed);
-        let mut sum = Sample::default();
+    let out = (0..=opts.reps)
+        .map(|_| runner.rep(opts.ms))
+        .skip(1)
+        .collect();
+    runner.finish();
+    out
+}
+
+/// A cell's pollers, started and parked at a barrier between repeats, so that repeats of
+/// several cells can take turns (see `paired`).
+struct Runner {
+    stop: Arc<AtomicBool>,
+    quit: Arc<AtomicBool>,
+    barrier: Arc<Barrier>,
+    rx: mpsc::Receiver<Sample>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+    pollers: usize,
+}
+
+impl Runner {
+    /// Starts the cell's pollers, reader ids from `first_id` (each holds its own slot of
+    /// the table's readers while it lives).
+    fn start(
+        cell: &Cell,
+        routes: &Routes,
+        traffics: &[Arc<Traffic>],
+        opts: &Opts,
+        first_id: usize,
+    ) -> Runner {
+        let ports = (0..PORTS)
+            .map(|p| Port {
+                mac: port_mac(p),
+                v4: Some(0x0a00_0002 + (u32::from(p) << 8)),
+                v6: None,
+            })
+            .collect();
+        let fwd = Arc::new(Forwarder::new(
+            cell.mode,
+            routes.table.clone(),
+            vec![1, 0],
+            ports,
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let quit = Arc::new(AtomicBool::new(false));
+        let barrier = Arc::new(Barrier::new(cell.pollers + 1));
+        let shared = Arc::new(PollerStats::new(true));
+        let (tx, rx) = mpsc::channel::<Sample>();
+        let (ready_tx, ready_rx) = mpsc::channel::<()>();
+        let n = cpus();
+        let mut handles = Vec::new();
+        for i in 0..cell.pollers {
+            let id = first_id + i;
+            // The last CPUs: CPU 0 keeps the main thread and the machine's chores.
+            let cpu = n.saturating_sub(cell.pollers - i).max(usize::from(n > 1));
+            let (fwd, stop, quit, barrier, tx, ready_tx) = (
+                fwd.clone(),
+                stop.clone(),
+                quit.clone(),
+                barrier.clone(),
+                tx.clone(),
+                ready_tx.clone(),
+            );
+            let stats = if cell.shared_stats {
+                shared.clone()
+            } else {
+                Arc::new(PollerStats::with_queues(false, PORTS as usize))
+            };
+            let traffics = traffics.to_vec();
+            let cell = cell.clone();
+            let ring = opts.ring;
+            handles.push(std::thread::spawn(move || {
+                let _ = sys::pin_current_thread(cpu);
+                let queues: Vec<MemQueue> = (0..PORTS)
+                    .map(|p| {
+                        MemQueue::new(p, id as u32, ring, Some(traffics[p as usize].clone()))
+                            .with_headroom(cell.offset)
+                    })
+                    .collect();
+                let spec = PollerSpec {
+                    id,
+                    cpu: Some(cpu),
+                    headroom: cell.offset,
+                    hugepages: std::env::var_os("RB_HUGE").is_some(),
+                    mem_policy: cell
+                        .interleave
+                        .then(|| (MemPolicy::Interleave, vec![0usize])),
+                    ..PollerSpec::in_memory(
+                        PORTS as usize,
+                        2 * ring * u32::from(PORTS),
+                        ring,
+                        cell.burst,
+                    )
+                };
+                let mut p = MemPoller::new(&spec, queues, fwd, stats).expect("poller");
+                let _ = ready_tx.send(());
+                let (pid, tid) = (std::process::id(), sys::gettid() as u32);
+                let sent = |p: &MemPoller| -> u64 {
+                    p.queues().iter().map(|q| q.counters().transmitted).sum()
+                };
+                loop {
+                    barrier.wait();
+                    if quit.load(Relaxed) {
+                        break;
+                    }
+                    let (c0, s0) = (sys::thread_cpu_ns(pid, tid).unwrap_or(0), sent(&p));
+                    p.run(&stop);
+                    let (c1, s1) = (sys::thread_cpu_ns(pid, tid).unwrap_or(0), sent(&p));
+                    let _ = tx.send(Sample {
+                        packets: s1 - s0,
+                        cpu_ns: c1 - c0,
+                    });
+                }
+                let report = p.finish();
+                assert_eq!(
+                    report.frames.accounted(),
+                    report.frames.total,
+                    "every frame accounted"
+                );
+            }));
+        }
+        drop(tx);
+        drop(ready_tx);
+        // A poller that failed to start would leave the barrier one party short for ever.
         for _ in 0..cell.pollers {
-            let s = rx.recv().expect("a poller's sample");
+            ready_rx
+                .recv()
+                .expect("a poller failed to start (see its panic above)");
+        }
+        Runner {
+            stop,
+            quit,
+            barrier,
+            rx,
+            handles,
+            pollers: cell.pollers,
+        }
+    }
+
+    /// One repeat of `ms` milliseconds: the pollers' samples summed.
+    fn rep(&self, ms: u64) -> Sample {
+        self.stop.store(false, Relaxed);
+        self.barrier.wait();
+        std::thread::sleep(Duration::from_millis(ms));
+        self.stop.store(true, Relaxed);
+        let mut sum = Sample::default();
+        for _ in 0..self.pollers {
+            let s = self.rx.recv().expect("a poller's sample");
             // A path that dropped everything would still be "measured": each poller must
             // have transmitted what it took.
             assert!(s.packets > 0, "a poller forwarded nothing in a repeat");
             sum.packets += s.packets;
             sum.cpu_ns += s.cpu_ns;
         }
-        if rep > 0 {
-            out.push(sum);
+        sum
+    }
+
+    /// Stops the pollers (each asserts every frame accounted) and joins them.
+    fn finish(self) {
+        self.quit.store(true, Relaxed);
+        self.barrier.wait();
+        for h in self.handles {
+            h.join().expect("poller thread");
         }
     }
-    quit.store(true, Relaxed);
-    barrier.wait();
-    for h in handles {
-        h.join().expect("poller thread");
-    }
-    out
+}
+
+/// IPv6-only against IPv4-only at 1M flows with their repeats taking turns, one cell's repeat
+/// right after the other's: each ratio compares two stretches of ~`ms` next to each other, so
+/// a slow spell of this shared machine weighs on both sides of it, not on one cell.
+fn paired(routes: &Routes, cache: &[(TrafficKey, Vec<Arc<Traffic>>)], burst: u32, opts: &Opts) {
+    let flows = 1 << 20;
+    let find = |family| {
+        cache
+            .iter()
+            .find(|(k, _)| *k == (flows, family))
+            .map(|(_, t)| t)
+    };
+    let (Some(t4), Some(t6)) = (find(Family::V4), find(Family::V6)) else {
+        return;
+    };
+    let v4 = Runner::start(
+        &Cell::new(Mode::L3fwd, flows, Family::V4, burst),
+        routes,
+        t4,
+        opts,
+        0,
+    );
+    // The table has two reader slots (`build_routes`): the second for this runner.
+    let v6 = Runner::start(
+        &Cell::new(Mode::L3fwd, flows, Family::V6, burst),
+        routes,
+        t6,
+        opts,
+        1,
+    );
+    let ns = |s: Sample| s.cpu_ns as f64 / s.packets.max(1) as f64;
+    // One unmeasured warm-up repeat each.
+    v4.rep(opts.ms);
+    v6.rep(opts.ms);
+    let ratios: Vec<f64> = (0..opts.reps.max(1))
+        .map(|_| {
+            let a = ns(v4.rep(opts.ms));
+            ns(v6.rep(opts.ms)) / a
+        })
+        .collect();
+    v4.finish();
+    v6.finish();
+    let m = median(ratios.clone());
+    println!();
+    println!(
+        "IPv6-only / IPv4-only, l3fwd {flows} flows burst {burst}, repeats paired back to back: {}; median {:.2} ({:.2}-{:.2})",
+        ratios.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", "),
+        m.0,
+        m.1,
+        m.2
+    );
 }
 
 /// The emulated ports alone: a loop that takes each received frame and posts it straight
@@ -635,6 +740,9 @@ fn main() {
         }
     }
     print(&rows);
+    if !ablation && !single {
+        paired(&routes, &cache, bursts[0], &opts);
+    }
     if with_testpmd && !ablation {
         println!();
         println!("| DPDK 22.11 testpmd, 2 x net_null, 1 lcore | ns/packet | Mpps per core |");

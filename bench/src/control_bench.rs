@@ -27,7 +27,7 @@ const NS: &str = "cbench";
 mod arg;
 mod routes;
 use arg::arg;
-use routes::{prefixes_shaped, shape6, V6Shape};
+use routes::prefixes_from_args;
 
 fn sh(args: &[&str]) {
     let ok = Command::new(args[0])
@@ -92,17 +92,7 @@ fn main() {
     }
 
     // The kernel's own insert rate for the same routes, through `ip -batch`.
-    let shape = if arg("--v6-uniform", 0) != 0 {
-        V6Shape::Uniform
-    } else {
-        V6Shape::Bgp
-    };
-    let (p4, p6) = prefixes_shaped(n4, n6, shape);
-    let (avg, nested) = shape6(&p6);
-    println!(
-        "IPv6 prefixes: {shape:?} shape, average length {avg:.1}, {:.0}% inside another of them",
-        nested * 100.0
-    );
+    let (p4, p6) = prefixes_from_args(n4, n6);
     let batch = std::env::temp_dir().join("cbench.routes");
     {
         let mut f = std::io::BufWriter::new(std::fs::File::create(&batch).expect("batch file"));

@@ -37,7 +37,7 @@ use rand::{Rng, SeedableRng};
 mod arg;
 mod routes;
 use arg::arg;
-use routes::{prefixes_shaped, shape6, Prefixes, V6Shape};
+use routes::{prefixes_from_args, Prefixes};
 
 const PORTS: u16 = 2;
 
@@ -137,19 +137,7 @@ struct Routes {
 }
 
 fn build_routes(n4: usize, n6: usize, readers: usize) -> Routes {
-    // `--v6-uniform 1`: the IPv6 prefixes drawn uniformly (the trie's worst case) instead of
-    // shaped like the Internet's table.
-    let shape = if arg("--v6-uniform", 0) != 0 {
-        V6Shape::Uniform
-    } else {
-        V6Shape::Bgp
-    };
-    let prefixes = prefixes_shaped(n4, n6, shape);
-    let (avg, nested) = shape6(&prefixes.1);
-    println!(
-        "IPv6 prefixes: {shape:?} shape, average length {avg:.1}, {:.0}% inside another of them",
-        nested * 100.0
-    );
+    let prefixes = prefixes_from_args(n4, n6);
     rib_rate(&prefixes.1);
     // `--rib-only 1`: stop after the RIB's line (to profile the control path alone).
     if arg("--rib-only", 0) != 0 {
@@ -396,7 +384,10 @@ impl Runner {
                     )
                 };
                 let mut p = MemPoller::new(&spec, queues, fwd, stats).expect("poller");
+                // Sent, then dropped: a poller that panics before this leaves `start` an
+                // error once the others have reported, not a wait for ever.
                 let _ = ready_tx.send(());
+                drop(ready_tx);
                 let (pid, tid) = (std::process::id(), sys::gettid() as u32);
                 let sent = |p: &MemPoller| -> u64 {
                     p.queues().iter().map(|q| q.counters().transmitted).sum()

@@ -17,6 +17,24 @@ pub enum V6Shape {
     Uniform,
 }
 
+/// [`prefixes_shaped`] with the IPv6 shape the command line asks for (`--v6-uniform 1`:
+/// uniform, the trie's worst case; otherwise shaped like the Internet's table), the shape's
+/// statistics printed.
+pub fn prefixes_from_args(v4: usize, v6: usize) -> Prefixes {
+    let shape = if crate::arg::arg("--v6-uniform", 0) != 0 {
+        V6Shape::Uniform
+    } else {
+        V6Shape::Bgp
+    };
+    let prefixes = prefixes_shaped(v4, v6, shape);
+    let (avg, nested) = shape6(&prefixes.1);
+    println!(
+        "IPv6 prefixes: {shape:?} shape, average length {avg:.1}, {:.0}% inside another of them",
+        nested * 100.0
+    );
+    prefixes
+}
+
 /// BGP-like IPv4 prefixes (60% /24, 30% /16-/23, 5% /8-/15, 5% /25-/32) and IPv6 ones of
 /// `shape`, distinct, none inside the link's own networks (IPv4 10/8) or the martian ranges.
 pub fn prefixes_shaped(v4: usize, v6: usize, shape: V6Shape) -> Prefixes {

@@ -242,6 +242,12 @@ pub struct DirWriter<const FIRST: u32, const STRIDE: u32, const BITS: u32> {
     /// Per group: its entries that keep it from folding (links, and leaves of prefixes
     /// longer than its parent's level). At 0 every entry is the same inherited leaf.
     own: Vec<u16>,
+    /// Per group: the leaf its parent's entry would hold without the link (the longest
+    /// prefix no longer than the parent's level covering it; 0: none), which every entry
+    /// that is not its own holds. A change that leaves it alone changes nothing in the group
+    /// or below it (see `paint_link`), and it is a removed prefix's cover when no prefix
+    /// inside the group's level covers it.
+    inherit: Vec<u32>,
 }
 
 /// Whether entry `e` of a group whose parent's level ends at bit `parent_end` is its own
@@ -261,6 +267,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Default
             retired: Retired::default(),
             routes: 0,
             own: Vec::new(),
+            inherit: Vec::new(),
         }
     }
 }
@@ -382,6 +389,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
                         }
                         slot.store(EXT | g, Release);
                         self.own[g as usize] = 0;
+                        self.inherit[g as usize] = e;
                         if let Some(c) = container_group {
                             if !is_own(e, level_end(FIRST, STRIDE, l - 1)) {
                                 self.own[c as usize] += 1;
@@ -423,24 +431,38 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
         let prefix = prefix & Self::mask(len);
         let old = self.rules.get_mut(usize::from(len))?.remove(&prefix)?;
         self.routes -= 1;
-        // The longest shorter prefix covering it: probing only the lengths in use.
-        let cover = (0..len).rev().find_map(|l| {
-            let rules = &self.rules[usize::from(l)];
-            if rules.is_empty() {
-                return None;
-            }
-            rules.get(&(prefix & Self::mask(l))).map(|&tg| leaf(tg, l))
-        });
         let level = Self::level_of(len);
         let path = Self::path(t, prefix, level);
         if path.len == level as usize + 1 {
             let container_group = (level > 0).then(|| path.entry(level as usize - 1) & !EXT);
-            self.paint(t, container_group, prefix, len, cover.unwrap_or(0), |e| {
+            // The longest shorter prefix covering it: one painted at its level (probing
+            // only the lengths in use), or else what its group inherits.
+            let shortest = match level {
+                0 => 0,
+                l => level_end(FIRST, STRIDE, l - 1) + 1,
+            };
+            #[allow(clippy::cast_possible_truncation)] // at most BITS
+            let cover = self
+                .cover(prefix, shortest as u8..len)
+                .or_else(|| container_group.map(|g| self.inherit[g as usize]))
+                .unwrap_or(0);
+            self.paint(t, container_group, prefix, len, cover, |e| {
                 depth(e) == len && e & VALUE_MASK != 0
             });
         }
         self.fold_path(t, qsbr, prefix, level);
         Some(old)
+    }
+
+    /// The leaf of the longest prefix with a length in `lengths` that covers `key`.
+    fn cover(&self, key: u128, lengths: std::ops::Range<u8>) -> Option<u32> {
+        lengths.rev().find_map(|l| {
+            let rules = &self.rules[usize::from(l)];
+            if rules.is_empty() {
+                return None;
+            }
+            rules.get(&(key & Self::mask(l))).map(|&tg| leaf(tg, l))
+        })
     }
 
     /// Folds the groups on `key`'s path below level `level` that no longer hold anything
@@ -459,7 +481,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
                 return; // this group stays, so every group above it does too
             }
             let group = t.group(g);
-            let first = group[0].load(Relaxed);
+            let first = self.inherit[g as usize];
             debug_assert!(group.iter().all(|s| s.load(Relaxed) == first), "own count");
             slot.store(first, Release);
             // The link was its container's own entry; the leaf may not be.
@@ -499,7 +521,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
         for slot in &container[start..start + count] {
             let e = slot.load(Relaxed);
             if e & EXT != 0 {
-                Self::paint_entry(t, slot, value, overwrite);
+                Self::paint_link(t, &mut self.inherit, e & !EXT, value, overwrite);
             } else if overwrite(e) {
                 slot.store(value, Release);
                 if let Some(g) = group {
@@ -514,19 +536,34 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
         }
     }
 
-    fn paint_entry(
+    /// Paints group `g` below the painted level, and the groups below it: the entries it
+    /// inherits, when `overwrite` takes the leaf they hold. When it does not, nothing in the
+    /// group or below it changes: its own leaves are longer than its parent's level, so
+    /// longer than the painted prefix, and the groups below inherit either its inherited
+    /// leaf or one of those.
+    fn paint_link(
         t: &Dir<FIRST, STRIDE, BITS>,
-        slot: &AtomicU32,
+        inherit: &mut [u32],
+        g: u32,
         value: u32,
         overwrite: impl Fn(u32) -> bool + Copy,
     ) {
-        let e = slot.load(Relaxed);
-        if e & EXT != 0 {
-            for s in t.group(e & !EXT) {
-                Self::paint_entry(t, s, value, overwrite);
+        let old = inherit[g as usize];
+        if !overwrite(old) {
+            return;
+        }
+        inherit[g as usize] = value;
+        for s in t.group(g) {
+            let e = s.load(Relaxed);
+            if e & EXT != 0 {
+                Self::paint_link(t, inherit, e & !EXT, value, overwrite);
+            } else if overwrite(e) {
+                debug_assert_eq!(
+                    e, old,
+                    "a group's entries overwritten are those it inherits"
+                );
+                s.store(value, Release);
             }
-        } else if overwrite(e) {
-            slot.store(value, Release);
         }
     }
 
@@ -537,6 +574,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
             None if self.next_group < t.capacity => {
                 self.next_group += 1;
                 self.own.push(0);
+                self.inherit.push(0);
                 Ok(self.next_group - 1)
             }
             None => Err(FibError::Full("extension groups")),

@@ -209,7 +209,10 @@ fn rib_rate(p6: &[(u128, u8)]) {
         ))
     };
     let round = |rib: &mut Rib, step: u8| {
-        for &(p, l) in p6 {
+        for (i, &(p, l)) in p6.iter().enumerate() {
+            // The control plane warms the routes of a netlink batch the same way.
+            let coming = p6.get(i + 1..).unwrap_or_default();
+            rib.warm_coming(coming.iter().map(|&(q, m)| (IpAddr::V6(q.into()), m)));
             let prefix = IpAddr::V6(p.into());
             match step {
                 1 => {

@@ -310,7 +310,22 @@ impl Control {
             }
             let overrun = batch.contains(&Event::Overrun);
             if !overrun {
-                for e in std::mem::take(&mut batch) {
+                let events = std::mem::take(&mut batch);
+                // Each route's trie path is warmed while the ones before it are applied
+                // (`Rib::warm_coming`).
+                let routes: Vec<(IpAddr, u8)> = events
+                    .iter()
+                    .filter_map(|e| match e {
+                        Event::Route { prefix, len, .. } if kernel => Some((*prefix, *len)),
+                        _ => None,
+                    })
+                    .collect();
+                let mut coming = routes.iter().copied();
+                for e in events {
+                    if kernel && matches!(e, Event::Route { .. }) {
+                        coming.next(); // this one
+                        self.spec.rib.warm_coming(coming.clone());
+                    }
                     self.apply(e, kernel);
                 }
             }

@@ -351,6 +351,27 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
         out
     }
 
+    /// Starts loading entry `depth` of the path an update of `prefix/len` reads (0: its
+    /// first-level entry; never below the level the prefix is painted at), walking the
+    /// entries above it with plain loads. A writer that warms each coming update one level
+    /// deeper per update it applies finds that update's whole path cached when its turn
+    /// comes, where the walk is otherwise a chain of cache misses (see `Rib::warm_coming`).
+    /// Only loads: a path that changes in between only makes the hint miss.
+    pub fn warm(t: &Dir<FIRST, STRIDE, BITS>, prefix: u128, len: u8, depth: u32) {
+        #[allow(clippy::cast_possible_truncation)] // 32 or 128
+        let len = len.min(BITS as u8);
+        let prefix = prefix & Self::mask(len);
+        let mut slot = Self::slot(t.top.get(), prefix, 0);
+        for l in 1..=Self::level_of(len).min(depth) {
+            let e = slot.load(Relaxed);
+            if e & EXT == 0 {
+                return;
+            }
+            slot = Self::slot(t.group(e & !EXT), prefix, l);
+        }
+        crate::sys::prefetch(slot);
+    }
+
     /// Adds `prefix/len -> target`, or replaces its target.
     pub fn insert(
         &mut self,

@@ -691,6 +691,16 @@ impl TableWriter {
         }
     }
 
+    /// Starts loading entry `depth` of the trie path an update of `prefix/len` reads (see
+    /// [`dir::DirWriter::warm`]): a hint that changes nothing.
+    pub fn warm(&self, prefix: IpAddr, len: u8, depth: u32) {
+        let t = &*self.table;
+        match prefix {
+            IpAddr::V4(a) => Lpm4Writer::warm(&t.v4, u32::from(a).into(), len, depth),
+            IpAddr::V6(a) => Lpm6Writer::warm(&t.v6, u128::from(a), len, depth),
+        }
+    }
+
     /// Removes `prefix/len`; returns the target it had.
     pub fn remove_route(&mut self, prefix: IpAddr, len: u8) -> Option<u32> {
         let t = &*self.table;

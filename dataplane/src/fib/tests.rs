@@ -51,6 +51,8 @@ fn ipv4_matches_brute_force_through_adds_and_removes() {
         };
         let base = tops[rng.gen_range(0..tops.len())] | (rng.gen::<u32>() & 0x00ff_ff00);
         let prefix = (base | rng.gen_range(0..4)) & mask4(len);
+        // The writer's hint for coming updates only loads: the model still holds after it.
+        w.warm(IpAddr::V4(prefix.into()), len, rng.gen_range(0..=4));
         if rng.gen_bool(0.35) && !rules.is_empty() {
             // Remove one that exists (most of the time) or one that does not.
             let key = *rules
@@ -114,6 +116,7 @@ fn ipv6_matches_brute_force_through_adds_and_removes() {
         };
         let prefix =
             (top | (u128::from(rng.gen::<u16>()) << 64) | u128::from(rng.gen::<u8>())) & mask6(len);
+        w.warm(IpAddr::V6(prefix.into()), len, rng.gen_range(0..=16));
         if rng.gen_bool(0.4) && !rules.is_empty() {
             let key = *rules
                 .keys()
@@ -142,6 +145,25 @@ fn ipv6_matches_brute_force_through_adds_and_removes() {
         }
     }
     assert_eq!(w.size().v6, rules.len());
+}
+
+#[test]
+fn warming_takes_any_prefix_and_depth() {
+    let mut w = writer();
+    let v6 = IpAddr::V6((0x2001_0db8_u128 << 96).into());
+    w.set_route(v6, 64, 1).expect("set");
+    w.set_route(IpAddr::V4([10, 1, 2, 0].into()), 30, 2)
+        .expect("set");
+    // Host bits set, lengths past the family, depths past the deepest level: hints only.
+    for len in [0, 24, 30, 32, 64, 128, 129, 255] {
+        for depth in [0, 1, 3, 15, 16, 40, u32::MAX] {
+            w.warm(IpAddr::V6((u128::MAX).into()), len, depth);
+            w.warm(v6, len, depth);
+            w.warm(IpAddr::V4([10, 1, 2, 3].into()), len, depth);
+        }
+    }
+    assert_eq!(w.route(v6, 64), Some(1));
+    assert_eq!(w.route(IpAddr::V4([10, 1, 2, 0].into()), 30), Some(2));
 }
 
 #[test]

@@ -239,6 +239,16 @@ fn update(rng: &mut SmallRng, pools: &Pools, model: &Model) -> Update {
     }
 }
 
+impl Update {
+    /// The prefix a route update changes.
+    fn prefix(&self) -> Option<(IpAddr, u8)> {
+        match self {
+            Update::Route(p, l, _) | Update::Withdraw(p, l) => Some((*p, *l)),
+            _ => None,
+        }
+    }
+}
+
 fn apply(rib: &mut Rib, u: &Update) {
     match u {
         Update::Route(p, l, k) => rib.set_route(*p, *l, k.clone()).expect("route"),
@@ -516,9 +526,13 @@ fn every_answer_is_a_version_that_existed_during_the_lookup() {
                 u
             })
             .collect();
-        for u in &updates {
+        for (i, u) in updates.iter().enumerate() {
             version += 1;
             versions.started.store(version, Release);
+            // As the control loop does with a netlink batch: the coming routes' paths are
+            // warmed (loads only) while this one is applied.
+            let coming = updates.get(i + 1..).unwrap_or_default();
+            rib.warm_coming(coming.iter().filter_map(Update::prefix));
             apply(&mut rib, u);
             versions.done.store(version, Release);
             if reclaim {

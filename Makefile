@@ -58,9 +58,10 @@ demo: build
 
 # Ping RTT (idle and under a UDP load of half the dataplane's rate) and iperf3 TCP (1 and 8
 # streams, IPv4 and IPv6) through the kernel's forwarding and the dataplane in each idle mode,
-# side by side in one run: bench/out/latency/latency.md, .json and rtt-cdf.svg.
+# side by side in one run: bench/out/latency/latency.md, .json and rtt-cdf.svg. PROFILE=1 adds
+# one TCP run per DUT under a system-wide perf record (profile-*.txt: where the CPU goes).
 latency: build
-	python3 scripts/latency.py --out bench/out/latency
+	python3 scripts/latency.py --out bench/out/latency $(if $(PROFILE),--profile)
 
 # Two appliances (dataplane + BIRD + `dataplane announce`) behind a BIRD upstream with ECMP and
 # BFD, in namespaces: 30 s of paced UDP flows, appliance a's dataplane stalled (SIGSTOP) at

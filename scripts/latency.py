@@ -12,7 +12,11 @@ Writes OUT/latency.md (the table), OUT/latency.json and OUT/rtt-cdf.svg (RTT dis
 Timings on a shared 2-vCPU VM are noisy: compare within one run.
 
   scripts/latency.py [--out DIR] [--secs S] [--pings N] [--duts kernel,kernel-mtu,adaptive,sleep,busy]
-                     [--knob ring_size=8192 ...]
+                     [--knob ring_size=8192 ...] [--profile]
+
+--profile adds, before each DUT's measurements, one 1-stream IPv4 TCP run under a system-wide
+`perf record`: OUT/profile-<dut>.txt has each CPU's busy share during it and where the samples
+fell (by command, and by command and symbol).
 """
 import argparse
 import json
@@ -156,8 +160,43 @@ def dataplane_notes(p):
     return notes
 
 
+def cpu_times():
+    """Per CPU: (busy, total) jiffies from /proc/stat (busy: all but idle and iowait)."""
+    out = []
+    for line in open("/proc/stat"):
+        f = line.split()
+        if re.fullmatch(r"cpu[0-9]+", f[0]):
+            v = [int(x) for x in f[1:]]
+            out.append((sum(v) - v[3] - v[4], sum(v)))
+    return out
+
+
+def profiled_iperf(bed, name, args, v6):
+    """One 1-stream TCP run under a system-wide `perf record`, with each CPU's busy share:
+    where the CPU goes while TCP runs through this DUT (bench/README.md, issue 21)."""
+    tag = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    data = os.path.join(args.out, f"profile-{tag}.data")
+    perf = subprocess.Popen(["perf", "record", "-a", "-g", "-F", "499", "-o", data, "--", "sleep", str(args.secs)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    before = cpu_times()
+    result = iperf(bed, 1, args.secs, v6)
+    after = cpu_times()
+    perf.wait()
+    busy = [round(100.0 * (a[0] - b[0]) / max(1, a[1] - b[1])) for a, b in zip(after, before)]
+    report = [f"{name}: TCP 1 stream {'v6' if v6 else 'v4'}: {result[0]} Gbit/s ({result[1]} retransmits); "
+              f"CPU busy per CPU during it: {busy} %", ""]
+    for sort in ("comm", "comm,symbol"):
+        out = sh("perf", "report", "-i", data, "--no-children", "--sort", sort, "--stdio", "-g", "none",
+                 "--percent-limit", "1.5", check=False)
+        report += [l for l in out.splitlines() if l.strip() and not l.startswith("#")] + [""]
+    open(os.path.join(args.out, f"profile-{tag}.txt"), "w").write("\n".join(report) + "\n")
+    return busy
+
+
 def measure(bed, name, args, load_pps):
     r = {"dut": name}
+    if args.profile:
+        r["cpu_busy_tcp1_v4"] = profiled_iperf(bed, name, args, False)
     for v6 in (False, True):
         fam = "v6" if v6 else "v4"
         for streams in (1, 8):
@@ -231,6 +270,8 @@ def main():
     ap.add_argument("--secs", type=int, default=5, help="seconds per iperf3 run")
     ap.add_argument("--pings", type=int, default=1000)
     ap.add_argument("--duts", default="kernel,kernel-mtu,adaptive,sleep,busy")
+    ap.add_argument("--profile", action="store_true",
+                    help="first, one 1-stream TCP run per DUT under perf record -a: OUT/profile-*.txt")
     ap.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE",
                     help="a [dataplane] key for every dataplane run, e.g. ring_size=8192 (repeatable)")
     args = ap.parse_args()

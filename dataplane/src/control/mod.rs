@@ -310,24 +310,7 @@ impl Control {
             }
             let overrun = batch.contains(&Event::Overrun);
             if !overrun {
-                let events = std::mem::take(&mut batch);
-                // Each route's trie path is warmed while the ones before it are applied
-                // (`Rib::warm_coming`).
-                let routes: Vec<(IpAddr, u8)> = events
-                    .iter()
-                    .filter_map(|e| match e {
-                        Event::Route { prefix, len, .. } if kernel => Some((*prefix, *len)),
-                        _ => None,
-                    })
-                    .collect();
-                let mut coming = routes.iter().copied();
-                for e in events {
-                    if kernel && matches!(e, Event::Route { .. }) {
-                        coming.next(); // this one
-                        self.spec.rib.warm_coming(coming.clone());
-                    }
-                    self.apply(e, kernel);
-                }
+                self.apply_batch(std::mem::take(&mut batch), kernel);
             }
             if overrun || std::mem::take(&mut self.resync_wanted) {
                 if overrun {
@@ -384,21 +367,23 @@ impl Control {
             *a = Addrs::default();
         }
         self.reading_addrs = true;
-        let read = nl.dump_all(|e| {
+        let read = nl.dump_all(|events| {
             if sweep {
-                match &e {
-                    Event::Route { prefix, len, .. } => {
-                        routes.insert((crate::fib::rib::canonical(*prefix, *len), *len));
-                    }
-                    Event::Neighbour { ifindex, ip, .. } => {
-                        if let Some(p) = self.by_ifindex.get(ifindex) {
-                            neighbours.insert((*p, *ip));
+                for e in &events {
+                    match e {
+                        Event::Route { prefix, len, .. } => {
+                            routes.insert((crate::fib::rib::canonical(*prefix, *len), *len));
                         }
+                        Event::Neighbour { ifindex, ip, .. } => {
+                            if let Some(p) = self.by_ifindex.get(ifindex) {
+                                neighbours.insert((*p, *ip));
+                            }
+                        }
+                        _ => {}
                     }
-                    _ => {}
                 }
             }
-            self.apply(e, kernel);
+            self.apply_batch(events, kernel);
         });
         self.requests = Some(nl);
         self.reading_addrs = false;
@@ -431,6 +416,26 @@ impl Control {
             }
         }
         Ok(())
+    }
+
+    /// Applies `events` in order. Each route's trie path is warmed while the routes before it
+    /// are applied ([`Rib::warm_coming`]): an update's walk is otherwise a chain of misses.
+    fn apply_batch(&mut self, events: Vec<Event>, kernel: bool) {
+        let routes: Vec<(IpAddr, u8)> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Route { prefix, len, .. } if kernel => Some((*prefix, *len)),
+                _ => None,
+            })
+            .collect();
+        let mut coming = routes.iter().copied();
+        for e in events {
+            if kernel && matches!(e, Event::Route { .. }) {
+                coming.next(); // this one
+                self.spec.rib.warm_coming(coming.clone());
+            }
+            self.apply(e, kernel);
+        }
     }
 
     fn apply(&mut self, e: Event, kernel: bool) {

@@ -198,9 +198,10 @@ impl Netlink {
         Ok(self.seq)
     }
 
-    /// Every link, address, neighbour and main-table route, each handed to `each` as it is
-    /// read (a million routes are never held at once).
-    pub fn dump_all(&mut self, mut each: impl FnMut(Event)) -> Result<(), NetlinkError> {
+    /// Every link, address, neighbour and main-table route, handed to `each` a read at a
+    /// time (the events of one buffer the kernel filled: a million routes are never held at
+    /// once, and the control thread sees a few hundred coming at a time).
+    pub fn dump_all(&mut self, mut each: impl FnMut(Vec<Event>)) -> Result<(), NetlinkError> {
         let link = RouteNetlinkMessage::GetLink(LinkMessage::default());
         self.dump(link, &mut each)?;
         let addr = RouteNetlinkMessage::GetAddress(AddressMessage::default());
@@ -220,7 +221,7 @@ impl Netlink {
     fn dump(
         &mut self,
         msg: RouteNetlinkMessage,
-        each: &mut impl FnMut(Event),
+        each: &mut impl FnMut(Vec<Event>),
     ) -> Result<(), NetlinkError> {
         let seq = self.send(NLM_F_REQUEST | NLM_F_DUMP, msg)?;
         loop {
@@ -229,6 +230,7 @@ impl Netlink {
                 .recv(&mut &mut self.buf[..], 0)
                 .map_err(io("recv (dump)"))?;
             let mut done = false;
+            let mut read = Vec::new();
             for m in parse(self.buf.get(..n).unwrap_or(&[])) {
                 if m.header.sequence_number != seq {
                     continue;
@@ -241,14 +243,11 @@ impl Netlink {
                             errno: e.to_io(),
                         })
                     }
-                    NetlinkPayload::InnerMessage(inner) => {
-                        if let Some(e) = event(inner) {
-                            each(e);
-                        }
-                    }
+                    NetlinkPayload::InnerMessage(inner) => read.extend(event(inner)),
                     _ => {}
                 }
             }
+            each(read);
             if done {
                 return Ok(());
             }

@@ -270,6 +270,8 @@ def main():
     ap.add_argument("--secs", type=int, default=5, help="seconds per iperf3 run")
     ap.add_argument("--pings", type=int, default=1000)
     ap.add_argument("--duts", default="kernel,kernel-mtu,adaptive,sleep,busy")
+    ap.add_argument("--host-rps", metavar="CPUMASK",
+                    help="steer the hosts' receive work to these CPUs (RPS on their veths), off the DUT's")
     ap.add_argument("--profile", action="store_true",
                     help="first, one 1-stream TCP run per DUT under perf record -a: OUT/profile-*.txt")
     ap.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE",
@@ -286,6 +288,12 @@ def main():
     results = []
     try:
         bed.up()
+        if args.host_rps:
+            # The hosts' own receive work (the sink's TCP, the generator's ACK processing)
+            # runs where a host's veth hands it: by default in whoever transmitted, which for
+            # the dataplane is its poller's sendto. On real wires it never runs on the router.
+            for ns, dev in ((bed.gen, f"{bed.p}-g0"), (bed.sink, f"{bed.p}-s0")):
+                sh(*in_ns(ns, "sh", "-c", f"for q in /sys/class/net/{dev}/queues/rx-*; do echo {args.host_rps} > $q/rps_cpus; done"))
         for ns, flag in ((bed.dut, "0"),):
             sh(*in_ns(ns, "sysctl", "-qw", f"net.ipv4.ip_forward={flag}"))
         server = bed.spawn(in_ns(bed.sink, "iperf3", "-s", "-p", str(IPERF_PORT)), subprocess.DEVNULL, subprocess.DEVNULL)

@@ -12,11 +12,12 @@ Writes OUT/latency.md (the table), OUT/latency.json and OUT/rtt-cdf.svg (RTT dis
 Timings on a shared 2-vCPU VM are noisy: compare within one run.
 
   scripts/latency.py [--out DIR] [--secs S] [--pings N] [--duts kernel,kernel-mtu,adaptive,sleep,busy]
-                     [--knob ring_size=8192 ...] [--profile]
+                     [--knob ring_size=8192 ...] [--profile] [--host-rps CPUMASK]
 
 --profile adds, before each DUT's measurements, one 1-stream IPv4 TCP run under a system-wide
 `perf record`: OUT/profile-<dut>.txt has each CPU's busy share during it and where the samples
-fell (by command, and by command and symbol).
+fell (by command, and by command and symbol). --host-rps steers the hosts' own receive work
+(RPS on the generator's and the sink's veths) to CPUMASK, off the CPU of the DUT's poller.
 """
 import argparse
 import json

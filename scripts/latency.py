@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -190,8 +191,36 @@ def profiled_iperf(bed, name, args, v6):
         out = sh("perf", "report", "-i", data, "--no-children", "--sort", sort, "--stdio", "-g", "none",
                  "--percent-limit", "1.5", check=False)
         report += [l for l in out.splitlines() if l.strip() and not l.startswith("#")] + [""]
+    split = poller_split(sh("perf", "script", "-i", data, check=False))
+    if split:
+        report += ["the poller threads' samples by call stack:"] + split + [""]
     open(os.path.join(args.out, f"profile-{tag}.txt"), "w").write("\n".join(report) + "\n")
     return busy
+
+
+# What a poller thread's sample was doing, by the frames on its stack (first match wins).
+POLLER_WORK = (
+    ("the hosts' TCP (softirq inside the poller's syscalls)",
+     lambda s: "net_rx_action" in s and any(f in s for f in ("tcp_v4_rcv", "tcp_v6_rcv", "ip_local_deliver", "ip6_input"))),
+    ("other softirq inside its syscalls (veth NAPI, XDP, the copy into the UMEM)", lambda s: "net_rx_action" in s),
+    ("copy-mode transmit (skb, copy, the veth's transmit)", lambda s: "__xsk_generic_xmit" in s or "xsk_sendmsg" in s),
+    ("other syscalls (poll, wake-ups)", lambda s: "do_syscall_64" in s),
+    ("user space (the poller's own code)", lambda s: True),
+)
+
+
+def poller_split(script):
+    """Shares of the `dp-poll*` threads' samples by what their call stacks show."""
+    counts = {name: 0 for name, _ in POLLER_WORK}
+    total = 0
+    for sample in script.split("\n\n"):
+        lines = sample.strip().splitlines()
+        if not lines or not lines[0].lstrip().startswith("dp-poll"):
+            continue
+        frames = " ".join(l.split()[1] for l in lines[1:] if len(l.split()) > 1)
+        total += 1
+        counts[next(name for name, hit in POLLER_WORK if hit(frames))] += 1
+    return [f"  {100.0 * n / total:5.1f}%  {name}" for name, n in counts.items()] if total else []
 
 
 def measure(bed, name, args, load_pps):
@@ -283,6 +312,8 @@ def main():
         sys.exit("latency: needs root")
     if not os.access(BIN, os.X_OK):
         sys.exit(f"latency: {BIN} missing: run make build")
+    if args.profile and not shutil.which("perf"):
+        sys.exit("latency: --profile needs perf (Debian linux-perf)")
     os.makedirs(args.out, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="latency-")
     bed = Bed(f"lt{os.getpid() % 100000}")

@@ -358,6 +358,8 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
     /// comes, where the walk is otherwise a chain of cache misses (see `Rib::warm_coming`).
     /// Only loads: a path that changes in between only makes the hint miss.
     pub fn warm(t: &Dir<FIRST, STRIDE, BITS>, prefix: u128, len: u8, depth: u32) {
+        // Bounds the walk to the trie's levels whatever the entries say (a valid trie stops
+        // it sooner: the last level holds only leaves).
         #[allow(clippy::cast_possible_truncation)] // 32 or 128
         let len = len.min(BITS as u8);
         let prefix = prefix & Self::mask(len);

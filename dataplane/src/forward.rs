@@ -214,13 +214,11 @@ impl Forwarder {
     #[inline(always)]
     pub fn walk(&self, rt: Routes<'_>, burst: &mut [Result<Parsed, DropReason>]) {
         for _ in 0..crate::fib::MAX_LEVELS {
-            let mut more = false;
-            for p in burst.iter_mut() {
-                if let Ok(Parsed::L3(L3::V6 { dst, .. }, w)) = p {
-                    more |= rt.step_v6(*dst, w);
-                }
-            }
-            if !more {
+            let lanes = burst.iter_mut().filter_map(|p| match p {
+                Ok(Parsed::L3(L3::V6 { dst, .. }, w)) => Some((*dst, w)),
+                _ => None,
+            });
+            if !rt.step_all_v6(lanes) {
                 break;
             }
         }

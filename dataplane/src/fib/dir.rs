@@ -70,18 +70,26 @@ impl Key for u32 {
 impl Key for u128 {
     #[inline(always)]
     fn field(self, shift: u32, width: u32) -> usize {
+        // A byte-aligned byte (every stride below the first with the real strides): one
+        // byte load, where a shift of a u128 by a variable amount takes both halves.
+        if width == 8 && shift % 8 == 0 {
+            let bytes = self.to_le_bytes();
+            return usize::from(bytes.get((shift / 8) as usize).copied().unwrap_or(0));
+        }
         #[allow(clippy::cast_possible_truncation)] // masked to `width` (< 32) bits
         let f = ((self >> shift) as u32 & ((1u32 << width) - 1)) as usize;
         f
     }
 }
 
-/// A lookup in progress, taken one level at a time ([`Dir::step`]): the entry read last and
-/// the key bits it consumed (0: not begun).
+/// A lookup in progress, taken one level at a time ([`Dir::step`]): the entry read last, the
+/// key bits it consumed (0: not begun), and, while it links on, the index of the entry to read
+/// next (computed once, when that entry's prefetch is issued).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Walk {
     entry: u32,
     end: u32,
+    next: usize,
 }
 
 /// The trie the pollers read: `BITS`-bit keys, a first level of `2^FIRST` entries, groups of
@@ -149,28 +157,47 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     /// One level of a lookup in progress (the first, on a fresh [`Walk`]): loads the entry
     /// and, when it links to a group, starts loading that group's entry for `key`. Returns
     /// whether another level is to come. A burst's lookups take their steps in turn, so their
-    /// misses overlap instead of queueing (see `Forwarder::walk`).
+    /// misses overlap instead of queueing (see [`Dir::step_all`]).
     #[inline(always)]
     pub fn step<K: Key>(&self, key: K, w: &mut Walk) -> bool {
+        Self::step_in(self.top.get(), self.groups.get(), key, w)
+    }
+
+    /// [`Dir::step`] for every lookup of `lanes` in turn: one level of a burst's lookups.
+    /// Returns whether any has another level to come.
+    #[inline(always)]
+    pub fn step_all<'w, K: Key + 'w>(
+        &self,
+        lanes: impl Iterator<Item = (K, &'w mut Walk)>,
+    ) -> bool {
+        // The two levels' slices are loaded once per round, not once per lookup.
+        let (top, groups) = (self.top.get(), self.groups.get());
+        let mut more = false;
+        for (key, w) in lanes {
+            more |= Self::step_in(top, groups, key, w);
+        }
+        more
+    }
+
+    #[inline(always)]
+    fn step_in<K: Key>(top: &[AtomicU32], groups: &[AtomicU32], key: K, w: &mut Walk) -> bool {
         if w.end == 0 {
-            w.entry = self
-                .top
-                .get()
+            w.entry = top
                 .get(key.field(BITS - FIRST, FIRST))
                 .map_or(0, |e| e.load(Acquire));
             w.end = FIRST;
         } else if w.entry & EXT != 0 && w.end < BITS {
+            // `next` was set from this very entry when the step before prefetched it.
+            w.entry = groups.get(w.next).map_or(0, |e| e.load(Acquire));
             w.end += STRIDE;
-            let i = (((w.entry & !EXT) as usize) << STRIDE) | key.field(BITS - w.end, STRIDE);
-            w.entry = self.groups.get().get(i).map_or(0, |e| e.load(Acquire));
         } else {
             return false;
         }
         let more = w.entry & EXT != 0 && w.end < BITS;
         if more {
-            let i =
+            w.next =
                 (((w.entry & !EXT) as usize) << STRIDE) | key.field(BITS - w.end - STRIDE, STRIDE);
-            if let Some(e) = self.groups.get().get(i) {
+            if let Some(e) = groups.get(w.next) {
                 crate::sys::prefetch(e);
             }
         }

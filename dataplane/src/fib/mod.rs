@@ -390,13 +390,14 @@ impl Routes<'_> {
         self.table.v6.lookup(dst)
     }
 
-    /// One level of an IPv6 lookup in progress ([`dir::Dir::step`]): true while more come.
+    /// One level of each IPv6 lookup of a burst ([`dir::Dir::step_all`]): true while any
+    /// has more to come.
     #[inline(always)]
-    pub fn step_v6(&self, dst: u128, walk: &mut dir::Walk) -> bool {
-        self.table.v6.step(dst, walk)
+    pub fn step_all_v6<'w>(&self, lanes: impl Iterator<Item = (u128, &'w mut dir::Walk)>) -> bool {
+        self.table.v6.step_all(lanes)
     }
 
-    /// [`Routes::route_v6`] for a lookup already begun with [`Routes::step_v6`] (under this
+    /// [`Routes::route_v6`] for a lookup already begun with [`Routes::step_all_v6`] (under this
     /// token: no quiescent state between).
     #[inline(always)]
     pub fn route_walked_v6(

@@ -134,13 +134,23 @@ fn ipv6_matches_brute_force_through_adds_and_removes() {
         if step % 300 == 0 {
             w.reclaim();
         }
-        for _ in 0..10 {
-            let dst = top | (u128::from(rng.gen::<u16>()) << 64) | u128::from(rng.gen::<u8>());
+        // A burst of lookups, as a poller takes them: a level of every lookup at a time
+        // (lookups of different depths, so some are done while others go on), for a random
+        // number of rounds, then each finished on its own.
+        let mut burst: Vec<(u128, dir::Walk)> = (0..10)
+            .map(|_| {
+                let dst = top | (u128::from(rng.gen::<u16>()) << 64) | u128::from(rng.gen::<u8>());
+                (dst, dir::Walk::default())
+            })
+            .collect();
+        for _ in 0..rng.gen_range(0..=crate::fib::MAX_LEVELS + 1) {
+            w.table()
+                .v6
+                .step_all(burst.iter_mut().map(|(dst, walk)| (*dst, walk)));
+        }
+        for (dst, walk) in burst {
             let want = brute6(&rules, dst);
             assert_eq!(w.table().v6.lookup(dst), want, "step {step}");
-            // The poller's way: a level at a time (one step here), then the rest.
-            let mut walk = dir::Walk::default();
-            w.table().v6.step(dst, &mut walk);
             assert_eq!(w.table().v6.finish(dst, walk), want, "walked, step {step}");
         }
     }

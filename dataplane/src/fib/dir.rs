@@ -103,7 +103,10 @@ pub struct Dir<const FIRST: u32, const STRIDE: u32, const BITS: u32> {
 impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BITS> {
     /// Levels below the first.
     const DEEPER: u32 = {
-        assert!(FIRST < 32 && STRIDE < 32 && FIRST <= BITS);
+        assert!(
+            FIRST < 32 && STRIDE <= 16 && FIRST <= BITS,
+            "a rule's start is a u16"
+        );
         assert!((BITS - FIRST) % STRIDE == 0, "strides must tile the key");
         assert!(
             (((BITS - FIRST) / STRIDE) as usize) < MAX_LEVELS,
@@ -257,24 +260,48 @@ const fn level_end(first: u32, stride: u32, l: u32) -> u32 {
     first + l * stride
 }
 
-/// The single writer's bookkeeping: the rules (prefix -> target per length) and the groups.
+/// A prefix painted in a group (its length is within the group's level), as the group keeps
+/// it: its first entry there, its length and its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Rule {
+    start: u16,
+    len: u8,
+    target: u32,
+}
+
+/// The writer's record of one group, kept together in half a cache line (aligned so it never
+/// straddles two) so that an update reads one line of it and `DirWriter::warm` can load
+/// that line ahead.
+#[derive(Debug, Clone, Default)]
+#[repr(align(32))]
+struct GroupMeta {
+    /// Its entries that keep it from folding (links, and leaves of prefixes longer than its
+    /// parent's level). At 0 every entry is the same inherited leaf.
+    own: u16,
+    /// The leaf its parent's entry would hold without the link (the longest prefix no longer
+    /// than the parent's level covering it; 0: none), which every entry that is not its own
+    /// holds. A change that leaves it alone changes nothing in the group or below it (see
+    /// `paint_link`), and it is a removed prefix's cover when no prefix inside the group's
+    /// level covers it.
+    inherit: u32,
+    /// The prefixes painted at its level (a BGP table's group holds one or two): an update's
+    /// rule and a removed prefix's cover are found here, next to the entries the update
+    /// walks, where one hash map per length took a cache miss per probe.
+    rules: smallvec::SmallVec<[Rule; 2]>,
+}
+
+/// The single writer's bookkeeping: the rules (prefix -> target: those of the first level per
+/// length, the others in their group) and the groups.
 #[derive(Debug)]
 pub struct DirWriter<const FIRST: u32, const STRIDE: u32, const BITS: u32> {
-    /// Per length: prefix -> target (FxHash: the writer hashes a key per change).
-    rules: Vec<rustc_hash::FxHashMap<u128, u32>>,
+    /// Per length up to `FIRST`: prefix -> target (FxHash: the writer hashes a key per change).
+    top_rules: Vec<rustc_hash::FxHashMap<u128, u32>>,
     free_groups: Vec<u32>,
     next_group: u32,
     retired: Retired<u32>,
     routes: usize,
-    /// Per group: its entries that keep it from folding (links, and leaves of prefixes
-    /// longer than its parent's level). At 0 every entry is the same inherited leaf.
-    own: Vec<u16>,
-    /// Per group: the leaf its parent's entry would hold without the link (the longest
-    /// prefix no longer than the parent's level covering it; 0: none), which every entry
-    /// that is not its own holds. A change that leaves it alone changes nothing in the group
-    /// or below it (see `paint_link`), and it is a removed prefix's cover when no prefix
-    /// inside the group's level covers it.
-    inherit: Vec<u32>,
+    /// Per group handed out: its bookkeeping.
+    meta: Vec<GroupMeta>,
 }
 
 /// Whether entry `e` of a group whose parent's level ends at bit `parent_end` is its own
@@ -288,13 +315,12 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Default
 {
     fn default() -> Self {
         DirWriter {
-            rules: vec![rustc_hash::FxHashMap::default(); BITS as usize + 1],
+            top_rules: vec![rustc_hash::FxHashMap::default(); FIRST as usize + 1],
             free_groups: Vec::new(),
             next_group: 0,
             retired: Retired::default(),
             routes: 0,
-            own: Vec::new(),
-            inherit: Vec::new(),
+            meta: Vec::new(),
         }
     }
 }
@@ -342,11 +368,42 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
     }
 
     /// The target of exactly this prefix, if present.
-    pub fn get(&self, prefix: u128, len: u8) -> Option<u32> {
-        self.rules
-            .get(usize::from(len))?
-            .get(&(prefix & Self::mask(len)))
-            .copied()
+    pub fn get(&self, t: &Dir<FIRST, STRIDE, BITS>, prefix: u128, len: u8) -> Option<u32> {
+        if u32::from(len) > BITS {
+            return None;
+        }
+        let prefix = prefix & Self::mask(len);
+        let level = Self::level_of(len);
+        match Self::container(&Self::path(t, prefix, level), level)? {
+            None => self.top_rules.get(usize::from(len))?.get(&prefix).copied(),
+            Some(g) => {
+                let start = Self::start(prefix, level);
+                let rules = &self.meta[g as usize].rules;
+                rules
+                    .iter()
+                    .find(|r| r.start == start && r.len == len)
+                    .map(|r| r.target)
+            }
+        }
+    }
+
+    /// The group a prefix of level `level` is painted in, from its path: `Some(None)` for the
+    /// first level, `None` when the path stops above the level (no group there yet).
+    #[allow(clippy::option_option)] // "no such group" and "the first level" differ
+    fn container(path: &Path<'_>, level: u32) -> Option<Option<u32>> {
+        match level {
+            0 => Some(None),
+            l if path.len == l as usize + 1 => Some(Some(path.entry(l as usize - 1) & !EXT)),
+            _ => None,
+        }
+    }
+
+    /// The first entry, in its group at level `level` (> 0), of a prefix painted there.
+    fn start(prefix: u128, level: u32) -> u16 {
+        let end = level_end(FIRST, STRIDE, level);
+        #[allow(clippy::cast_possible_truncation)] // STRIDE <= 16 bits (`Dir::DEEPER`)
+        let start = prefix.field(BITS - end, STRIDE) as u16;
+        start
     }
 
     /// The entry of level `l` on `key`'s path inside `container` (the first level, or a
@@ -383,18 +440,34 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
     /// entries above it with plain loads. A writer that warms each coming update one level
     /// deeper per update it applies finds that update's whole path cached when its turn
     /// comes, where the walk is otherwise a chain of cache misses (see `Rib::warm_coming`).
-    /// Only loads: a path that changes in between only makes the hint miss.
-    pub fn warm(t: &Dir<FIRST, STRIDE, BITS>, prefix: u128, len: u8, depth: u32) {
+    /// At the prefix's own level, its group's bookkeeping (its rules) is loaded too. Only
+    /// loads: a path that changes in between only makes the hint miss.
+    pub fn warm(&self, t: &Dir<FIRST, STRIDE, BITS>, prefix: u128, len: u8, depth: u32) {
         // Bounds the walk to the trie's levels whatever the entries say (a valid trie stops
         // it sooner: the last level holds only leaves).
         #[allow(clippy::cast_possible_truncation)] // 32 or 128
         let len = len.min(BITS as u8);
         let prefix = prefix & Self::mask(len);
+        let level = Self::level_of(len);
         let mut slot = Self::slot(t.top.get(), prefix, 0);
-        for l in 1..=Self::level_of(len).min(depth) {
+        for l in 1..=level.min(depth) {
             let e = slot.load(Relaxed);
             if e & EXT == 0 {
+                // The path stops above the prefix's level: the update will fill a new group,
+                // the one the free list hands out next (a store per entry into cold memory).
+                if l == depth {
+                    if let Some(&g) = self.free_groups.last() {
+                        for line in t.group(g).iter().step_by(64 / 4) {
+                            crate::sys::prefetch(line);
+                        }
+                    }
+                }
                 return;
+            }
+            // The group's bookkeeping: its own count changes as groups are made below it,
+            // and at the prefix's level its rules are read.
+            if let Some(m) = self.meta.get((e & !EXT) as usize) {
+                crate::sys::prefetch(m);
             }
             slot = Self::slot(t.group(e & !EXT), prefix, l);
         }
@@ -438,11 +511,13 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
                             s.store(e, Relaxed);
                         }
                         slot.store(EXT | g, Release);
-                        self.own[g as usize] = 0;
-                        self.inherit[g as usize] = e;
+                        let m = &mut self.meta[g as usize];
+                        debug_assert!(m.rules.is_empty(), "a group is reused empty");
+                        m.own = 0;
+                        m.inherit = e;
                         if let Some(c) = container_group {
                             if !is_own(e, level_end(FIRST, STRIDE, l - 1)) {
-                                self.own[c as usize] += 1;
+                                self.meta[c as usize].own += 1;
                             }
                         }
                         g
@@ -457,10 +532,26 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
             container = t.group(g);
             container_group = Some(g);
         }
-        if self.rules[usize::from(len)]
-            .insert(prefix, target)
-            .is_none()
-        {
+        let added = match container_group {
+            None => self.top_rules[usize::from(len)]
+                .insert(prefix, target)
+                .is_none(),
+            Some(g) => {
+                let start = Self::start(prefix, level);
+                let rules = &mut self.meta[g as usize].rules;
+                match rules.iter_mut().find(|r| r.start == start && r.len == len) {
+                    Some(r) => {
+                        r.target = target;
+                        false
+                    }
+                    None => {
+                        rules.push(Rule { start, len, target });
+                        true
+                    }
+                }
+            }
+        };
+        if added {
             self.routes += 1;
         }
         self.paint(t, container_group, prefix, len, leaf(target, len), |e| {
@@ -478,41 +569,69 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
         prefix: u128,
         len: u8,
     ) -> Option<u32> {
+        if u32::from(len) > BITS {
+            return None;
+        }
         let prefix = prefix & Self::mask(len);
-        let old = self.rules.get_mut(usize::from(len))?.remove(&prefix)?;
-        self.routes -= 1;
         let level = Self::level_of(len);
         let path = Self::path(t, prefix, level);
-        if path.len == level as usize + 1 {
-            let container_group = (level > 0).then(|| path.entry(level as usize - 1) & !EXT);
-            // The longest shorter prefix covering it: one painted at its level (probing
-            // only the lengths in use), or else what its group inherits.
-            let shortest = match level {
-                0 => 0,
-                l => level_end(FIRST, STRIDE, l - 1) + 1,
-            };
-            #[allow(clippy::cast_possible_truncation)] // at most BITS
-            let cover = self
-                .cover(prefix, shortest as u8..len)
-                .or_else(|| container_group.map(|g| self.inherit[g as usize]))
-                .unwrap_or(0);
-            self.paint(t, container_group, prefix, len, cover, |e| {
-                depth(e) == len && e & VALUE_MASK != 0
-            });
-        }
+        // A prefix of level > 0 is in the group its path reaches (a group holding a rule
+        // never folds: the rule's entries are its own); without that group it is not there.
+        let container_group = Self::container(&path, level)?;
+        let old = match container_group {
+            None => self.top_rules[usize::from(len)].remove(&prefix)?,
+            Some(g) => {
+                let start = Self::start(prefix, level);
+                let rules = &mut self.meta[g as usize].rules;
+                let i = rules
+                    .iter()
+                    .position(|r| r.start == start && r.len == len)?;
+                rules.swap_remove(i).target
+            }
+        };
+        self.routes -= 1;
+        // The longest shorter prefix covering it: one painted at its level, or else what its
+        // group inherits.
+        let cover = self
+            .cover(container_group, prefix, len)
+            .or_else(|| container_group.map(|g| self.meta[g as usize].inherit))
+            .unwrap_or(0);
+        self.paint(t, container_group, prefix, len, cover, |e| {
+            depth(e) == len && e & VALUE_MASK != 0
+        });
         self.fold_path(t, qsbr, prefix, level);
         Some(old)
     }
 
-    /// The leaf of the longest prefix with a length in `lengths` that covers `key`.
-    fn cover(&self, key: u128, lengths: std::ops::Range<u8>) -> Option<u32> {
-        lengths.rev().find_map(|l| {
-            let rules = &self.rules[usize::from(l)];
-            if rules.is_empty() {
-                return None;
+    /// The leaf of the longest prefix shorter than `len` that covers `key` and is painted at
+    /// the same level as `key/len`: in `group`, or on the first level (probing only the
+    /// lengths in use).
+    fn cover(&self, group: Option<u32>, key: u128, len: u8) -> Option<u32> {
+        match group {
+            None => (0..len).rev().find_map(|l| {
+                let rules = &self.top_rules[usize::from(l)];
+                if rules.is_empty() {
+                    return None;
+                }
+                rules.get(&(key & Self::mask(l))).map(|&tg| leaf(tg, l))
+            }),
+            Some(g) => {
+                let level = Self::level_of(len);
+                let end = level_end(FIRST, STRIDE, level);
+                let start = Self::start(key, level);
+                // Within the group, a rule of length l spans the entries that share its
+                // first `l - (end - STRIDE)` index bits.
+                self.meta[g as usize]
+                    .rules
+                    .iter()
+                    .filter(|r| {
+                        let host = end - u32::from(r.len);
+                        r.len < len && r.start >> host == start >> host
+                    })
+                    .max_by_key(|r| r.len)
+                    .map(|r| leaf(r.target, r.len))
             }
-            rules.get(&(key & Self::mask(l))).map(|&tg| leaf(tg, l))
-        })
+        }
     }
 
     /// Folds the groups on `key`'s path below level `level` that no longer hold anything
@@ -527,11 +646,13 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
                 continue;
             }
             let g = e & !EXT;
-            if self.own[g as usize] != 0 {
+            let m = &self.meta[g as usize];
+            if m.own != 0 {
                 return; // this group stays, so every group above it does too
             }
             let group = t.group(g);
-            let first = self.inherit[g as usize];
+            debug_assert!(m.rules.is_empty(), "a group with rules has own entries");
+            let first = m.inherit;
             debug_assert!(group.iter().all(|s| s.load(Relaxed) == first), "own count");
             slot.store(first, Release);
             // The link was its container's own entry; the leaf may not be.
@@ -540,7 +661,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
                 let parent_end = level_end(FIRST, STRIDE, i as u32 - 1);
                 if !is_own(first, parent_end) {
                     let c = path.entry(i - 1) & !EXT;
-                    self.own[c as usize] -= 1;
+                    self.meta[c as usize].own -= 1;
                 }
             }
             // Readers may still be inside the group: it is reused only after they move on.
@@ -571,14 +692,14 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
         for slot in &container[start..start + count] {
             let e = slot.load(Relaxed);
             if e & EXT != 0 {
-                Self::paint_link(t, &mut self.inherit, e & !EXT, value, overwrite);
+                Self::paint_link(t, &mut self.meta, e & !EXT, value, overwrite);
             } else if overwrite(e) {
                 slot.store(value, Release);
                 if let Some(g) = group {
                     let parent_end = level_end(FIRST, STRIDE, level - 1);
                     match (is_own(e, parent_end), is_own(value, parent_end)) {
-                        (false, true) => self.own[g as usize] += 1,
-                        (true, false) => self.own[g as usize] -= 1,
+                        (false, true) => self.meta[g as usize].own += 1,
+                        (true, false) => self.meta[g as usize].own -= 1,
                         _ => {}
                     }
                 }
@@ -593,26 +714,31 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
     /// leaf or one of those.
     fn paint_link(
         t: &Dir<FIRST, STRIDE, BITS>,
-        inherit: &mut [u32],
+        meta: &mut [GroupMeta],
         g: u32,
         value: u32,
         overwrite: impl Fn(u32) -> bool + Copy,
     ) {
-        let old = inherit[g as usize];
+        let old = meta[g as usize].inherit;
         if !overwrite(old) {
             return;
         }
-        inherit[g as usize] = value;
+        meta[g as usize].inherit = value;
+        // The entries to overwrite are exactly those holding `old`: every entry that is not
+        // the group's own holds it, and an own leaf is longer than the parent's level, so
+        // never equal to it (nor taken by `overwrite`, which takes `old`). One compare per
+        // entry: this loop is most of a route replacement's time under a BGP table.
         for s in t.group(g) {
             let e = s.load(Relaxed);
-            if e & EXT != 0 {
-                Self::paint_link(t, inherit, e & !EXT, value, overwrite);
-            } else if overwrite(e) {
-                debug_assert_eq!(
-                    e, old,
-                    "a group's entries overwritten are those it inherits"
-                );
+            if e == old {
                 s.store(value, Release);
+            } else if e & EXT != 0 {
+                Self::paint_link(t, meta, e & !EXT, value, overwrite);
+            } else {
+                debug_assert!(
+                    !overwrite(e),
+                    "an own leaf is longer than the painted prefix"
+                );
             }
         }
     }
@@ -623,8 +749,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
             Some(g) => Ok(g),
             None if self.next_group < t.capacity => {
                 self.next_group += 1;
-                self.own.push(0);
-                self.inherit.push(0);
+                self.meta.push(GroupMeta::default());
                 Ok(self.next_group - 1)
             }
             None => Err(FibError::Full("extension groups")),

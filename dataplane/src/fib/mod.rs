@@ -697,8 +697,8 @@ impl TableWriter {
     pub fn warm(&self, prefix: IpAddr, len: u8, depth: u32) {
         let t = &*self.table;
         match prefix {
-            IpAddr::V4(a) => Lpm4Writer::warm(&t.v4, u32::from(a).into(), len, depth),
-            IpAddr::V6(a) => Lpm6Writer::warm(&t.v6, u128::from(a), len, depth),
+            IpAddr::V4(a) => self.v4.warm(&t.v4, u32::from(a).into(), len, depth),
+            IpAddr::V6(a) => self.v6.warm(&t.v6, u128::from(a), len, depth),
         }
     }
 
@@ -713,9 +713,10 @@ impl TableWriter {
 
     /// The target `prefix/len` has, if present.
     pub fn route(&self, prefix: IpAddr, len: u8) -> Option<u32> {
+        let t = &*self.table;
         match prefix {
-            IpAddr::V4(a) => self.v4.get(u32::from(a).into(), len),
-            IpAddr::V6(a) => self.v6.get(u128::from(a), len),
+            IpAddr::V4(a) => self.v4.get(&t.v4, u32::from(a).into(), len),
+            IpAddr::V6(a) => self.v6.get(&t.v6, u128::from(a), len),
         }
     }
 

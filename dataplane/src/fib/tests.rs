@@ -54,11 +54,15 @@ fn ipv4_matches_brute_force_through_adds_and_removes() {
         // The writer's hint for coming updates only loads: the model still holds after it.
         w.warm(IpAddr::V4(prefix.into()), len, rng.gen_range(0..=4));
         if rng.gen_bool(0.35) && !rules.is_empty() {
-            // Remove one that exists (most of the time) or one that does not.
-            let key = *rules
-                .keys()
-                .nth(rng.gen_range(0..rules.len()))
-                .expect("some");
+            // Remove one that exists (most of the time) or one that may not.
+            let key = if rng.gen_bool(0.8) {
+                *rules
+                    .keys()
+                    .nth(rng.gen_range(0..rules.len()))
+                    .expect("some")
+            } else {
+                (prefix, len)
+            };
             assert_eq!(
                 w.remove_route(IpAddr::V4(key.0.into()), key.1),
                 rules.remove(&key)
@@ -67,6 +71,12 @@ fn ipv4_matches_brute_force_through_adds_and_removes() {
             let t = rng.gen_range(0..1000);
             w.set_route(IpAddr::V4(prefix.into()), len, t).expect("set");
             rules.insert((prefix, len), t);
+        }
+        // The writer's record of exact prefixes agrees: the one drawn, and one that exists.
+        let some = rules.keys().next().copied().unwrap_or((prefix, len));
+        for (p, l) in [(prefix, len), some] {
+            let got = w.route(IpAddr::V4(p.into()), l);
+            assert_eq!(got, rules.get(&(p, l)).copied(), "route {p:#x}/{l}");
         }
         if step % 500 == 0 {
             w.reclaim();
@@ -118,10 +128,15 @@ fn ipv6_matches_brute_force_through_adds_and_removes() {
             (top | (u128::from(rng.gen::<u16>()) << 64) | u128::from(rng.gen::<u8>())) & mask6(len);
         w.warm(IpAddr::V6(prefix.into()), len, rng.gen_range(0..=16));
         if rng.gen_bool(0.4) && !rules.is_empty() {
-            let key = *rules
-                .keys()
-                .nth(rng.gen_range(0..rules.len()))
-                .expect("some");
+            // Remove one that exists (most of the time) or one that may not.
+            let key = if rng.gen_bool(0.8) {
+                *rules
+                    .keys()
+                    .nth(rng.gen_range(0..rules.len()))
+                    .expect("some")
+            } else {
+                (prefix, len)
+            };
             assert_eq!(
                 w.remove_route(IpAddr::V6(key.0.into()), key.1),
                 rules.remove(&key)
@@ -130,6 +145,12 @@ fn ipv6_matches_brute_force_through_adds_and_removes() {
             let t = rng.gen_range(0..1000);
             w.set_route(IpAddr::V6(prefix.into()), len, t).expect("set");
             rules.insert((prefix, len), t);
+        }
+        // The writer's record of exact prefixes agrees: the one drawn, and one that exists.
+        let some = rules.keys().next().copied().unwrap_or((prefix, len));
+        for (p, l) in [(prefix, len), some] {
+            let got = w.route(IpAddr::V6(p.into()), l);
+            assert_eq!(got, rules.get(&(p, l)).copied(), "route {p:#x}/{l}");
         }
         if step % 300 == 0 {
             w.reclaim();

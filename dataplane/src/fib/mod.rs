@@ -59,6 +59,7 @@ pub mod qsbr;
 pub mod resolve;
 pub mod rib;
 mod sync;
+pub mod warm_map;
 
 pub use qsbr::{Online, Qsbr, QsbrOwner, Reader};
 use sync::{AtomicU32, AtomicU64};

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use super::warm_map::WarmMap;
 use super::{
     mask4, mask6, Capacity, FibError, HopKey, HopState, Table, TableSize, TableWriter,
     HOP_BLACKHOLE, HOP_FOREIGN, HOP_PROHIBIT, HOP_UNREACHABLE,
@@ -52,7 +53,7 @@ pub struct Rib {
     w: TableWriter,
     /// Each route: what it does, its table target, and a tag its source keeps with it (the
     /// kernel's metric).
-    routes: HashMap<(IpAddr, u8), (RouteKind, u32, u32)>,
+    routes: WarmMap<(IpAddr, u8), (RouteKind, u32, u32)>,
     neighbours: HashMap<(u16, IpAddr), NeighEntry>,
     /// The neighbours in address order: those inside a changed prefix are found without a
     /// scan (a route change may give them a host route or take it away).
@@ -115,7 +116,7 @@ impl Rib {
     ) -> Result<Rib, FibError> {
         Ok(Rib {
             w: TableWriter::new(ports, readers, cap)?,
-            routes: HashMap::default(),
+            routes: WarmMap::default(),
             neighbours: HashMap::default(),
             neighbour_ips: BTreeSet::new(),
             lengths: [[0; 129]; 2],
@@ -337,6 +338,10 @@ impl Rib {
     pub fn warm_coming(&self, coming: impl IntoIterator<Item = (IpAddr, u8)>) {
         for (depth, (prefix, len)) in (0..WARM_AHEAD).rev().zip(coming) {
             self.w.warm(prefix, len, depth);
+            // Two updates ahead, the route's slot in the RIB's own map (its first read).
+            if depth == WARM_AHEAD - 2 {
+                self.routes.warm(&(canonical(prefix, len), len));
+            }
         }
     }
 

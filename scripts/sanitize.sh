@@ -11,10 +11,10 @@ if ! rustup +nightly component list --installed 2>/dev/null | grep -q '^miri'; t
 fi
 host=$(rustc -vV | sed -n 's/^host: //p')
 
-echo "== Miri: fib::tests, fib::qsbr"
+echo "== Miri: fib::tests, fib::qsbr, fib::warm_map"
 cargo +nightly miri setup >/dev/null
 MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation}" \
-    cargo +nightly miri test -p dataplane --lib -- fib::tests fib::qsbr
+    cargo +nightly miri test -p dataplane --lib -- fib::tests fib::qsbr fib::warm_map
 
 echo "== ThreadSanitizer: fib::churn (${CHURN_SECS:-10} s)"
 RUSTFLAGS="-Zsanitizer=thread" CARGO_TARGET_DIR=target/tsan \

@@ -440,8 +440,9 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
     /// entries above it with plain loads. A writer that warms each coming update one level
     /// deeper per update it applies finds that update's whole path cached when its turn
     /// comes, where the walk is otherwise a chain of cache misses (see `Rib::warm_coming`).
-    /// At the prefix's own level, its group's bookkeeping (its rules) is loaded too. Only
-    /// loads: a path that changes in between only makes the hint miss.
+    /// The bookkeeping of each group on the way is loaded too (at the prefix's level: its
+    /// rules), and where the path stops above the prefix's level, the group the update will
+    /// fill. Only loads: a path that changes in between only makes the hint miss.
     pub fn warm(&self, t: &Dir<FIRST, STRIDE, BITS>, prefix: u128, len: u8, depth: u32) {
         // Bounds the walk to the trie's levels whatever the entries say (a valid trie stops
         // it sooner: the last level holds only leaves).

@@ -269,6 +269,32 @@ fn a_neighbour_update_is_one_store_that_every_route_through_it_sees() {
 }
 
 #[test]
+fn the_ribs_warming_takes_any_route_and_changes_nothing() {
+    let mut r = rib();
+    r.set_route(ip("10.9.0.0"), 16, RouteKind::Blackhole)
+        .expect("route");
+    let t = r.table().clone();
+    // Host bits, lengths past the family, routes that are not there: hints only, at every
+    // depth (each coming route is warmed at a different one).
+    let odd = [
+        (ip("10.9.255.255"), 16),
+        (ip("10.9.0.0"), 255),
+        (ip("2001:db8::1"), 129),
+        (ip("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), 48),
+        (ip("0.0.0.0"), 0),
+    ];
+    for skip in 0..odd.len() {
+        r.warm_coming(odd.iter().copied().skip(skip));
+    }
+    assert_eq!(t.route_v4(0x0a09_0101, || 0), Err(Miss::Blackhole));
+    assert_eq!(
+        r.route(ip("10.9.0.0"), 16),
+        Some(&RouteKind::Blackhole),
+        "the RIB's record is unchanged"
+    );
+}
+
+#[test]
 fn route_types_and_link_state() {
     let mut r = rib();
     let t = r.table().clone();

@@ -36,6 +36,40 @@ fn writer() -> TableWriter {
     TableWriter::new(2, 1, Capacity::default()).expect("table")
 }
 
+/// One step of a brute-force test: removes a rule (most of the time one that exists, else the
+/// drawn one, which may not be there) with probability `remove`, or else sets the drawn one,
+/// in the writer and the model alike; then checks the writer's record of exact prefixes (the
+/// drawn one, and one that exists) against the model.
+fn change<K: Copy + Eq + std::hash::Hash + std::fmt::LowerHex>(
+    w: &mut TableWriter,
+    rng: &mut rand::rngs::SmallRng,
+    rules: &mut HashMap<(K, u8), u32>,
+    (prefix, len): (K, u8),
+    remove: f64,
+    ip: impl Fn(K) -> IpAddr,
+) {
+    if rng.gen_bool(remove) && !rules.is_empty() {
+        let key = if rng.gen_bool(0.8) {
+            *rules
+                .keys()
+                .nth(rng.gen_range(0..rules.len()))
+                .expect("some")
+        } else {
+            (prefix, len)
+        };
+        assert_eq!(w.remove_route(ip(key.0), key.1), rules.remove(&key));
+    } else {
+        let t = rng.gen_range(0..1000);
+        w.set_route(ip(prefix), len, t).expect("set");
+        rules.insert((prefix, len), t);
+    }
+    let some = rules.keys().next().copied().unwrap_or((prefix, len));
+    for (p, l) in [(prefix, len), some] {
+        let got = w.route(ip(p), l);
+        assert_eq!(got, rules.get(&(p, l)).copied(), "route {p:#x}/{l}");
+    }
+}
+
 #[test]
 fn ipv4_matches_brute_force_through_adds_and_removes() {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(248);
@@ -53,31 +87,9 @@ fn ipv4_matches_brute_force_through_adds_and_removes() {
         let prefix = (base | rng.gen_range(0..4)) & mask4(len);
         // The writer's hint for coming updates only loads: the model still holds after it.
         w.warm(IpAddr::V4(prefix.into()), len, rng.gen_range(0..=4));
-        if rng.gen_bool(0.35) && !rules.is_empty() {
-            // Remove one that exists (most of the time) or one that may not.
-            let key = if rng.gen_bool(0.8) {
-                *rules
-                    .keys()
-                    .nth(rng.gen_range(0..rules.len()))
-                    .expect("some")
-            } else {
-                (prefix, len)
-            };
-            assert_eq!(
-                w.remove_route(IpAddr::V4(key.0.into()), key.1),
-                rules.remove(&key)
-            );
-        } else {
-            let t = rng.gen_range(0..1000);
-            w.set_route(IpAddr::V4(prefix.into()), len, t).expect("set");
-            rules.insert((prefix, len), t);
-        }
-        // The writer's record of exact prefixes agrees: the one drawn, and one that exists.
-        let some = rules.keys().next().copied().unwrap_or((prefix, len));
-        for (p, l) in [(prefix, len), some] {
-            let got = w.route(IpAddr::V4(p.into()), l);
-            assert_eq!(got, rules.get(&(p, l)).copied(), "route {p:#x}/{l}");
-        }
+        change(&mut w, &mut rng, &mut rules, (prefix, len), 0.35, |p| {
+            IpAddr::V4(p.into())
+        });
         if step % 500 == 0 {
             w.reclaim();
         }
@@ -127,31 +139,9 @@ fn ipv6_matches_brute_force_through_adds_and_removes() {
         let prefix =
             (top | (u128::from(rng.gen::<u16>()) << 64) | u128::from(rng.gen::<u8>())) & mask6(len);
         w.warm(IpAddr::V6(prefix.into()), len, rng.gen_range(0..=16));
-        if rng.gen_bool(0.4) && !rules.is_empty() {
-            // Remove one that exists (most of the time) or one that may not.
-            let key = if rng.gen_bool(0.8) {
-                *rules
-                    .keys()
-                    .nth(rng.gen_range(0..rules.len()))
-                    .expect("some")
-            } else {
-                (prefix, len)
-            };
-            assert_eq!(
-                w.remove_route(IpAddr::V6(key.0.into()), key.1),
-                rules.remove(&key)
-            );
-        } else {
-            let t = rng.gen_range(0..1000);
-            w.set_route(IpAddr::V6(prefix.into()), len, t).expect("set");
-            rules.insert((prefix, len), t);
-        }
-        // The writer's record of exact prefixes agrees: the one drawn, and one that exists.
-        let some = rules.keys().next().copied().unwrap_or((prefix, len));
-        for (p, l) in [(prefix, len), some] {
-            let got = w.route(IpAddr::V6(p.into()), l);
-            assert_eq!(got, rules.get(&(p, l)).copied(), "route {p:#x}/{l}");
-        }
+        change(&mut w, &mut rng, &mut rules, (prefix, len), 0.4, |p| {
+            IpAddr::V6(p.into())
+        });
         if step % 300 == 0 {
             w.reclaim();
         }

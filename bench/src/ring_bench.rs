@@ -17,7 +17,13 @@
 //! Run (root not needed, but pinning to an idle CPU gives steadier figures):
 //!   cargo run --release -p dataplane-bench --bin ring-bench -- [--reps 5 --ms 1000
 //!   --ring 512 --v4 1000000 --v6 200000 --quick 1 --testpmd 0 --ablation 1 --rib-only 1
-//!   --v6-uniform 1]
+//!   --v6-uniform 1 --packets N]
+//!
+//! `--packets N` makes a repeat a fixed count instead of a time: each emulated port delivers
+//! N frames and the poller stops after the last, so `valgrind --tool=callgrind
+//! --toggle-collect='*MemPoller*run*' ring-bench --cell K --packets N --testpmd 0` counts the
+//! loop's instructions for exactly 2N packets received (bench/README.md: "Instructions per
+//! packet").
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -297,11 +303,14 @@ fn cpus() -> usize {
 /// Runs `reps` repeats of `cell` and returns, per repeat, the pollers' samples summed.
 fn measure(cell: &Cell, routes: &Routes, traffics: &[Arc<Traffic>], opts: &Opts) -> Vec<Sample> {
     let runner = Runner::start(cell, routes, traffics, opts, 0);
-    // One unmeasured warm-up repeat (caches, page faults), then the repeats.
-    let out = (0..=opts.reps)
-        .map(|_| runner.rep(opts.ms))
-        .skip(1)
-        .collect();
+    // One unmeasured warm-up repeat (caches, page faults), then the repeats; with `--packets`
+    // one repeat: the budget is spent once.
+    let (reps, warm) = if opts.packets > 0 {
+        (1, 0)
+    } else {
+        (opts.reps + 1, 1)
+    };
+    let out = (0..reps).map(|_| runner.rep(opts.ms)).skip(warm).collect();
     runner.finish();
     out
 }
@@ -315,6 +324,8 @@ struct Runner {
     rx: mpsc::Receiver<Sample>,
     handles: Vec<std::thread::JoinHandle<()>>,
     pollers: usize,
+    /// The queues' frame budgets raise `stop` (`--packets`), not the timer.
+    budget: bool,
 }
 
 impl Runner {
@@ -367,13 +378,18 @@ impl Runner {
             };
             let traffics = traffics.to_vec();
             let cell = cell.clone();
-            let ring = opts.ring;
+            let (ring, budget) = (opts.ring, opts.packets);
             handles.push(std::thread::spawn(move || {
                 let _ = sys::pin_current_thread(cpu);
                 let queues: Vec<MemQueue> = (0..PORTS)
                     .map(|p| {
-                        MemQueue::new(p, id as u32, ring, Some(traffics[p as usize].clone()))
-                            .with_headroom(cell.offset)
+                        let q =
+                            MemQueue::new(p, id as u32, ring, Some(traffics[p as usize].clone()))
+                                .with_headroom(cell.offset);
+                        match budget {
+                            0 => q,
+                            n => q.with_budget(n, stop.clone()),
+                        }
                     })
                     .collect();
                 let spec = PollerSpec {
@@ -436,6 +452,7 @@ impl Runner {
             rx,
             handles,
             pollers: cell.pollers,
+            budget: opts.packets > 0,
         }
     }
 
@@ -443,8 +460,10 @@ impl Runner {
     fn rep(&self, ms: u64) -> Sample {
         self.stop.store(false, Relaxed);
         self.barrier.wait();
-        std::thread::sleep(Duration::from_millis(ms));
-        self.stop.store(true, Relaxed);
+        if !self.budget {
+            std::thread::sleep(Duration::from_millis(ms));
+            self.stop.store(true, Relaxed);
+        }
         let mut sum = Sample::default();
         for _ in 0..self.pollers {
             let s = self.rx.recv().expect("a poller's sample");
@@ -628,6 +647,10 @@ struct Opts {
     reps: usize,
     ms: u64,
     ring: u32,
+    /// `--packets N`: each queue delivers exactly N frames and the poller stops itself after
+    /// the last (one repeat, no warm-up), so that an instruction count (callgrind) divides by
+    /// a packet count that does not depend on timing.
+    packets: u64,
 }
 
 fn print(rows: &[Row]) {
@@ -646,6 +669,7 @@ fn main() {
         reps: arg("--reps", 5),
         ms: arg("--ms", 1000) as u64,
         ring: arg("--ring", 512) as u32,
+        packets: arg("--packets", 0) as u64,
     };
     let quick = arg("--quick", 0) != 0;
     let with_testpmd = arg("--testpmd", 1) != 0;
@@ -725,7 +749,7 @@ fn main() {
         rows.push(r);
     }
     let single = std::env::args().any(|a| a == "--cell");
-    if !ablation && !single {
+    if !ablation && !single && opts.packets == 0 {
         // The emulated port's own share, for each traffic set the cells used.
         for ((flows, family), t) in &cache {
             let alone = port_alone(&t[0], &opts);
@@ -739,7 +763,7 @@ fn main() {
         }
     }
     print(&rows);
-    if !ablation && !single {
+    if !ablation && !single && opts.packets == 0 {
         paired(&routes, &cache, bursts[0], &opts);
     }
     if with_testpmd && !ablation {

@@ -6,10 +6,18 @@ Nodes are the top-level modules of dataplane/src (the binary's main.rs and cli/ 
 or `super::B` where `super` is the crate root). Test modules (`#[cfg(test)] mod ... { }`) and
 comments are left out: tests may reach up, the code may not.
 
+Files of modules declared under a `#[cfg(...)]` that names `test` (`#[cfg(test)]`,
+`#[cfg(any(test, feature = "testkit"))]`, ...) are test code and left out too: the testkit, the
+emulated port and the poller over it, the loom models.
+
 Rules (exit status 1 when one is broken, with what broke it):
-  - no cycle between top-level modules;
-  - no hot-path module (packet, fib, forward, poller, xsk, mem, memport, ring_io, stats) reaches, directly or
-    through others, config, cli, lab, runtime, control or telemetry code;
+  - no cycle between top-level modules, nor between the files (or directories) of one
+    top-level module;
+  - no hot-path module (packet, fib, forward, poller, port) reaches, directly or through
+    others, config, cli, lab, runtime, control or telemetry code;
+  - `config` is plain values: it reaches none of the table, the per-packet path or the threads
+    (fib, forward, poller, port, control, runtime);
+  - no code outside tests names the emulated port (`port::emulated`);
   - `types` is a leaf.
 
   modgraph.py [SRC]                  print the graph and check the rules
@@ -22,8 +30,11 @@ import re
 import sys
 import tempfile
 
-HOT = ["packet", "fib", "forward", "poller", "xsk", "mem", "memport", "ring_io", "stats"]
+HOT = ["packet", "fib", "forward", "poller", "port"]
 FORBIDDEN_FOR_HOT = ["config", "cli", "lab", "runtime", "control", "telemetry"]
+FORBIDDEN_FOR_CONFIG = ["fib", "forward", "poller", "port", "control", "runtime"]
+TEST_ONLY = re.compile(r"\bport::emulated\b")
+CFG_TEST_MOD = re.compile(r"#\[cfg\(([^\]]*)\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;")
 LEAVES = ["types"]
 BEGIN, END = "<!-- modgraph:begin -->", "<!-- modgraph:end -->"
 
@@ -117,28 +128,87 @@ def references(text, mod_path, is_bin):
     return out
 
 
-def graph(src):
-    """{module: set(modules it refers to)} for the crate at `src`."""
-    edges = {}
+def test_only_dirs(src):
+    """Paths (a file, or a directory and all under it) of modules declared under a cfg that
+    names `test`: test code, like `#[cfg(test)] mod tests { }`."""
+    out = []
     for dirpath, _, files in os.walk(src):
+        for f in files:
+            if not f.endswith(".rs"):
+                continue
+            path = os.path.join(dirpath, f)
+            text = strip_comments(open(path, encoding="utf-8").read())
+            base = dirpath if f in ("mod.rs", "lib.rs", "main.rs") else path[: -len(".rs")]
+            for m in CFG_TEST_MOD.finditer(text):
+                if re.search(r"\btest\b", m.group(1)):
+                    out.append(os.path.join(base, m.group(2)))
+    return out
+
+
+def is_test_file(path, test_only):
+    stem = path[: -len("/mod.rs")] if path.endswith(os.sep + "mod.rs") else path[: -len(".rs")]
+    return any(stem == t or stem.startswith(t + os.sep) for t in test_only)
+
+
+def sources(src):
+    """(path, module path, is_bin, text without comments and test code) of every file."""
+    test_only = test_only_dirs(src)
+    for dirpath, _, files in sorted(os.walk(src)):
         for f in sorted(files):
             if not f.endswith(".rs"):
                 continue
             path = os.path.join(dirpath, f)
-            mp = module_path(src, path)
+            if is_test_file(path, test_only):
+                continue
             rel = os.path.relpath(path, src)
             is_bin = rel == "main.rs" or rel.startswith("cli" + os.sep)
-            if is_bin:
-                node = "cli"
-            elif not mp:
-                continue  # lib.rs: declarations only
-            else:
-                node = mp[0]
             text = strip_test_modules(strip_comments(open(path, encoding="utf-8").read()))
-            refs = references(text, mp, is_bin)
-            edges.setdefault(node, set()).update(r for r in refs if r != node)
+            yield path, module_path(src, path), is_bin, text
+
+
+def graph(src):
+    """{module: set(modules it refers to)} for the crate at `src`."""
+    edges = {}
+    for _, mp, is_bin, text in sources(src):
+        if is_bin:
+            node = "cli"
+        elif not mp:
+            continue  # lib.rs: declarations only
+        else:
+            node = mp[0]
+        refs = references(text, mp, is_bin)
+        edges.setdefault(node, set()).update(r for r in refs if r != node)
     known = set(edges)
     return {k: {r for r in v if r in known} for k, v in edges.items()}
+
+
+def sibling_graphs(src):
+    """{top-level module: {child: set(sibling children it refers to)}}: the files and
+    directories of one top-level module, drawn from `crate::top::child` and `super::` paths."""
+    out = {}
+    for _, mp, is_bin, text in sources(src):
+        if is_bin or len(mp) < 2:
+            continue
+        top, child = mp[0], mp[1]
+        refs = set()
+        for m in re.finditer(r"\bcrate::" + top + r"::(\w+)", text):
+            refs.add(m.group(1))
+        for m in re.finditer(r"\b((?:super::)+)(\w+)", text):
+            target = mp[: len(mp) - m.group(1).count("super::")] + [m.group(2)]
+            if len(target) >= 2 and target[0] == top:
+                refs.add(target[1])
+        out.setdefault(top, {}).setdefault(child, set()).update(r for r in refs if r != child)
+    for top, g in out.items():
+        known = set(g)
+        out[top] = {k: {r for r in v if r in known} for k, v in g.items()}
+    return out
+
+
+def test_only_refs(src):
+    """Files outside tests that name the emulated port."""
+    return sorted(
+        os.path.relpath(path, src) for path, _, _, text in sources(src) if TEST_ONLY.search(text)
+    )
 
 
 def cycles(edges):
@@ -185,11 +255,19 @@ def reach(edges, start):
     return seen
 
 
-def check(edges):
+def check(edges, siblings=None, emulated_refs=()):
     """The rules' violations, as sentences."""
     bad = []
     for comp in cycles(edges):
         bad.append("cycle between modules: " + " <-> ".join(comp))
+    for top, g in sorted((siblings or {}).items()):
+        for comp in cycles(g):
+            bad.append(f"cycle between the files of {top}: " + " <-> ".join(comp))
+    for target, path in sorted(reach(edges, "config").items()) if "config" in edges else []:
+        if target in FORBIDDEN_FOR_CONFIG:
+            bad.append(f"config reaches {target}: {' -> '.join(path)}")
+    for f in emulated_refs:
+        bad.append(f"{f} names the emulated port outside tests")
     for hot in HOT:
         if hot not in edges:
             continue
@@ -243,7 +321,24 @@ def self_test():
         assert any("packet reaches config: packet -> b -> config" in b for b in bad), bad
         write("types.rs", "use crate::config::Q;\n")
         assert any("types must be a leaf" in b for b in check(graph(d)))
-    print("modgraph self-test: a cycle, a hot-path import (also through another module) and a non-leaf types are caught")
+        write("types.rs", "")
+        write("b/mod.rs", "pub mod x; pub mod y;\n#[cfg(any(test, feature = \"testkit\"))]\npub mod t;\n")
+        write("b/x.rs", "use super::y::Y;\n")
+        write("b/y.rs", "use crate::b::x::X;\n")
+        write("b/t.rs", "use crate::config::Z;\nuse crate::port::emulated::Q;\n")
+        sib = sibling_graphs(d)
+        assert any("cycle between the files of b: x <-> y" in x for x in check(graph(d), sib)), sib
+        assert "config" not in graph(d)["b"], "a module under cfg(test/testkit) is test code"
+        assert not test_only_refs(d), "the emulated port named from test code is fine"
+        write("b/y.rs", "use crate::port::emulated::Q;\n")
+        assert test_only_refs(d) == [os.path.join("b", "y.rs")], test_only_refs(d)
+        write("config.rs", "use crate::a::X;\n")
+        write("a.rs", "use crate::packet::P;\n")
+        assert not any("config reaches" in x for x in check(graph(d)))
+        write("a.rs", "use crate::fib::P;\n")
+        write("fib.rs", "")
+        assert any("config reaches fib: config -> a -> fib" in x for x in check(graph(d))), check(graph(d))
+    print("modgraph self-test: a cycle (between modules and between one module's files), a hot-path import (also through another module), config reaching the table, the emulated port named outside tests and a non-leaf types are caught; test-only modules are left out")
 
 
 def main(argv):
@@ -258,7 +353,7 @@ def main(argv):
     edges = graph(src)
     text = render(edges)
     print(text)
-    bad = check(edges)
+    bad = check(edges, sibling_graphs(src), test_only_refs(src))
     for b in bad:
         print("modgraph: " + b, file=sys.stderr)
     if doc:
@@ -274,7 +369,13 @@ def main(argv):
             return 1
     if bad:
         return 1
-    print("no cycle; no hot-path module reaches " + ", ".join(FORBIDDEN_FOR_HOT) + "; types is a leaf")
+    print(
+        "no cycle between modules or between one module's files; no hot-path module reaches "
+        + ", ".join(FORBIDDEN_FOR_HOT)
+        + "; config reaches none of "
+        + ", ".join(FORBIDDEN_FOR_CONFIG)
+        + "; the emulated port only in tests; types is a leaf"
+    )
     return 0
 
 

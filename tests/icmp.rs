@@ -10,7 +10,7 @@ use common::router::*;
 use common::*;
 use dataplane::packet::build::{udp_v4, udp_v6, FrameSpec};
 use dataplane::packet::DropReason;
-use dataplane::stats::Counter;
+use dataplane::poller::stats::Counter;
 use dataplane::testbed;
 
 #[test]

@@ -6,7 +6,8 @@ use std::process::Command;
 
 use common::*;
 use dataplane::types::Mode;
-use dataplane::{testbed, topology};
+use dataplane::placement::topology;
+use dataplane::testbed;
 
 fn enable_napi_threads(ns: &str, dev: &str) {
     for args in [
@@ -171,7 +172,7 @@ fn ablation_knobs_forward_correctly() {
         return;
     }
     use dataplane::packet::build::{udp_v4, FrameSpec};
-    use dataplane::stats::Counter;
+    use dataplane::poller::stats::Counter;
     let bed = Bed::up("tab", 2);
     let t = &bed.0;
     let base = t.config(Mode::L3fwd, &[(Some(0), vec![0]), (Some(1), vec![1])], 32);
@@ -236,7 +237,7 @@ fn ablation_knobs_forward_correctly() {
         &base.replace("batch_size = 32", "batch_size = 32\nmemory = \"remote\""),
         &[],
     );
-    if dataplane::topology::Machine::load(&dataplane::topology::Source::Host)
+    if dataplane::placement::topology::Machine::load(&dataplane::placement::topology::Source::Host)
         .expect("topology")
         .nodes
         .len()

@@ -9,7 +9,7 @@ use common::router::{mac, marked_frames, spec};
 use common::*;
 use dataplane::packet::build::{udp_v4, udp_v6, FrameSpec};
 use dataplane::packet::{checksum, DropReason};
-use dataplane::stats::Counter;
+use dataplane::poller::stats::Counter;
 use dataplane::testbed::{self, Testbed};
 use dataplane::types::Mode;
 

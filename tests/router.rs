@@ -14,7 +14,7 @@ use common::router::*;
 use common::*;
 use dataplane::packet::build::{udp6_checksum, udp_v4, udp_v6, FrameSpec};
 use dataplane::packet::{checksum, DropReason, ETH_P_8021Q};
-use dataplane::stats::Counter;
+use dataplane::poller::stats::Counter;
 use dataplane::testbed;
 
 #[test]

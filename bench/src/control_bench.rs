@@ -127,7 +127,7 @@ fn main() {
     .expect("config");
     let rss0 = rss_kib();
     let t = Instant::now();
-    let mut rib = cfg.build_rib().expect("rib");
+    let mut rib = dataplane::runtime::build_rib(&cfg).expect("rib");
     rib.writer().set_port(0, 1500, true);
     let table = rib.table().clone();
     let status = Arc::new(ControlStatus::default());
@@ -261,12 +261,13 @@ fn main() {
     let _ = Command::new("ip").args(["netns", "del", NS]).status();
 
     // The RIB alone (no kernel, no netlink): replaces applied back to back.
-    let mut rib = Config::parse(
-        "[dataplane]\nmode = \"l3fwd\"\nroutes = \"kernel\"\n[[interfaces]]\nname = \"x\"\n[[pollers]]\nqueues = [0]\n",
-        "rib",
+    let mut rib = dataplane::runtime::build_rib(
+        &Config::parse(
+            "[dataplane]\nmode = \"l3fwd\"\nroutes = \"kernel\"\n[[interfaces]]\nname = \"x\"\n[[pollers]]\nqueues = [0]\n",
+            "rib",
+        )
+        .expect("config"),
     )
-    .expect("config")
-    .build_rib()
     .expect("rib");
     let gws: [IpAddr; 2] = [
         "10.255.0.3".parse().expect("ip"),

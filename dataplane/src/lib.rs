@@ -6,47 +6,47 @@
 //! steers transit IP traffic to the sockets and passes everything else to the kernel.
 //!
 //! Scope: the forwarding core with a router's behaviour on the wire (ingress MAC filter,
-//! martians, IPv6 extension headers walked, ICMP errors built in place, egress MTU; see
-//! `docs/ROUTER.md`), a live control plane (`control`: the kernel's routes, neighbours, links
-//! and addresses over rtnetlink, or static routes reloaded on SIGHUP; `docs/CONTROL.md`), its
-//! config, stats and a netns testbed. Not yet: IPv4 fragmentation (too-big IPv4 without DF is
-//! dropped and counted), VLANs in the dataplane (tagged frames go to the kernel).
+//! martians, IPv6 extension headers walked, ICMP errors built in place, egress MTU, IPv4
+//! fragmentation of too-big packets without DF; see `docs/ROUTER.md`), a live control plane
+//! (`control`: the kernel's routes, neighbours, links and addresses over rtnetlink, or static
+//! routes reloaded on SIGHUP; `docs/CONTROL.md`), placement of pollers and interrupts, its
+//! config, stats and metrics, the measuring lab and a fleet demo behind ECMP. Not yet: VLANs in
+//! the dataplane (tagged frames go to the kernel), frames larger than one UMEM frame.
 //!
-//! Module map (layers point down; `scripts/modgraph.py` checks it): `types` holds the plain
-//! values every layer shares and imports nothing; `packet`, `fib`, `forward`, `mem`, `xsk`,
-//! `ring_io` (the rings as the poller sees them), `memport` (in-memory rings behind an emulated
-//! zero-copy port, for tests and benchmarks), `poller` and `stats` are the per-packet path and never reach config, CLI, lab or runtime
-//! code; `sys` holds every raw syscall; `bpf` loads the XDP programs; `config` turns TOML into
-//! plain values; `control` owns the routing base and updates the table the pollers read; `runtime` wires a run together in steps; `topology` (with `nic_irqs`: each queue's IRQ by the driver's naming), `plan` and `irq` place
-//! pollers and interrupts; `testbed` builds netns testbeds; `gen` and `lab` are the measuring
-//! side (generator, benches); `corpus` feeds the property tests and the fuzzer.
-//! `docs/ARCHITECTURE.md` follows a packet through them.
+//! Module map (layers point down; `scripts/modgraph.py` checks it, `docs/ARCHITECTURE.md`
+//! follows a packet through them):
+//! - `types`: the plain values every layer shares; imports nothing.
+//! - The per-packet path, which never reaches config, CLI, lab, runtime, control or telemetry
+//!   code: `packet` (parse, check, rewrite, ICMP errors, fragments; `packet::field` names
+//!   the header bytes), `fib` (the table the pollers read, its single writer and the RIB),
+//!   `forward` (the per-frame decision; `forward::port_addrs` the ports' own addresses),
+//!   `port` (the rings of a queue, the UMEM, AF_XDP sockets, the emulated port) and `poller`
+//!   (the per-core loop and its per-poller `stats`).
+//! - `sys`: every raw syscall. `bpf`: the XDP programs' loaders.
+//! - `config`: TOML to plain values. `control`: the control-plane thread that owns the
+//!   routing base and writes the table. `placement`: topology, queue IRQs, the planner, IRQ
+//!   affinity. `runtime`: one `dataplane run`, in phases. `telemetry`: metrics and logs.
+//! - The measuring side: `testbed` (netns testbeds), `gen` (the generator), `lab` (benches and
+//!   `tune`), `fleet` (the ECMP fleet demo and `dataplane announce`).
+//! - `testkit` (tests and the `testkit` feature only): the property tests' and fuzzer's inputs.
 #![deny(unsafe_code)]
 
-pub mod announce;
 pub mod bpf;
 pub mod config;
 pub mod control;
-pub mod corpus;
 pub mod fib;
 pub mod fleet;
 pub mod forward;
 pub mod gen;
-pub mod irq;
 pub mod lab;
-pub mod mem;
-pub mod memport;
-pub mod nic_irqs;
 pub mod packet;
-pub mod plan;
+pub mod placement;
 pub mod poller;
-pub mod port_addrs;
-pub mod ring_io;
+pub mod port;
 pub mod runtime;
-pub mod stats;
 pub mod sys;
 pub mod telemetry;
 pub mod testbed;
-pub mod topology;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 pub mod types;
-pub mod xsk;

@@ -1,6 +1,10 @@
 //! Plain values every layer shares: what a poller does with frames, how it idles, MAC
 //! addresses, port and queue numbers. No I/O and no dependency on any other module of the
-//! crate: the config turns TOML into these, the hot path reads them.
+//! crate: the config turns TOML into these, the hot path reads them. Static routes and
+//! neighbours are here too, with the table's limits, so the config checks them without the
+//! table.
+use std::net::IpAddr;
+
 use serde::Deserialize;
 
 /// A port: the index of an interface in the dataplane's interface list.
@@ -66,6 +70,36 @@ pub fn parse_mac(s: &str) -> Option<MacAddr> {
     }
     parts.next().is_none().then_some(mac)
 }
+
+/// A parsed route, interface resolved to its port index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// Prefix address.
+    pub prefix: IpAddr,
+    /// Prefix length.
+    pub len: u8,
+    /// Gateways (several: multipath, flows spread by hash); empty for connected.
+    pub via: Vec<IpAddr>,
+    /// Egress port.
+    pub port: PortId,
+}
+
+/// A parsed neighbour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Neighbour {
+    /// Address.
+    pub ip: IpAddr,
+    /// MAC.
+    pub mac: MacAddr,
+    /// Port it sits behind.
+    pub port: PortId,
+}
+
+/// Most ports a table (and so a dataplane) handles: a next hop's word has 12 bits for one.
+pub const MAX_PORTS: usize = 1 << 12;
+
+/// Most next hops in one multipath group.
+pub const MAX_PATHS: usize = 16;
 
 #[cfg(test)]
 mod tests {

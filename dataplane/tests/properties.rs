@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use proptest::prelude::*;
 
-use dataplane::corpus::{testbed_forwarder, FrameRecipe, GEN_MAC, PORT0_MAC};
+use dataplane::testkit::corpus::{testbed_forwarder, FrameRecipe, GEN_MAC, PORT0_MAC};
 use dataplane::forward::Forwarder;
 use dataplane::packet::icmp::icmpv6_checksum;
 use dataplane::packet::{checksum, DropReason};

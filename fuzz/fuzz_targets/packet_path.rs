@@ -5,7 +5,7 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 
-use dataplane::corpus::{testbed_forwarder, FrameRecipe, PORT0_MAC};
+use dataplane::testkit::corpus::{testbed_forwarder, FrameRecipe, PORT0_MAC};
 use dataplane::forward::Forwarder;
 use dataplane::packet::icmp::icmpv6_checksum;
 use dataplane::packet::{checksum, dont_fragment_v4, frag, DropReason};

@@ -415,7 +415,7 @@ pub fn total_drops(summary: &serde_json::Value) -> u64 {
 }
 
 /// A Counter value from the JSON summary.
-pub fn counter(summary: &serde_json::Value, c: dataplane::stats::Counter) -> u64 {
+pub fn counter(summary: &serde_json::Value, c: dataplane::poller::stats::Counter) -> u64 {
     summary["totals"]["counters"][c as usize]
         .as_u64()
         .expect("counter")

@@ -23,7 +23,7 @@ pub fn main(cmd: IrqCmd) -> Result<()> {
     match cmd {
         IrqCmd::Restore { state } => {
             need_root("dataplane irq restore needs root to change interrupt affinities")?;
-            let path = state.unwrap_or_else(dataplane::irq::default_state_path);
+            let path = state.unwrap_or_else(dataplane::placement::affinity::default_state_path);
             if !path.exists() {
                 println!(
                     "irq: nothing to restore ({} does not exist)",
@@ -31,7 +31,7 @@ pub fn main(cmd: IrqCmd) -> Result<()> {
                 );
                 return Ok(());
             }
-            for line in dataplane::irq::restore_from(&path)? {
+            for line in dataplane::placement::affinity::restore_from(&path)? {
                 println!("{line}");
             }
             println!(

@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use dataplane::config::Config;
-use dataplane::plan::{Layout, Plan, QueueIn};
-use dataplane::topology::{Machine, Source};
+use dataplane::placement::plan::{Layout, Plan, QueueIn};
+use dataplane::placement::topology::{Machine, Source};
 
 pub mod announce;
 pub mod bench;
@@ -40,7 +40,7 @@ pub struct TopologySource {
 impl TopologySource {
     /// The source these arguments name.
     pub fn source(&self) -> Source {
-        dataplane::topology::source_from_args(self.synthetic.clone(), self.xml.as_deref())
+        dataplane::placement::topology::source_from_args(self.synthetic.clone(), self.xml.as_deref())
     }
 }
 
@@ -83,7 +83,7 @@ pub fn make_plan(cfg: &Config, layout: &str, irq: &[String], source: &Source) ->
             let detected = || {
                 cfg.interfaces
                     .iter()
-                    .find_map(|i| dataplane::topology::queue_irq(i, q).and_then(|s| s.cpu()))
+                    .find_map(|i| dataplane::placement::topology::queue_irq(i, q).and_then(|s| s.cpu()))
             };
             queues.push(QueueIn {
                 queue: q,
@@ -95,11 +95,11 @@ pub fn make_plan(cfg: &Config, layout: &str, irq: &[String], source: &Source) ->
     let node = if host {
         cfg.interfaces
             .iter()
-            .find_map(|i| dataplane::topology::interface_node(i))
+            .find_map(|i| dataplane::placement::topology::interface_node(i))
     } else {
         None
     };
-    Ok(dataplane::plan::plan(&machine, &queues, node, layout)?)
+    Ok(dataplane::placement::plan::plan(&machine, &queues, node, layout)?)
 }
 
 /// A flag raised by SIGINT/SIGTERM; a second signal while the first stop is under way exits

@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use super::{make_plan, reload_flag, secs, stop_flag, write_json};
 use dataplane::config::Config;
 use dataplane::runtime::{self, RunOptions};
-use dataplane::topology::Source;
+use dataplane::placement::topology::Source;
 
 /// Forward packets as the config says, until SIGINT/SIGTERM or --duration.
 #[derive(clap::Args)]
@@ -69,7 +69,7 @@ pub fn main(a: RunArgs) -> Result<()> {
         apply_irq: a.apply_irq,
         irq_state: Some(
             a.irq_state
-                .unwrap_or_else(dataplane::irq::default_state_path),
+                .unwrap_or_else(dataplane::placement::affinity::default_state_path),
         ),
         duration: a.duration.map(|d| secs(d, "--duration")).transpose()?,
         interval: (a.interval > 0.0)

@@ -2,7 +2,7 @@
 use anyhow::Result;
 
 use super::TopologySource;
-use dataplane::topology::{self as topo, IrqSource, Machine, Source};
+use dataplane::placement::topology::{self as topo, IrqSource, Machine, Source};
 
 /// Show the machine: packages, NUMA nodes, cores, threads; interfaces and queue interrupts.
 #[derive(clap::Args)]

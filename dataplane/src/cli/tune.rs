@@ -8,8 +8,8 @@ use anyhow::{Context, Result};
 use super::{make_plan, secs, write_json};
 use dataplane::config::Config;
 use dataplane::lab::tune::{self, TuneRow};
-use dataplane::plan::Layout;
-use dataplane::topology::Source;
+use dataplane::placement::plan::Layout;
+use dataplane::placement::topology::Source;
 
 /// Try layouts with live traffic (no testbed): each is started, warmed up and measured over a
 /// window (forwarded pps from the ports' counters, CPU ns/pkt from schedstat); the table says

@@ -6,8 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::fib::rib::Rib;
-use crate::fib::{self, Neighbour, Route};
+use crate::types::{Neighbour, Route, MAX_PATHS, MAX_PORTS};
 use crate::types::{parse_mac, Idle, Mode};
 
 /// A configuration that could not be read or is not valid.
@@ -442,13 +441,13 @@ impl Config {
                 "at least one interface is needed",
             ));
         }
-        if file.interfaces.len() > crate::fib::MAX_PORTS {
+        if file.interfaces.len() > MAX_PORTS {
             return Err(invalid(
                 "interfaces",
                 file.interfaces.len(),
                 format!(
                     "at most {} interfaces (a next hop names its port in 12 bits)",
-                    crate::fib::MAX_PORTS
+                    MAX_PORTS
                 ),
             ));
         }
@@ -548,11 +547,11 @@ impl Config {
                 }
                 via.push(a);
             }
-            if via.len() > fib::MAX_PATHS {
+            if via.len() > MAX_PATHS {
                 return Err(invalid(
                     format!("{key}.via"),
                     via.len(),
-                    format!("at most {} next hops", fib::MAX_PATHS),
+                    format!("at most {} next hops", MAX_PATHS),
                 ));
             }
             routes.push(Route {
@@ -660,20 +659,6 @@ impl Config {
             routes,
             neighbours,
         })
-    }
-
-    /// Builds the routing base and its forwarding table for the config's pollers, with the
-    /// static routes and neighbours loaded (none when they come from the kernel).
-    pub fn build_rib(&self) -> Result<Rib, fib::FibError> {
-        let kernel = self.dataplane.routes == RouteSource::Kernel;
-        let mut rib = Rib::new(
-            self.interfaces.len(),
-            self.pollers.len(),
-            fib::Capacity::default(),
-            kernel,
-        )?;
-        fib::resolve::load(&mut rib, &self.routes, &self.neighbours)?;
-        Ok(rib)
     }
 }
 

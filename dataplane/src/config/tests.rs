@@ -49,7 +49,7 @@ dev = "out0"
 fn good_config_builds_a_table() {
     let c = Config::parse(GOOD, "t").expect("valid");
     assert_eq!(c.dataplane.batch_size, 64);
-    let mut rib = c.build_rib().expect("table");
+    let mut rib = crate::runtime::build_rib(&c).expect("table");
     rib.writer().set_port(0, 1500, true);
     rib.writer().set_port(1, 1500, true);
     let t = rib.table();
@@ -143,7 +143,7 @@ fn a_million_prefixes_load_from_a_routes_file() {
     );
     let c = Config::parse_in(&toml, "t", Some(&dir)).expect("valid");
     assert_eq!(c.routes.len(), 4 + 1_000_001);
-    let mut rib = c.build_rib().expect("table");
+    let mut rib = crate::runtime::build_rib(&c).expect("table");
     rib.writer().set_port(0, 1500, true);
     rib.writer().set_port(1, 1500, true);
     // A million random /24s out of 2^24 hold about 3 % duplicates: count the distinct ones.
@@ -179,7 +179,7 @@ fn every_example_in_config_dir_is_valid() {
     // Whole, CPUs included, on the machine the examples are written for (two sockets of
     // four cores with two threads each: a synthetic hwloc topology), not on this one, where
     // their CPU numbers may not exist.
-    let machine = crate::topology::Machine::load(&crate::topology::Source::Synthetic(
+    let machine = crate::placement::topology::Machine::load(&crate::placement::topology::Source::Synthetic(
         "package:2 core:4 pu:2".into(),
     ))
     .expect("synthetic topology");

@@ -27,11 +27,13 @@ use crossbeam_queue::ArrayQueue;
 use crate::config::{Config, RouteSource};
 use crate::fib::rib::{Rib, RouteKind};
 use crate::fib::{HopState, TableSize};
-use crate::port_addrs::{Addrs, PortAddrs};
+use crate::forward::port_addrs::{Addrs, PortAddrs};
 
 pub mod foreign;
+#[cfg(any(test, feature = "testkit"))]
 pub mod model;
 pub mod netlink;
+#[cfg(any(test, feature = "testkit"))]
 pub mod offline;
 
 use foreign::{Foreign, RouteNow, SteerRoute};
@@ -878,7 +880,7 @@ impl Control {
                 self.spec.rib.remove_neighbour(k.0, k.1);
             }
             if let Err(e) =
-                crate::fib::resolve::load(&mut self.spec.rib, &fresh.routes, &fresh.neighbours)
+                crate::fib::static_routes::load(&mut self.spec.rib, &fresh.routes, &fresh.neighbours)
             {
                 self.warn(format!("reload: applying the routes: {e}"));
             }

@@ -21,7 +21,7 @@ use super::netlink::{Event, KernelRoute, NeighState};
 use super::offline::Offline;
 use crate::fib::rib::canonical;
 use crate::fib::{Hop, Miss};
-use crate::port_addrs::Addrs;
+use crate::forward::port_addrs::Addrs;
 
 /// The ports the events name: `(name, ifindex)`.
 pub const PORTS: [(&str, u32); 3] = [("p0", 10), ("p1", 11), ("p2", 12)];

@@ -12,7 +12,7 @@ use super::{AddressChange, Control, ControlSpec, ControlStatus, PortInfo};
 use crate::config::Config;
 use crate::fib::rib::Rib;
 use crate::fib::{Capacity, Table};
-use crate::port_addrs::{Addrs, PortAddrs};
+use crate::forward::port_addrs::{Addrs, PortAddrs};
 
 /// Why an offline control could not be set up.
 #[derive(Debug, thiserror::Error)]

@@ -327,7 +327,7 @@ fn reader(
                     IpAddr::V6(d) => rt.target_v6(u128::from(d)),
                 };
                 std::thread::yield_now();
-                rt.table.resolve(target, || flow)
+                rt.table.hop_of(target, || flow)
             } else {
                 match dst {
                     IpAddr::V4(d) => rt.route_v4(u32::from(d), || flow),

@@ -56,7 +56,7 @@ pub mod dir;
 #[cfg(all(test, feature = "loom"))]
 mod loom_tests;
 pub mod qsbr;
-pub mod resolve;
+pub mod static_routes;
 pub mod rib;
 mod sync;
 pub mod warm_map;
@@ -80,7 +80,7 @@ pub type Lpm4 = dir::Dir<{ STRIDES.0 }, { STRIDES.1 }, 32>;
 pub type Lpm6 = dir::Dir<{ STRIDES.0 }, { STRIDES.1 }, 128>;
 type Lpm4Writer = dir::DirWriter<{ STRIDES.0 }, { STRIDES.1 }, 32>;
 type Lpm6Writer = dir::DirWriter<{ STRIDES.0 }, { STRIDES.1 }, 128>;
-pub use resolve::{build_table, Neighbour, Route};
+pub use static_routes::{build_table, Neighbour, Route};
 
 /// Errors changing a table.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -106,8 +106,7 @@ pub enum FibError {
     },
 }
 
-/// Most ports a table (and so a dataplane) handles: a next hop's word has 12 bits for one.
-pub const MAX_PORTS: usize = 1 << 12;
+pub use crate::types::MAX_PORTS;
 
 /// Mask of the top `len` bits of a u32.
 pub fn mask4(len: u8) -> u32 {
@@ -129,8 +128,7 @@ pub fn mask6(len: u8) -> u128 {
 
 /// A target with this bit set is multipath group `target & !GROUP`; otherwise a next hop.
 pub const GROUP: u32 = 1 << 22;
-/// Most next hops in one multipath group.
-pub const MAX_PATHS: usize = 16;
+pub use crate::types::MAX_PATHS;
 
 /// Reserved next hops for the route types that drop: blackhole (silently), unreachable,
 /// prohibit (with the matching ICMP), and routes out of a port the dataplane does not own.
@@ -370,13 +368,13 @@ impl Routes<'_> {
     /// Routes an IPv4 destination (host order).
     #[inline(always)]
     pub fn route_v4(&self, dst: u32, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
-        self.table.resolve(self.table.v4.lookup(dst), flow)
+        self.table.hop_of(self.table.v4.lookup(dst), flow)
     }
 
     /// Routes an IPv6 destination (host order).
     #[inline(always)]
     pub fn route_v6(&self, dst: u128, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
-        self.table.resolve(self.table.v6.lookup(dst), flow)
+        self.table.hop_of(self.table.v6.lookup(dst), flow)
     }
 
     /// The IPv4 target (next hop or `GROUP | group`) of `dst`, before resolution.
@@ -407,7 +405,7 @@ impl Routes<'_> {
         walk: dir::Walk,
         flow: impl FnOnce() -> u32,
     ) -> Result<Hop, Miss> {
-        self.table.resolve(self.table.v6.finish(dst, walk), flow)
+        self.table.hop_of(self.table.v6.finish(dst, walk), flow)
     }
 
     /// Starts loading the first-level entry of an IPv4 destination (a burst's lookups then
@@ -435,10 +433,10 @@ impl Table {
         self.qsbr.generation()
     }
 
-    /// Resolves a lookup's target to a next hop; `flow` is the packet's flow hash, asked
-    /// for only when the target is a multipath group.
+    /// The next hop a lookup's target leads to: a multipath group's member is picked by
+    /// `flow`, the packet's flow hash, asked for only when the target is a group.
     #[inline(always)]
-    fn resolve(&self, target: Option<u32>, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
+    fn hop_of(&self, target: Option<u32>, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
         let mut t = target.ok_or(Miss::NoRoute)?;
         if t & GROUP != 0 {
             let g = (t & !GROUP) as usize;

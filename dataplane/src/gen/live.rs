@@ -6,7 +6,7 @@
 //! over AF_XDP TX instead.
 use std::time::Instant;
 
-use super::xsk::XskSender;
+use super::xsk_tx::XskSender;
 use super::{flow_frames, Limits, SendError, Template};
 use crate::bpf::Gen;
 use crate::sys;

@@ -12,7 +12,7 @@ use std::time::Duration;
 pub mod live;
 pub mod paced;
 pub mod template;
-pub mod xsk;
+pub mod xsk_tx;
 
 pub use template::{GenError, GenSpec, Template, SPORT_BASE};
 
@@ -55,7 +55,7 @@ pub enum SendError {
     Bpf(#[from] crate::bpf::BpfError),
     /// The AF_XDP sender could not be set up.
     #[error("AF_XDP generator: {0}")]
-    Xsk(#[from] xsk::XskGenError),
+    Xsk(#[from] xsk_tx::XskGenError),
 }
 
 /// Sends `template`'s frames out of `iface` (in the caller's namespace) by `strategy` until a

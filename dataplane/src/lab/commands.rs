@@ -4,9 +4,9 @@ use std::path::Path;
 
 use super::error::LabError;
 use super::matrix::{Cell, Dut};
-use crate::plan::{self, Layout, QueueIn};
+use crate::placement::plan::{self, Layout, QueueIn};
 use crate::testbed::Testbed;
-use crate::topology::Machine;
+use crate::placement::topology::Machine;
 use crate::types::Mode;
 
 /// Where a dataplane layout puts things on the testbed.
@@ -162,7 +162,7 @@ pub(super) fn testpmd_args(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::Source;
+    use crate::placement::topology::Source;
 
     #[test]
     fn layouts_map_to_placements_or_reasons() {

@@ -47,7 +47,7 @@ pub enum LabError {
     UnknownLayout(String),
     /// The layout is not possible on this machine.
     #[error(transparent)]
-    Plan(#[from] crate::plan::PlanError),
+    Plan(#[from] crate::placement::plan::PlanError),
     /// A system call failed (thread affinity, scheduling class).
     #[error(transparent)]
     Sys(#[from] crate::sys::SyscallError),

@@ -257,7 +257,7 @@ impl Matrix {
             return bad("duts", "[]".into(), "name at least one DUT");
         }
         for l in &m.layouts {
-            if crate::plan::Layout::parse(l).is_none() || l == "explicit" {
+            if crate::placement::plan::Layout::parse(l).is_none() || l == "explicit" {
                 return bad(
                     "layouts",
                     l.clone(),

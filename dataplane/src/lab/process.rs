@@ -98,6 +98,14 @@ pub(super) fn nsx(ns: &str, args: &[&str]) -> Result<String, LabError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The tx packets column of `dev` in /proc/net/dev text.
+pub(super) fn tx_packets_in(text: &str, dev: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (name, rest) = l.split_once(':')?;
+        (name.trim() == dev).then(|| rest.split_whitespace().nth(9)?.parse().ok())?
+    })
+}
+
 /// A process parked in a namespace for the length of a cell, so the window's counters can be
 /// read from `/proc/PID/net/dev` (that process's namespace) without starting a process at the
 /// window's edges: with real-time NAPI threads busy, a new process can start tens of
@@ -121,7 +129,7 @@ impl NetnsAnchor {
     pub fn tx_packets(&self, dev: &str) -> u64 {
         std::fs::read_to_string(format!("/proc/{}/net/dev", self.0.id()))
             .ok()
-            .and_then(|t| super::sample::tx_packets_in(&t, dev))
+            .and_then(|t| tx_packets_in(&t, dev))
             .unwrap_or(0)
     }
 }
@@ -164,4 +172,17 @@ pub(super) fn read_json(p: &Path) -> Result<serde_json::Value, LabError> {
         path: p.to_path_buf(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_tx_packets_from_proc_net_dev() {
+        let t = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes packets\n    lo: 6460 58 0 0 0 0 0 0 6460 58 0 0 0 0 0 0\nlb1-d1: 100 2 0 0 0 0 0 0 12345 678 0 0 0 0 0 0\n";
+        assert_eq!(tx_packets_in(t, "lb1-d1"), Some(678));
+        assert_eq!(tx_packets_in(t, "lo"), Some(58));
+        assert_eq!(tx_packets_in(t, "lb1-d0"), None);
+    }
 }

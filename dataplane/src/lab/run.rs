@@ -13,7 +13,7 @@ use super::process::{read_json, set_forwarding, which, NetnsAnchor, Proc};
 use super::record::{median, CellResult, Record};
 use super::sample::{all_cpus, cpu_ns, napi, tasks_of};
 use crate::testbed::Testbed;
-use crate::topology::{self, Machine};
+use crate::placement::topology::{self, Machine};
 
 /// Runs a matrix; `progress` hears about every repeat.
 pub struct Lab<'a> {

@@ -5,15 +5,7 @@ use std::time::{Duration, Instant};
 use super::error::LabError;
 use super::process::nsx;
 use crate::sys;
-use crate::topology;
-
-/// The tx packets column of `dev` in /proc/net/dev text.
-pub(super) fn tx_packets_in(text: &str, dev: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let (name, rest) = l.split_once(':')?;
-        (name.trim() == dev).then(|| rest.split_whitespace().nth(9)?.parse().ok())?
-    })
-}
+use crate::placement::topology;
 
 /// GRO on (gives a veth NAPI instances), threaded NAPI on, kthreads pinned to `cpu` (None: all
 /// CPUs), optionally SCHED_FIFO (the sink's, so it keeps up). Returns the kthreads' tids.
@@ -75,17 +67,4 @@ pub(super) fn tasks_of(pid: u32) -> Vec<(u32, u32)> {
 /// Every CPU of this machine.
 pub(super) fn all_cpus() -> Vec<usize> {
     (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_tx_packets_from_proc_net_dev() {
-        let t = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes packets\n    lo: 6460 58 0 0 0 0 0 0 6460 58 0 0 0 0 0 0\nlb1-d1: 100 2 0 0 0 0 0 0 12345 678 0 0 0 0 0 0\n";
-        assert_eq!(tx_packets_in(t, "lb1-d1"), Some(678));
-        assert_eq!(tx_packets_in(t, "lo"), Some(58));
-        assert_eq!(tx_packets_in(t, "lb1-d0"), None);
-    }
 }

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use super::error::LabError;
 use super::process::{read_json, Proc};
-use super::sample::{cpu_ns, tasks_of, tx_packets_in};
+use super::process::tx_packets_in;
+use super::sample::{cpu_ns, tasks_of};
 
 /// What one layout did.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -68,7 +69,7 @@ pub fn measure(
     let mut tasks = tasks_of(p.child.id());
     for port in ports {
         tasks.extend(
-            crate::topology::napi_threads(port)
+            crate::placement::topology::napi_threads(port)
                 .into_iter()
                 .map(|(t, _)| (t, t)),
         );

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use super::Poller;
-use crate::ring_io::{RingIo, RingStats};
+use crate::port::rings::{RingIo, RingStats};
 
 /// Where every UMEM frame was when the poller stopped.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]

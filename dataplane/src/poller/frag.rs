@@ -10,7 +10,7 @@ use xdpilone::xdp::XdpDesc;
 use super::{Stage, MAX_BATCH};
 use crate::fib::Routes;
 use crate::forward::Forwarder;
-use crate::mem::{Area, FreeList};
+use crate::port::umem::{Area, FreeList};
 use crate::packet::{frag, DropReason};
 
 /// Fragments the packet in `d`'s frame onto its egress port's stage (`stages`: this queue

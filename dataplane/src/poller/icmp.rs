@@ -8,7 +8,7 @@ use xdpilone::xdp::XdpDesc;
 use super::ratelimit::TokenBucket;
 use crate::fib::Routes;
 use crate::forward::Forwarder;
-use crate::mem::Area;
+use crate::port::umem::Area;
 use crate::packet::DropReason;
 
 /// What became of the ICMP error a drop called for.

@@ -17,26 +17,29 @@ use xdpilone::xdp::XdpDesc;
 
 use crate::fib::{Routes, TableReader};
 use crate::forward::{Forwarder, Parsed};
-use crate::mem::{Area, FreeList};
+use crate::port::umem::{Area, FreeList};
 use crate::packet::{DropReason, L3};
-use crate::ring_io::RingIo;
-use crate::stats::{Counter, PollerStats};
+use crate::port::rings::RingIo;
+use crate::poller::stats::{Counter, PollerStats};
 use crate::sys;
 use crate::types::Idle;
 
 mod drain;
+#[cfg(any(test, feature = "testkit"))]
+mod emulated;
 mod frag;
 mod icmp;
-mod memory;
 mod ratelimit;
 mod reopen;
 mod setup;
+pub mod stats;
 
 use icmp::{icmp_reply, IcmpReply};
 use ratelimit::TokenBucket;
 
 pub use drain::{FrameCount, PollerReport, SocketStats};
-pub use memory::MemPoller;
+#[cfg(any(test, feature = "testkit"))]
+pub use emulated::MemPoller;
 pub use reopen::{Registration, ReopenQueue, ReopenRequest, Reopened, ReopenedTx};
 use setup::setup;
 pub use setup::{PollerError, PollerSpec, Ready};

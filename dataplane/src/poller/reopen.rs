@@ -10,12 +10,11 @@ use std::sync::mpsc::Sender;
 use xdpilone::xdp::XdpDesc;
 
 use super::Poller;
-use crate::memport::MemQueue;
 use crate::packet::DropReason;
-use crate::ring_io::RingIo;
-use crate::stats::Counter;
+use crate::port::rings::RingIo;
+use crate::poller::stats::Counter;
 use crate::sys;
-use crate::xsk::{self, QueueRings, SocketSpec};
+use crate::port::xsk::{self, QueueRings, SocketSpec};
 
 /// What keeps a poller's rings' memory registered, and binds a new socket on it.
 pub trait Registration<Q> {
@@ -30,12 +29,6 @@ impl Registration<QueueRings> for xsk::Registration {
         sys::privilege::raised(sys::privilege::Cap::CAP_NET_RAW, || self.open(spec))
             .map_err(|e| e.to_string())
             .and_then(|r| r.map_err(|e| e.to_string()))
-    }
-}
-
-impl Registration<MemQueue> for () {
-    fn reopen(&self, _: &SocketSpec) -> Result<MemQueue, String> {
-        Err("in-memory rings are not reopened".into())
     }
 }
 

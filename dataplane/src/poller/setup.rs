@@ -12,13 +12,13 @@ use xdpilone::xdp::XdpDesc;
 use super::ratelimit::TokenBucket;
 use super::{Poller, Stage, MAX_BATCH};
 use crate::forward::Forwarder;
-use crate::mem::Area;
+use crate::port::umem::Area;
 use crate::packet::DropReason;
-use crate::ring_io::RingIo;
-use crate::stats::PollerStats;
+use crate::port::rings::RingIo;
+use crate::poller::stats::PollerStats;
 use crate::sys;
 use crate::types::Idle;
-use crate::xsk::{self, QueueRings, RingSizes, SocketSpec};
+use crate::port::xsk::{self, QueueRings, RingSizes, SocketSpec};
 
 /// What one poller is asked to run.
 #[derive(Debug, Clone)]

@@ -6,8 +6,8 @@ use std::net::IpAddr;
 use super::RunError;
 use crate::bpf::Steer;
 use crate::config::{Config, XdpMode};
-use crate::irq::IrqChanges;
-use crate::plan::Plan;
+use crate::placement::affinity::IrqChanges;
+use crate::placement::plan::Plan;
 use crate::poller::Ready;
 use crate::sys;
 

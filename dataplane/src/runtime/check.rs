@@ -9,7 +9,7 @@ use crate::fib::rib::Rib;
 use crate::forward::{Forwarder, Port};
 use crate::packet;
 use crate::sys;
-use crate::topology::Machine;
+use crate::placement::topology::Machine;
 use crate::types::{MacAddr, Mode};
 
 /// Checks every interface and queue of the config, builds the table (static routes loaded,
@@ -39,7 +39,7 @@ pub(super) fn forwarder(
             }
         }
     }
-    let mut rib = cfg.build_rib()?;
+    let mut rib = build_rib(cfg)?;
     for (p, mtu) in mtus.iter().enumerate() {
         rib.writer()
             .set_port(u16::try_from(p).unwrap_or(u16::MAX), *mtu, true);
@@ -107,4 +107,16 @@ pub(super) fn memory_policy(
         }
         MemoryPlacement::Interleave => Some((sys::MemPolicy::Interleave, m.nodes.clone())),
     })
+}
+
+/// The routing base and its forwarding table for `cfg`'s ports and pollers, with the static
+/// routes and neighbours loaded (none when they come from the kernel).
+pub fn build_rib(cfg: &Config) -> Result<Rib, crate::fib::FibError> {
+    crate::fib::static_routes::rib_for_run(
+        cfg.interfaces.len(),
+        cfg.pollers.len(),
+        cfg.dataplane.routes == RouteSource::Kernel,
+        &cfg.routes,
+        &cfg.neighbours,
+    )
 }

@@ -16,14 +16,14 @@ use std::time::{Duration, Instant};
 use crate::bpf::{BpfError, Steer};
 use crate::config::Config;
 use crate::fib::FibError;
-use crate::irq::{IrqChanges, IrqError};
-use crate::plan::Plan;
+use crate::placement::affinity::{IrqChanges, IrqError};
+use crate::placement::plan::Plan;
 use crate::poller::{PollerError, PollerReport};
-use crate::stats::Snapshot;
+use crate::poller::stats::Snapshot;
 use crate::sys;
 use crate::sys::privilege;
 use crate::telemetry::Publisher;
-use crate::topology::TopologyError;
+use crate::placement::topology::TopologyError;
 
 mod attach;
 mod check;
@@ -32,6 +32,7 @@ mod recreate;
 mod report;
 mod spawn;
 
+pub use check::build_rib;
 pub use report::PollerSetup;
 
 /// Why a run could not start (nothing is left attached when one of these is returned).
@@ -88,7 +89,7 @@ pub enum RunError {
     Control(#[from] crate::control::ControlError),
     /// The interrupt state file is stale or unusable.
     #[error(transparent)]
-    IrqState(#[from] crate::irq::IrqStateError),
+    IrqState(#[from] crate::placement::affinity::IrqStateError),
 }
 
 /// How long and how loudly to run.
@@ -140,7 +141,7 @@ pub struct RunSummary {
     /// The layout plan the run followed, if any.
     pub plan: Option<Plan>,
     /// Interrupt changes made (`--apply-irq`), then restored.
-    pub irq_changes: Vec<crate::irq::Change>,
+    pub irq_changes: Vec<crate::placement::affinity::Change>,
     /// What the control plane did (table size, changes applied, reloads, resolutions).
     pub control: crate::control::ControlReport,
     /// Drops by reason name (all pollers), for readers that want names rather than indices.

@@ -6,10 +6,10 @@ use super::spawn::Pollers;
 use super::{RunOptions, RunSummary};
 use crate::bpf::{Steer, STEER_STAT_NAMES};
 use crate::config::Config;
-use crate::irq::Change;
+use crate::placement::affinity::Change;
 use crate::packet::DropReason;
 use crate::poller::{PollerReport, Ready};
-use crate::stats::{Counter, Snapshot};
+use crate::poller::stats::{Counter, Snapshot};
 use crate::telemetry::Publisher;
 
 /// Setup timing of one poller (kept apart from the measured interval).

@@ -10,12 +10,12 @@ use super::check::memory_policy;
 use super::RunError;
 use crate::config::{parse_align, Config, StatsMode};
 use crate::forward::Forwarder;
-use crate::plan::Plan;
+use crate::placement::plan::Plan;
 use crate::poller::{self, PollerError, PollerReport, PollerSpec, Ready};
-use crate::stats::{PollerStats, Snapshot};
+use crate::poller::stats::{PollerStats, Snapshot};
 use crate::sys;
-use crate::topology::{Machine, Source};
-use crate::xsk::SocketSpec;
+use crate::placement::topology::{Machine, Source};
+use crate::port::xsk::SocketSpec;
 
 /// The started pollers: set up, waiting for (or past) the go signal.
 pub(super) struct Pollers {
@@ -214,7 +214,7 @@ impl Pollers {
     }
 
     /// Every poller's per-socket counters (empty in the shared ablation).
-    pub fn queue_snapshots(&self) -> Vec<Vec<[u64; crate::stats::QUEUE_COUNTERS]>> {
+    pub fn queue_snapshots(&self) -> Vec<Vec<[u64; crate::poller::stats::QUEUE_COUNTERS]>> {
         match self.stats_mode {
             StatsMode::Percpu => self.stats.iter().map(|s| s.queue_snapshot()).collect(),
             StatsMode::Shared => Vec::new(),

@@ -8,7 +8,7 @@ use std::io;
 use std::os::fd::RawFd;
 
 mod cpu;
-mod memory;
+mod mmap;
 mod netif;
 mod packet_socket;
 pub mod privilege;
@@ -17,7 +17,7 @@ mod udp;
 mod xdp;
 
 pub use cpu::prefetch;
-pub use memory::{mbind, page_nodes, MemPolicy, Mmap};
+pub use mmap::{mbind, page_nodes, MemPolicy, Mmap};
 pub use netif::{
     enter_netns, if_index, interface_mac, interface_mtu, local_addresses, rx_queue_count,
 };

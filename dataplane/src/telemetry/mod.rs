@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 
 use crate::packet::DropReason;
-use crate::stats::{Counter, Snapshot, BURST_BUCKET_LE, COUNTER_HELP, COUNTER_NAMES};
+use crate::poller::stats::{Counter, Snapshot, BURST_BUCKET_LE, COUNTER_HELP, COUNTER_NAMES};
 
 pub mod scrape;
 
@@ -214,7 +214,7 @@ impl Publisher {
 
     /// Each socket's packets and bytes (the pollers' own per-socket counters), per poller,
     /// port and queue.
-    pub fn publish_queues(&self, per_poller: &[Vec<[u64; crate::stats::QUEUE_COUNTERS]>]) {
+    pub fn publish_queues(&self, per_poller: &[Vec<[u64; crate::poller::stats::QUEUE_COUNTERS]>]) {
         for (((poller, cpu), info), queues) in self.pollers.iter().zip(&self.info).zip(per_poller) {
             for ((port, queue, _), c) in info.sockets.iter().zip(queues) {
                 for (name, v) in [

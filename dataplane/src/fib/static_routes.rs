@@ -1,33 +1,8 @@
-//! Static routes and neighbours (from the config) loaded into a [`Rib`].
-use std::net::IpAddr;
-
+//! Static routes and neighbours (from the config) loaded into a [`Rib`]. The values are
+//! [`crate::types`]'s, so the config parses them without knowing the table.
 use super::rib::{Rib, RouteKind};
 use super::{Capacity, FibError, HopState};
-use crate::types::{MacAddr, PortId};
-
-/// A parsed route, interface resolved to its port index.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
-    /// Prefix address.
-    pub prefix: IpAddr,
-    /// Prefix length.
-    pub len: u8,
-    /// Gateways (several: multipath, flows spread by hash); empty for connected.
-    pub via: Vec<IpAddr>,
-    /// Egress port.
-    pub port: PortId,
-}
-
-/// A parsed neighbour.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Neighbour {
-    /// Address.
-    pub ip: IpAddr,
-    /// MAC.
-    pub mac: MacAddr,
-    /// Port it sits behind.
-    pub port: PortId,
-}
+pub use crate::types::{Neighbour, Route};
 
 impl Route {
     /// What the route does, for the RIB.
@@ -49,9 +24,7 @@ pub fn build_table(
     ports: usize,
     readers: usize,
 ) -> Result<Rib, FibError> {
-    let mut rib = Rib::new(ports, readers, Capacity::default(), false)?;
-    load(&mut rib, routes, neighbours)?;
-    Ok(rib)
+    rib_for_run(ports, readers, false, routes, neighbours)
 }
 
 /// Puts static `routes` and `neighbours` into `rib` (neighbours first, so routes find them).
@@ -63,4 +36,19 @@ pub fn load(rib: &mut Rib, routes: &[Route], neighbours: &[Neighbour]) -> Result
         rib.set_route(r.prefix, r.len, r.kind())?;
     }
     Ok(())
+}
+
+/// The routing base for a run: `ports` ports, `readers` pollers, next hops resolved by the
+/// kernel's neighbour table when `kernel_routes` (the control thread then loads the routes),
+/// else the static `routes` and `neighbours` loaded now.
+pub fn rib_for_run(
+    ports: usize,
+    readers: usize,
+    kernel_routes: bool,
+    routes: &[Route],
+    neighbours: &[Neighbour],
+) -> Result<Rib, FibError> {
+    let mut rib = Rib::new(ports, readers, Capacity::default(), kernel_routes)?;
+    load(&mut rib, routes, neighbours)?;
+    Ok(rib)
 }

@@ -288,10 +288,10 @@ pub fn napi_threads(ifname: &str) -> Vec<(u32, String)> {
 /// naming of its vectors, `nic_irqs`), else its threaded-NAPI kthread.
 pub fn queue_irq(ifname: &str, queue: u32) -> Option<IrqSource> {
     let lines = std::fs::read_to_string("/proc/interrupts")
-        .map(|t| crate::nic_irqs::parse_interrupts(&t))
+        .map(|t| crate::placement::queue_irqs::parse_interrupts(&t))
         .unwrap_or_default();
-    let dev = crate::nic_irqs::device(ifname);
-    let irq = crate::nic_irqs::rx_queue_irqs(ifname, &dev, &lines, queue + 1)
+    let dev = crate::placement::queue_irqs::device(ifname);
+    let irq = crate::placement::queue_irqs::rx_queue_irqs(ifname, &dev, &lines, queue + 1)
         .get(queue as usize)
         .copied()
         .flatten();
@@ -318,7 +318,7 @@ pub fn queue_irq(ifname: &str, queue: u32) -> Option<IrqSource> {
 
 /// The interface's driver (None for a virtual interface such as veth).
 pub fn interface_driver(ifname: &str) -> Option<String> {
-    crate::nic_irqs::device(ifname).driver
+    crate::placement::queue_irqs::device(ifname).driver
 }
 
 impl IrqSource {

@@ -14,8 +14,8 @@ use xdpilone::{DeviceQueue, IfInfo, RingRx, RingTx, Socket, SocketConfig, Umem, 
 
 use xdpilone::xdp::XdpDesc;
 
-use crate::mem::Area;
-use crate::ring_io::{RingIo, RingStats};
+use crate::port::umem::Area;
+use crate::port::rings::{RingIo, RingStats};
 
 /// A socket could not be set up.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@
 //! silent fallback. A poller binds queue `q` on every interface, so the plan is per queue id.
 use std::collections::BTreeSet;
 
-use crate::topology::Machine;
+use crate::placement::topology::Machine;
 
 /// The layouts (named after the seeds' experiments).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -173,7 +173,7 @@ pub fn plan(
     let mut used_cores: BTreeSet<usize> = BTreeSet::new();
     let mut entries = Vec::new();
     // The first hardware thread of each core, in CPU order: one poller per core.
-    let first_threads = |filter: &dyn Fn(&crate::topology::Pu) -> bool| -> Vec<usize> {
+    let first_threads = |filter: &dyn Fn(&crate::placement::topology::Pu) -> bool| -> Vec<usize> {
         let mut seen = BTreeSet::new();
         let mut pus: Vec<_> = m.pus.iter().filter(|p| filter(p)).collect();
         pus.sort_by_key(|p| p.cpu);
@@ -239,7 +239,7 @@ pub fn plan(
                     if layout == Layout::RemoteNode && m.nodes.len() < 2 {
                         return Err(impossible(format!("it has {} NUMA node(s)", m.nodes.len())));
                     }
-                    let fits = |p: &crate::topology::Pu| {
+                    let fits = |p: &crate::placement::topology::Pu| {
                         p.core != me.core
                             && if layout == Layout::SamePackage {
                                 p.package == me.package
@@ -366,7 +366,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::Source;
+    use crate::placement::topology::Source;
 
     fn machine(s: &str) -> Machine {
         Machine::load(&Source::Synthetic(s.into())).expect("valid synthetic topology")

@@ -1,15 +1,15 @@
 //! One queue's four rings and its kicks, as the poller sees them.
 //!
 //! The poller's loop is written once, against [`RingIo`], and runs over AF_XDP sockets
-//! ([`crate::xsk::QueueRings`]) or over in-memory rings served by an emulated zero-copy port
-//! ([`crate::memport::MemQueue`]: unit tests without root, and the benchmark of the whole
+//! ([`crate::port::xsk::QueueRings`]) or over in-memory rings served by an emulated zero-copy port
+//! ([`crate::port::emulated::MemQueue`]: unit tests without root, and the benchmark of the whole
 //! userspace path that the veth testbed cannot show). Every method moves a batch or reads a
 //! producer/consumer index; none allocates.
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 pub use xdpilone::xdp::XdpDesc;
 
-use crate::mem::Area;
+use crate::port::umem::Area;
 
 /// Per-socket counters of the kind the kernel keeps (XDP_STATISTICS).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -55,7 +55,7 @@ pub trait RingIo: 'static {
     /// Whether the device must be kicked to send.
     fn tx_needs_wakeup(&self) -> bool;
     /// Kicks the device to send; returns how many frames the device refused (taken off the
-    /// TX ring and completed, but not sent: 0 or 1 per kick, see [`crate::xsk`]).
+    /// TX ring and completed, but not sent: 0 or 1 per kick, see [`crate::port::xsk`]).
     fn tx_wake(&mut self, area: &Area) -> u32;
 
     /// Reaps up to `max` completions, handing each address to `each`; returns how many.

@@ -8,8 +8,10 @@ use crate::fib::{mac_key, Hop, Miss, Routes, Table};
 use crate::packet::frag;
 use crate::packet::icmp::{self, IcmpError};
 use crate::packet::{self, DropReason, L3};
-use crate::port_addrs::{Addrs, PortAddrs};
 use crate::types::{MacAddr, Mode, PortId};
+use port_addrs::{Addrs, PortAddrs};
+
+pub mod port_addrs;
 
 /// What the forwarder knows of a port at start. Its MAC is fixed; its addresses are the
 /// first of [`Forwarder::addresses`], which the control thread then keeps up to date.

@@ -1,14 +1,21 @@
-//! The poller over in-memory rings ([`crate::memport`]), run on the calling thread: the same
+//! The poller over in-memory rings ([`crate::port::emulated`]), run on the calling thread: the same
 //! loop as over AF_XDP sockets, for unit tests without root and for the benchmark of the whole
 //! userspace path.
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use super::{Poller, PollerError, PollerReport, PollerSpec};
+use super::{Poller, PollerError, PollerReport, PollerSpec, Registration};
 use crate::forward::Forwarder;
-use crate::mem::Area;
-use crate::memport::MemQueue;
-use crate::stats::PollerStats;
+use crate::port::umem::Area;
+use crate::port::emulated::MemQueue;
+use crate::poller::stats::PollerStats;
+
+/// An emulated port has no interface to come back on.
+impl Registration<MemQueue> for () {
+    fn reopen(&self, _: &crate::port::xsk::SocketSpec) -> Result<MemQueue, String> {
+        Err("in-memory rings are not reopened".into())
+    }
+}
 
 /// A poller whose queues are emulated zero-copy ports.
 pub struct MemPoller {
@@ -69,11 +76,11 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::memport::{Faults, Traffic};
+    use crate::port::emulated::{Faults, Traffic};
     use crate::packet::build::{udp_v4, udp_v6, FrameSpec};
     use crate::packet::{self, DropReason};
-    use crate::ring_io::RingIo;
-    use crate::stats::Counter;
+    use crate::port::rings::RingIo;
+    use crate::poller::stats::Counter;
     use crate::types::Mode;
 
     const RING: u32 = 64;
@@ -90,8 +97,8 @@ mod tests {
 
     struct Outcome {
         report: PollerReport,
-        stats: crate::stats::Snapshot,
-        ports: Vec<crate::memport::MemCounters>,
+        stats: crate::poller::stats::Snapshot,
+        ports: Vec<crate::port::emulated::MemCounters>,
     }
 
     /// Delivers `frames` frames on port 0 (port 1 only transmits), runs the loop until the

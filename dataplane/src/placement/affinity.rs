@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::sys;
-use crate::topology::{self, IrqSource};
+use crate::placement::topology::{self, IrqSource};
 
 /// Where a run in the current network namespace journals its interrupt changes:
 /// `/run/dataplane/irq-<netns inode>.json` (IRQs are global, but the `threaded` files and the

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use xdpilone::xdp::XdpDesc;
 
-use crate::mem::Area;
+use crate::port::umem::Area;
 use crate::sys::SyscallError;
-use crate::xsk::{self, RingSizes, SocketSpec, Sockets, XskError};
+use crate::port::xsk::{self, RingSizes, SocketSpec, Sockets, XskError};
 
 /// TX and completion ring entries.
 const RING: u32 = 2048;

@@ -1,0 +1,15 @@
+//! Where pollers and interrupts run: the machine's topology, which IRQ serves each NIC queue,
+//! the planner that turns a layout into per-queue CPUs and memory nodes, and the journaled
+//! change of IRQ and NAPI-thread affinity that applies a plan's interrupt side.
+//!
+//! - [`topology`]: hwlocality (host, synthetic, XML) to a plain [`topology::Machine`];
+//!   interfaces, queue IRQs and NAPI threads from sysfs and procfs.
+//! - [`queue_irqs`]: each RX queue's IRQ by its driver's MSI-X vector naming.
+//! - [`plan`]: layouts to per-queue poller CPU and memory node (pure; impossible layouts are
+//!   errors).
+//! - [`affinity`]: IRQ and NAPI-thread affinity set from a plan, every change journaled and
+//!   undone at stop or by `dataplane irq restore`.
+pub mod affinity;
+pub mod plan;
+pub mod queue_irqs;
+pub mod topology;

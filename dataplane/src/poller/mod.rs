@@ -15,10 +15,10 @@ use std::thread::JoinHandle;
 use crossbeam_queue::ArrayQueue;
 use xdpilone::xdp::XdpDesc;
 
-use crate::fib::{Routes, TableReader};
+use crate::fib::TableReader;
 use crate::forward::{Forwarder, Parsed};
 use crate::port::umem::{Area, FreeList};
-use crate::packet::{DropReason, L3};
+use crate::packet::DropReason;
 use crate::port::rings::RingIo;
 use crate::poller::stats::{Counter, PollerStats};
 use crate::sys;
@@ -30,11 +30,11 @@ mod emulated;
 mod frag;
 mod icmp;
 mod ratelimit;
+mod receive;
 mod reopen;
 mod setup;
 pub mod stats;
 
-use icmp::{icmp_reply, IcmpReply};
 use ratelimit::TokenBucket;
 
 pub use drain::{FrameCount, PollerReport, SocketStats};
@@ -142,29 +142,6 @@ pub fn spawn(
         })
 }
 
-/// Hands a destination whose neighbour is unresolved to the control thread (slow path: only
-/// for frames dropped as `resolving`; repeats of the last one are skipped).
-#[cold]
-fn ask_resolve(
-    last: &mut Option<IpAddr>,
-    queue: Option<&ArrayQueue<IpAddr>>,
-    parsed: &Result<Parsed, DropReason>,
-) {
-    let dst = match parsed {
-        Ok(Parsed::L3(L3::V4 { dst, .. }, _)) => IpAddr::V4((*dst).into()),
-        Ok(Parsed::L3(L3::V6 { dst, .. }, _)) => IpAddr::V6((*dst).into()),
-        _ => return,
-    };
-    if *last == Some(dst) {
-        return;
-    }
-    if let Some(q) = queue {
-        if q.push(dst).is_ok() {
-            *last = Some(dst);
-        }
-    }
-}
-
 impl<Q: RingIo> Poller<Q> {
     /// Gives every fill ring its share of frames before traffic starts.
     fn prefill(&mut self) {
@@ -268,204 +245,6 @@ impl<Q: RingIo> Poller<Q> {
         self.stats.add(Counter::BusyPasses, passes[1]);
         self.stats.set_free_frames(self.free.len() as u64);
         *passes = [0; 2];
-    }
-
-    /// Takes one burst from socket `i`'s RX ring and decides every frame.
-    ///
-    /// The frame views (`Area::frame`, `frame_mut`) are `unsafe`: each one below is of a
-    /// descriptor just read from the RX ring, so the frame is this poller's until it is staged
-    /// for TX or pushed back on the free list, after its last view.
-    #[inline]
-    #[allow(unsafe_code)]
-    fn receive(&mut self, i: usize, rt: Routes<'_>) -> usize {
-        let Some(q) = self.queues.get_mut(i) else {
-            return 0;
-        };
-        let in_port = q.port();
-        let burst = self
-            .burst
-            .get_mut(..self.batch as usize)
-            .unwrap_or_default();
-        let n = q.rx_burst(&mut self.area, burst);
-        if n == 0 {
-            return 0;
-        }
-        let queue_base = (i / self.ports) * self.ports;
-        let mut drops = [0u32; DropReason::COUNT];
-        let mut bytes = 0u64;
-        // Pass 0: start loading every frame's headers. The kernel wrote them moments ago from
-        // whichever CPU ran the receive (NAPI), so they usually sit in another core's cache;
-        // touching them one by one would serialise those transfers. Modes that never read
-        // a frame skip this.
-        let prefetch = if self.fwd.reads_frames() { n } else { 0 };
-        for d in self.burst.iter().take(prefetch) {
-            if let Some(off) = self.area.check(d.addr, d.len.min(64)) {
-                // SAFETY: the frame came off the RX ring just above and is this poller's.
-                if let Some(b) = unsafe { self.area.frame(off, 1) }.first() {
-                    sys::prefetch(b);
-                }
-            }
-        }
-        // Pass 1: check every descriptor and parse every frame (read only), prefetching the
-        // route entries, so the burst's table misses overlap.
-        let ingress = self.fwd.ingress(in_port);
-        let mut walks = false;
-        for (d, p) in self.burst.iter().zip(self.parsed.iter_mut()).take(n) {
-            bytes += u64::from(d.len);
-            let parsed = match self.area.check(d.addr, d.len) {
-                // SAFETY: as in pass 0, a frame received in this burst, not yet handed on.
-                Some(off) => self
-                    .fwd
-                    .prepare(rt, ingress, unsafe { self.area.frame(off, d.len) }),
-                None => Err(DropReason::InvalidDescriptor),
-            };
-            walks |= parsed.as_ref().is_ok_and(Parsed::walks);
-            *p = parsed;
-        }
-        // Pass 1b: the burst's IPv6 route lookups, a trie level at a time across the burst.
-        if let Some(parsed) = self.parsed.get_mut(..n).filter(|_| walks) {
-            self.fwd.walk(rt, parsed);
-        }
-        // Pass 2: route, rewrite, stage for TX (or recycle). A drop that calls for an ICMP
-        // error becomes that error in its own buffer and goes back out of the ingress port.
-        let mut icmp = [0u64; 3]; // sent, rate-limited, not sent by rule
-        let mut fragmented = [0u64; 2]; // packets, fragments
-        let mut now = None;
-        for (d, p) in self.burst.iter().zip(self.parsed.iter()).take(n) {
-            let base = d.addr & self.frame_mask;
-            let verdict = match *p {
-                Ok(parsed) => {
-                    // Pass 1 parsed only frames whose descriptor `Area::check` passed, and its
-                    // offset is the address; an address out of range would give an empty view.
-                    let off = usize::try_from(d.addr).unwrap_or(usize::MAX);
-                    // SAFETY: as in pass 0; it is staged for TX or freed only after this view.
-                    let frame = unsafe { self.area.frame_mut(off, d.len) };
-                    self.fwd
-                        .finish(rt, in_port, parsed, frame)
-                        // The view is d.len bytes long (a u32), and finish keeps its length.
-                        .map(|out| (out, u32::try_from(frame.len()).unwrap_or(d.len)))
-                }
-                Err(r) => Err(r),
-            };
-            if verdict == Err(DropReason::Resolving) {
-                ask_resolve(&mut self.last_resolve, self.resolve.as_deref(), p);
-            }
-            // IPv4 too big without DF: fragmented (the rest of too big: the ICMP error).
-            let verdict = match verdict {
-                Err(DropReason::TooBig) if matches!(p, Ok(Parsed::L3(L3::V4 { .. }, _))) => {
-                    let stages = self
-                        .stages
-                        .get_mut(queue_base..queue_base + self.ports)
-                        .unwrap_or_default();
-                    match frag::fragment(&mut self.area, &mut self.free, stages, &self.fwd, rt, d) {
-                        Ok(k) => {
-                            fragmented[0] += 1;
-                            fragmented[1] += k as u64;
-                            continue;
-                        }
-                        Err(r) => Err(r),
-                    }
-                }
-                v => v,
-            };
-            let mut is_reply = false;
-            let verdict = match verdict {
-                Err(r) if r.calls_for_icmp() => {
-                    if let Some(c) = drops.get_mut(r as usize) {
-                        *c += 1;
-                    }
-                    let reply = icmp_reply(
-                        &mut self.area,
-                        &self.fwd,
-                        rt,
-                        &mut self.icmp_bucket,
-                        &mut now,
-                        (in_port, r, d),
-                    );
-                    match reply {
-                        IcmpReply::Built(len) => {
-                            is_reply = true;
-                            Ok((in_port, len))
-                        }
-                        other => {
-                            if let Some(c) = icmp.get_mut(other.slot()) {
-                                *c += 1;
-                            }
-                            self.free.push(base);
-                            continue;
-                        }
-                    }
-                }
-                v => v,
-            };
-            let staged = match verdict {
-                Ok((out, len)) => self
-                    .stages
-                    .get_mut(queue_base + usize::from(out))
-                    .and_then(|s| {
-                        let slot = s.descs.get_mut(s.len)?;
-                        *slot = XdpDesc {
-                            addr: d.addr,
-                            len,
-                            options: 0,
-                        };
-                        s.len += 1;
-                        Some(())
-                    })
-                    .ok_or(DropReason::TxRingFull),
-                Err(r) => Err(r),
-            };
-            match staged {
-                // The packet itself was counted by its reason; only the error is lost.
-                Err(_) if is_reply => {
-                    if let Some(c) = icmp.get_mut(IcmpReply::NotSent.slot()) {
-                        *c += 1;
-                    }
-                    self.free.push(base);
-                }
-                Ok(()) if is_reply => {
-                    if let Some(c) = icmp.get_mut(IcmpReply::Built(0).slot()) {
-                        *c += 1;
-                    }
-                }
-                Ok(()) => {}
-                Err(r) => {
-                    if let Some(c) = drops.get_mut(r as usize) {
-                        *c += 1;
-                    }
-                    // A descriptor outside the UMEM is not ours to recycle (its frame's first
-                    // byte must be inside: a zero-length check passes at the area's very end).
-                    if r != DropReason::InvalidDescriptor || self.area.check(base, 1).is_some() {
-                        self.free.push(base);
-                    }
-                }
-            }
-        }
-        for (c, n) in [
-            Counter::IcmpSent,
-            Counter::IcmpRateLimited,
-            Counter::IcmpNotSent,
-            Counter::FragOk,
-            Counter::FragCreates,
-        ]
-        .into_iter()
-        .zip(icmp.into_iter().chain(fragmented))
-        {
-            if n != 0 {
-                self.stats.add(c, n);
-            }
-        }
-        self.stats.add(Counter::RxPackets, n as u64);
-        self.stats.add(Counter::RxBytes, bytes);
-        self.stats.add_queue(i, true, n as u64, bytes);
-        self.stats.add(Counter::Batches, 1);
-        self.stats.add_burst(n);
-        for (r, c) in DropReason::ALL.iter().zip(drops) {
-            if c != 0 {
-                self.stats.add_drop(*r, u64::from(c));
-            }
-        }
-        n
     }
 
     /// Puts every staged frame on its TX ring; frames that do not fit are dropped and recycled.

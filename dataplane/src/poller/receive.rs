@@ -1,0 +1,335 @@
+//! One burst from one RX ring, decided in passes over the burst so that each pass's memory
+//! misses overlap: prefetch the frames' headers, parse them (prefetching route entries), walk
+//! the IPv6 lookups a trie level at a time, then decide and stage each frame. A frame that
+//! leaves by its route stays on the inlined fast path; every other outcome (a drop, an ICMP
+//! error, fragmentation, a neighbour to resolve) goes through one cold function, so the fast
+//! loop keeps its values in registers.
+//!
+//! The frame views (`Area::frame`, `frame_mut`) are `unsafe`: each one below is of a
+//! descriptor just read from the RX ring, so the frame is this poller's until it is staged for
+//! TX or pushed back on the free list, after its last view.
+#![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
+#![allow(unsafe_code)] // the frame views, as said above
+use std::net::IpAddr;
+use std::time::Instant;
+
+use crossbeam_queue::ArrayQueue;
+use xdpilone::xdp::XdpDesc;
+
+use super::icmp::{icmp_reply, IcmpReply};
+use super::ratelimit::TokenBucket;
+use super::stats::Counter;
+use super::{frag, Poller, Stage};
+use crate::fib::Routes;
+use crate::forward::{Forwarder, Parsed};
+use crate::packet::{DropReason, L3};
+use crate::port::rings::RingIo;
+use crate::port::umem::{Area, FreeList};
+use crate::sys;
+
+/// What one burst counted, added to the poller's counters once at its end.
+struct Tally {
+    drops: [u32; DropReason::COUNT],
+    /// ICMP errors sent, rate-limited, not sent by rule.
+    icmp: [u64; 3],
+    /// Packets fragmented, fragments made.
+    fragmented: [u64; 2],
+    /// The clock, read once a burst and only by the ICMP rate limit.
+    now: Option<Instant>,
+}
+
+impl Tally {
+    #[inline(always)]
+    fn drop(&mut self, r: DropReason) {
+        if let Some(c) = self.drops.get_mut(r as usize) {
+            *c += 1;
+        }
+    }
+
+    #[inline(always)]
+    fn icmp(&mut self, outcome: IcmpReply) {
+        if let Some(c) = self.icmp.get_mut(outcome.slot()) {
+            *c += 1;
+        }
+    }
+}
+
+/// Puts a descriptor on the stage of egress socket `at`; false when that stage is full.
+#[inline(always)]
+fn stage(stages: &mut [Stage], at: usize, addr: u64, len: u32) -> bool {
+    stages
+        .get_mut(at)
+        .and_then(|s| {
+            let slot = s.descs.get_mut(s.len)?;
+            *slot = XdpDesc {
+                addr,
+                len,
+                options: 0,
+            };
+            s.len += 1;
+            Some(())
+        })
+        .is_some()
+}
+
+/// The poller's state that a refused frame touches, borrowed apart from the burst.
+struct Refusal<'a> {
+    area: &'a mut Area,
+    free: &'a mut FreeList,
+    /// The stages of the ingress socket's queue slot (one per port).
+    stages: &'a mut [Stage],
+    fwd: &'a Forwarder,
+    bucket: &'a mut TokenBucket,
+    last_resolve: &'a mut Option<IpAddr>,
+    resolve: Option<&'a ArrayQueue<IpAddr>>,
+    frame_mask: u64,
+    in_port: u16,
+}
+
+impl Refusal<'_> {
+    /// A frame that does not leave by its route as it is: asks for its neighbour, fragments
+    /// it, turns it into an ICMP error sent back out of the ingress port, or drops it, counted
+    /// by reason. Its buffer is staged or back on the free list when this returns.
+    #[cold]
+    #[inline(never)]
+    fn refused(
+        &mut self,
+        rt: Routes<'_>,
+        reason: DropReason,
+        p: &Result<Parsed, DropReason>,
+        d: &XdpDesc,
+        tally: &mut Tally,
+    ) {
+        let base = d.addr & self.frame_mask;
+        if reason == DropReason::Resolving {
+            ask_resolve(self.last_resolve, self.resolve, p);
+        }
+        // IPv4 too big without DF: fragmented (the rest of too big: the ICMP error).
+        let reason = match reason {
+            DropReason::TooBig if matches!(p, Ok(Parsed::L3(L3::V4 { .. }, _))) => {
+                match frag::fragment(self.area, self.free, self.stages, self.fwd, rt, d) {
+                    Ok(k) => {
+                        tally.fragmented[0] += 1;
+                        tally.fragmented[1] += k as u64;
+                        return;
+                    }
+                    Err(r) => r,
+                }
+            }
+            r => r,
+        };
+        if !reason.calls_for_icmp() {
+            tally.drop(reason);
+            // A descriptor outside the UMEM is not ours to recycle (its frame's first byte
+            // must be inside: a zero-length check passes at the area's very end).
+            if reason != DropReason::InvalidDescriptor || self.area.check(base, 1).is_some() {
+                self.free.push(base);
+            }
+            return;
+        }
+        tally.drop(reason);
+        let reply = icmp_reply(
+            self.area,
+            self.fwd,
+            rt,
+            self.bucket,
+            &mut tally.now,
+            (self.in_port, reason, d),
+        );
+        let IcmpReply::Built(len) = reply else {
+            tally.icmp(reply);
+            self.free.push(base);
+            return;
+        };
+        // The packet itself was counted by its reason; only the error can still be lost.
+        if stage(self.stages, usize::from(self.in_port), d.addr, len) {
+            tally.icmp(reply);
+        } else {
+            tally.icmp(IcmpReply::NotSent);
+            self.free.push(base);
+        }
+    }
+}
+
+/// Hands a destination whose neighbour is unresolved to the control thread (slow path: only
+/// for frames dropped as `resolving`; repeats of the last one are skipped).
+fn ask_resolve(
+    last: &mut Option<IpAddr>,
+    queue: Option<&ArrayQueue<IpAddr>>,
+    parsed: &Result<Parsed, DropReason>,
+) {
+    let dst = match parsed {
+        Ok(Parsed::L3(L3::V4 { dst, .. }, _)) => IpAddr::V4((*dst).into()),
+        Ok(Parsed::L3(L3::V6 { dst, .. }, _)) => IpAddr::V6((*dst).into()),
+        _ => return,
+    };
+    if *last == Some(dst) {
+        return;
+    }
+    if let Some(q) = queue {
+        if q.push(dst).is_ok() {
+            *last = Some(dst);
+        }
+    }
+}
+
+impl<Q: RingIo> Poller<Q> {
+    /// Takes one burst from socket `i`'s RX ring and decides every frame.
+    #[inline]
+    pub(super) fn receive(&mut self, i: usize, rt: Routes<'_>) -> usize {
+        let Some(q) = self.queues.get_mut(i) else {
+            return 0;
+        };
+        let in_port = q.port();
+        let burst = self
+            .burst
+            .get_mut(..self.batch as usize)
+            .unwrap_or_default();
+        let n = q.rx_burst(&mut self.area, burst);
+        if n == 0 {
+            return 0;
+        }
+        self.prefetch_pass(n);
+        let (bytes, walks) = self.parse_pass(n, in_port, rt);
+        // Pass 1b: the burst's IPv6 route lookups, a trie level at a time across the burst.
+        if let Some(parsed) = self.parsed.get_mut(..n).filter(|_| walks) {
+            self.fwd.walk(rt, parsed);
+        }
+        let mut tally = Tally {
+            drops: [0; DropReason::COUNT],
+            icmp: [0; 3],
+            fragmented: [0; 2],
+            now: None,
+        };
+        self.decide_pass(n, i, in_port, rt, &mut tally);
+        self.count_burst(i, n, bytes, &tally);
+        n
+    }
+
+    /// Pass 0: start loading every frame's headers. The kernel wrote them moments ago from
+    /// whichever CPU ran the receive (NAPI), so they usually sit in another core's cache;
+    /// touching them one by one would serialise those transfers. Modes that never read a
+    /// frame skip this.
+    #[inline(always)]
+    fn prefetch_pass(&self, n: usize) {
+        let prefetch = if self.fwd.reads_frames() { n } else { 0 };
+        for d in self.burst.iter().take(prefetch) {
+            if let Some(off) = self.area.check(d.addr, d.len.min(64)) {
+                // SAFETY: the frame came off the RX ring just above and is this poller's.
+                if let Some(b) = unsafe { self.area.frame(off, 1) }.first() {
+                    sys::prefetch(b);
+                }
+            }
+        }
+    }
+
+    /// Pass 1: check every descriptor and parse every frame (read only), prefetching the
+    /// route entries, so the burst's table misses overlap. Returns the burst's bytes and
+    /// whether any lookup walks the IPv6 trie.
+    #[inline(always)]
+    fn parse_pass(&mut self, n: usize, in_port: u16, rt: Routes<'_>) -> (u64, bool) {
+        let ingress = self.fwd.ingress(in_port);
+        let mut walks = false;
+        let mut bytes = 0u64;
+        for (d, p) in self.burst.iter().zip(self.parsed.iter_mut()).take(n) {
+            bytes += u64::from(d.len);
+            let parsed = match self.area.check(d.addr, d.len) {
+                // SAFETY: as in pass 0, a frame received in this burst, not yet handed on.
+                Some(off) => self
+                    .fwd
+                    .prepare(rt, ingress, unsafe { self.area.frame(off, d.len) }),
+                None => Err(DropReason::InvalidDescriptor),
+            };
+            walks |= parsed.as_ref().is_ok_and(Parsed::walks);
+            *p = parsed;
+        }
+        (bytes, walks)
+    }
+
+    /// Pass 2: route, rewrite, stage for TX; everything else through [`Refusal::refused`].
+    #[inline(always)]
+    fn decide_pass(&mut self, n: usize, i: usize, in_port: u16, rt: Routes<'_>, t: &mut Tally) {
+        let queue_base = (i / self.ports) * self.ports;
+        let Poller {
+            burst,
+            parsed,
+            area,
+            free,
+            stages,
+            fwd,
+            icmp_bucket,
+            last_resolve,
+            resolve,
+            frame_mask,
+            ports,
+            ..
+        } = self;
+        let stages = stages
+            .get_mut(queue_base..queue_base + *ports)
+            .unwrap_or_default();
+        for (d, p) in burst.iter().zip(parsed.iter()).take(n) {
+            let verdict = match *p {
+                Ok(parsed) => {
+                    // Pass 1 parsed only frames whose descriptor `Area::check` passed, and its
+                    // offset is the address; an address out of range would give an empty view.
+                    let off = usize::try_from(d.addr).unwrap_or(usize::MAX);
+                    // SAFETY: as in pass 0; it is staged for TX or freed only after this view.
+                    let frame = unsafe { area.frame_mut(off, d.len) };
+                    fwd.finish(rt, in_port, parsed, frame)
+                        // The view is d.len bytes long (a u32), and finish keeps its length.
+                        .map(|out| (out, u32::try_from(frame.len()).unwrap_or(d.len)))
+                }
+                Err(r) => Err(r),
+            };
+            match verdict {
+                Ok((out, len)) => {
+                    if !stage(stages, usize::from(out), d.addr, len) {
+                        t.drop(DropReason::TxRingFull);
+                        free.push(d.addr & *frame_mask);
+                    }
+                }
+                Err(r) => Refusal {
+                    area,
+                    free,
+                    stages,
+                    fwd,
+                    bucket: icmp_bucket,
+                    last_resolve,
+                    resolve: resolve.as_deref(),
+                    frame_mask: *frame_mask,
+                    in_port,
+                }
+                .refused(rt, r, p, d, t),
+            }
+        }
+    }
+
+    /// Adds the burst's tally to the poller's counters.
+    #[inline(always)]
+    fn count_burst(&self, i: usize, n: usize, bytes: u64, t: &Tally) {
+        for (c, n) in [
+            Counter::IcmpSent,
+            Counter::IcmpRateLimited,
+            Counter::IcmpNotSent,
+            Counter::FragOk,
+            Counter::FragCreates,
+        ]
+        .into_iter()
+        .zip(t.icmp.into_iter().chain(t.fragmented))
+        {
+            if n != 0 {
+                self.stats.add(c, n);
+            }
+        }
+        self.stats.add(Counter::RxPackets, n as u64);
+        self.stats.add(Counter::RxBytes, bytes);
+        self.stats.add_queue(i, true, n as u64, bytes);
+        self.stats.add(Counter::Batches, 1);
+        self.stats.add_burst(n);
+        for (r, c) in DropReason::ALL.iter().zip(t.drops) {
+            if c != 0 {
+                self.stats.add_drop(*r, u64::from(c));
+            }
+        }
+    }
+}

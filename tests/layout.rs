@@ -5,9 +5,9 @@ mod common;
 use std::process::Command;
 
 use common::*;
-use dataplane::types::Mode;
 use dataplane::placement::topology;
 use dataplane::testbed;
+use dataplane::types::Mode;
 
 fn enable_napi_threads(ns: &str, dev: &str) {
     for args in [

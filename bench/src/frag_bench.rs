@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use dataplane::fib::{build_table, Neighbour, Route};
 use dataplane::forward::{Forwarder, Port};
-use dataplane::port::emulated::{MemQueue, Traffic};
 use dataplane::packet::build::{udp_v4, FrameSpec};
 use dataplane::packet::checksum;
-use dataplane::poller::{MemPoller, PollerSpec};
 use dataplane::poller::stats::{Counter, PollerStats};
+use dataplane::poller::{MemPoller, PollerSpec};
+use dataplane::port::emulated::{MemQueue, Traffic};
 use dataplane::sys;
 use dataplane::types::Mode;
 

@@ -30,12 +30,12 @@ use std::time::{Duration, Instant};
 
 use dataplane::fib::{mask4, mask6, Capacity, HopKey, HopState, Table, TableWriter};
 use dataplane::forward::{Forwarder, Port};
-use dataplane::port::umem::Area;
-use dataplane::port::emulated::{MemQueue, Traffic};
 use dataplane::packet::build::{udp_v4, udp_v6, FrameSpec};
-use dataplane::poller::{MemPoller, PollerSpec};
-use dataplane::port::rings::{RingIo, XdpDesc};
 use dataplane::poller::stats::PollerStats;
+use dataplane::poller::{MemPoller, PollerSpec};
+use dataplane::port::emulated::{MemQueue, Traffic};
+use dataplane::port::rings::{RingIo, XdpDesc};
+use dataplane::port::umem::Area;
 use dataplane::sys::{self, MemPolicy};
 use dataplane::types::Mode;
 use rand::{Rng, SeedableRng};

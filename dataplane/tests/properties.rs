@@ -5,10 +5,10 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use proptest::prelude::*;
 
-use dataplane::testkit::corpus::{testbed_forwarder, FrameRecipe, GEN_MAC, PORT0_MAC};
 use dataplane::forward::Forwarder;
 use dataplane::packet::icmp::icmpv6_checksum;
 use dataplane::packet::{checksum, DropReason};
+use dataplane::testkit::corpus::{testbed_forwarder, FrameRecipe, GEN_MAC, PORT0_MAC};
 
 fn v4(s: &str) -> u128 {
     u128::from(u32::from(s.parse::<Ipv4Addr>().expect("ip")))

@@ -40,7 +40,10 @@ pub struct TopologySource {
 impl TopologySource {
     /// The source these arguments name.
     pub fn source(&self) -> Source {
-        dataplane::placement::topology::source_from_args(self.synthetic.clone(), self.xml.as_deref())
+        dataplane::placement::topology::source_from_args(
+            self.synthetic.clone(),
+            self.xml.as_deref(),
+        )
     }
 }
 
@@ -81,9 +84,9 @@ pub fn make_plan(cfg: &Config, layout: &str, irq: &[String], source: &Source) ->
                 .find(|(oq, _)| oq.is_none_or(|oq| oq == q))
                 .map(|(_, c)| *c);
             let detected = || {
-                cfg.interfaces
-                    .iter()
-                    .find_map(|i| dataplane::placement::topology::queue_irq(i, q).and_then(|s| s.cpu()))
+                cfg.interfaces.iter().find_map(|i| {
+                    dataplane::placement::topology::queue_irq(i, q).and_then(|s| s.cpu())
+                })
             };
             queues.push(QueueIn {
                 queue: q,
@@ -99,7 +102,9 @@ pub fn make_plan(cfg: &Config, layout: &str, irq: &[String], source: &Source) ->
     } else {
         None
     };
-    Ok(dataplane::placement::plan::plan(&machine, &queues, node, layout)?)
+    Ok(dataplane::placement::plan::plan(
+        &machine, &queues, node, layout,
+    )?)
 }
 
 /// A flag raised by SIGINT/SIGTERM; a second signal while the first stop is under way exits

@@ -5,8 +5,8 @@ use anyhow::{bail, Result};
 
 use super::{make_plan, reload_flag, secs, stop_flag, write_json};
 use dataplane::config::Config;
-use dataplane::runtime::{self, RunOptions};
 use dataplane::placement::topology::Source;
+use dataplane::runtime::{self, RunOptions};
 
 /// Forward packets as the config says, until SIGINT/SIGTERM or --duration.
 #[derive(clap::Args)]

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::types::{Neighbour, Route, MAX_PATHS, MAX_PORTS};
 use crate::types::{parse_mac, Idle, Mode};
+use crate::types::{Neighbour, Route, MAX_PATHS, MAX_PORTS};
 
 /// A configuration that could not be read or is not valid.
 #[derive(Debug, thiserror::Error)]

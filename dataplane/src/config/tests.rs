@@ -179,9 +179,9 @@ fn every_example_in_config_dir_is_valid() {
     // Whole, CPUs included, on the machine the examples are written for (two sockets of
     // four cores with two threads each: a synthetic hwloc topology), not on this one, where
     // their CPU numbers may not exist.
-    let machine = crate::placement::topology::Machine::load(&crate::placement::topology::Source::Synthetic(
-        "package:2 core:4 pu:2".into(),
-    ))
+    let machine = crate::placement::topology::Machine::load(
+        &crate::placement::topology::Source::Synthetic("package:2 core:4 pu:2".into()),
+    )
     .expect("synthetic topology");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config");
     let mut n = 0;

@@ -879,9 +879,11 @@ impl Control {
             for k in old_n.into_iter().filter(|k| !wanted_n.contains(k)) {
                 self.spec.rib.remove_neighbour(k.0, k.1);
             }
-            if let Err(e) =
-                crate::fib::static_routes::load(&mut self.spec.rib, &fresh.routes, &fresh.neighbours)
-            {
+            if let Err(e) = crate::fib::static_routes::load(
+                &mut self.spec.rib,
+                &fresh.routes,
+                &fresh.neighbours,
+            ) {
                 self.warn(format!("reload: applying the routes: {e}"));
             }
         }

@@ -56,8 +56,8 @@ pub mod dir;
 #[cfg(all(test, feature = "loom"))]
 mod loom_tests;
 pub mod qsbr;
-pub mod static_routes;
 pub mod rib;
+pub mod static_routes;
 mod sync;
 pub mod warm_map;
 

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use xdpilone::xdp::XdpDesc;
 
 use crate::port::umem::Area;
-use crate::sys::SyscallError;
 use crate::port::xsk::{self, RingSizes, SocketSpec, Sockets, XskError};
+use crate::sys::SyscallError;
 
 /// TX and completion ring entries.
 const RING: u32 = 2048;

@@ -5,8 +5,8 @@ use std::path::Path;
 use super::error::LabError;
 use super::matrix::{Cell, Dut};
 use crate::placement::plan::{self, Layout, QueueIn};
-use crate::testbed::Testbed;
 use crate::placement::topology::Machine;
+use crate::testbed::Testbed;
 use crate::types::Mode;
 
 /// Where a dataplane layout puts things on the testbed.

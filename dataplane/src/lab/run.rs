@@ -12,8 +12,8 @@ use super::matrix::{Cell, Dut, Matrix};
 use super::process::{read_json, set_forwarding, which, NetnsAnchor, Proc};
 use super::record::{median, CellResult, Record};
 use super::sample::{all_cpus, cpu_ns, napi, tasks_of};
-use crate::testbed::Testbed;
 use crate::placement::topology::{self, Machine};
+use crate::testbed::Testbed;
 
 /// Runs a matrix; `progress` hears about every repeat.
 pub struct Lab<'a> {

@@ -4,8 +4,8 @@ use std::time::{Duration, Instant};
 
 use super::error::LabError;
 use super::process::nsx;
-use crate::sys;
 use crate::placement::topology;
+use crate::sys;
 
 /// GRO on (gives a veth NAPI instances), threaded NAPI on, kthreads pinned to `cpu` (None: all
 /// CPUs), optionally SCHED_FIFO (the sink's, so it keeps up). Returns the kthreads' tids.

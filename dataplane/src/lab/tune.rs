@@ -9,8 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::error::LabError;
-use super::process::{read_json, Proc};
 use super::process::tx_packets_in;
+use super::process::{read_json, Proc};
 use super::sample::{cpu_ns, tasks_of};
 
 /// What one layout did.

@@ -8,8 +8,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::sys;
 use crate::placement::topology::{self, IrqSource};
+use crate::sys;
 
 /// Where a run in the current network namespace journals its interrupt changes:
 /// `/run/dataplane/irq-<netns inode>.json` (IRQs are global, but the `threaded` files and the

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use super::{Poller, PollerError, PollerReport, PollerSpec, Registration};
 use crate::forward::Forwarder;
-use crate::port::umem::Area;
-use crate::port::emulated::MemQueue;
 use crate::poller::stats::PollerStats;
+use crate::port::emulated::MemQueue;
+use crate::port::umem::Area;
 
 /// An emulated port has no interface to come back on.
 impl Registration<MemQueue> for () {
@@ -76,11 +76,11 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::port::emulated::{Faults, Traffic};
     use crate::packet::build::{udp_v4, udp_v6, FrameSpec};
     use crate::packet::{self, DropReason};
-    use crate::port::rings::RingIo;
     use crate::poller::stats::Counter;
+    use crate::port::emulated::{Faults, Traffic};
+    use crate::port::rings::RingIo;
     use crate::types::Mode;
 
     const RING: u32 = 64;

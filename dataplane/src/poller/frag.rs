@@ -10,8 +10,8 @@ use xdpilone::xdp::XdpDesc;
 use super::{Stage, MAX_BATCH};
 use crate::fib::Routes;
 use crate::forward::Forwarder;
-use crate::port::umem::{Area, FreeList};
 use crate::packet::{frag, DropReason};
+use crate::port::umem::{Area, FreeList};
 
 /// Fragments the packet in `d`'s frame onto its egress port's stage (`stages`: this queue
 /// set's, one per port): the frame itself becomes the first fragment, copies in frames off

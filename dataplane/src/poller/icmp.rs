@@ -8,8 +8,8 @@ use xdpilone::xdp::XdpDesc;
 use super::ratelimit::TokenBucket;
 use crate::fib::Routes;
 use crate::forward::Forwarder;
-use crate::port::umem::Area;
 use crate::packet::DropReason;
+use crate::port::umem::Area;
 
 /// What became of the ICMP error a drop called for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

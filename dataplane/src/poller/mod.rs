@@ -17,10 +17,10 @@ use xdpilone::xdp::XdpDesc;
 
 use crate::fib::TableReader;
 use crate::forward::{Forwarder, Parsed};
-use crate::port::umem::{Area, FreeList};
 use crate::packet::DropReason;
-use crate::port::rings::RingIo;
 use crate::poller::stats::{Counter, PollerStats};
+use crate::port::rings::RingIo;
+use crate::port::umem::{Area, FreeList};
 use crate::sys;
 use crate::types::Idle;
 

@@ -11,10 +11,10 @@ use xdpilone::xdp::XdpDesc;
 
 use super::Poller;
 use crate::packet::DropReason;
-use crate::port::rings::RingIo;
 use crate::poller::stats::Counter;
-use crate::sys;
+use crate::port::rings::RingIo;
 use crate::port::xsk::{self, QueueRings, SocketSpec};
+use crate::sys;
 
 /// What keeps a poller's rings' memory registered, and binds a new socket on it.
 pub trait Registration<Q> {

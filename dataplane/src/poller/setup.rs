@@ -12,13 +12,13 @@ use xdpilone::xdp::XdpDesc;
 use super::ratelimit::TokenBucket;
 use super::{Poller, Stage, MAX_BATCH};
 use crate::forward::Forwarder;
-use crate::port::umem::Area;
 use crate::packet::DropReason;
-use crate::port::rings::RingIo;
 use crate::poller::stats::PollerStats;
+use crate::port::rings::RingIo;
+use crate::port::umem::Area;
+use crate::port::xsk::{self, QueueRings, RingSizes, SocketSpec};
 use crate::sys;
 use crate::types::Idle;
-use crate::port::xsk::{self, QueueRings, RingSizes, SocketSpec};
 
 /// What one poller is asked to run.
 #[derive(Debug, Clone)]

@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use xdpilone::xdp::XdpDesc;
 
-use crate::port::umem::Area;
 use crate::port::rings::{RingIo, RingStats};
+use crate::port::umem::Area;
 
 /// Where the emulated port puts a received frame in its buffer: after the same 256-byte
 /// headroom the kernel leaves (XDP_PACKET_HEADROOM).

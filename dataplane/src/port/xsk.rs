@@ -14,8 +14,8 @@ use xdpilone::{DeviceQueue, IfInfo, RingRx, RingTx, Socket, SocketConfig, Umem, 
 
 use xdpilone::xdp::XdpDesc;
 
-use crate::port::umem::Area;
 use crate::port::rings::{RingIo, RingStats};
+use crate::port::umem::Area;
 
 /// A socket could not be set up.
 #[derive(Debug, thiserror::Error)]

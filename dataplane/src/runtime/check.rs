@@ -8,8 +8,8 @@ use crate::config::{Config, MemoryPlacement, RouteSource};
 use crate::fib::rib::Rib;
 use crate::forward::{Forwarder, Port};
 use crate::packet;
-use crate::sys;
 use crate::placement::topology::Machine;
+use crate::sys;
 use crate::types::{MacAddr, Mode};
 
 /// Checks every interface and queue of the config, builds the table (static routes loaded,

@@ -9,21 +9,20 @@
 //! table), `attach` (load the steering programs; later fill the XSKMAPs and attach; apply
 //! the interrupt plan), `spawn` (start the pollers and wait until each is set up), and
 //! `report` (setup lines, the per-interval rate line, the final summary).
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::bpf::{BpfError, Steer};
+use crate::bpf::BpfError;
 use crate::config::Config;
 use crate::fib::FibError;
 use crate::placement::affinity::{IrqChanges, IrqError};
 use crate::placement::plan::Plan;
-use crate::poller::{PollerError, PollerReport};
+use crate::placement::topology::TopologyError;
 use crate::poller::stats::Snapshot;
+use crate::poller::{PollerError, PollerReport};
 use crate::sys;
 use crate::sys::privilege;
-use crate::telemetry::Publisher;
-use crate::placement::topology::TopologyError;
 
 mod attach;
 mod check;
@@ -31,6 +30,9 @@ pub mod health;
 mod recreate;
 mod report;
 mod spawn;
+mod started;
+
+use started::{drop_privileges, start_control, Started};
 
 pub use check::build_rib;
 pub use report::PollerSetup;
@@ -149,192 +151,73 @@ pub struct RunSummary {
 }
 
 /// Runs the dataplane until `opts.stop` is set or `opts.duration` passes.
+///
+/// Phases: check (privileges, the interrupt journal, the machine against the config, the
+/// table, program load), start `dp-control`, spawn the pollers, attach, apply the interrupt
+/// plan, drop privileges, go, watch, stop. Everything started is held by [`Started`], whose
+/// drop stops it in order when a phase fails, so a failed run leaves nothing attached.
 pub fn run(
     cfg: &Config,
     opts: &RunOptions,
     mut log: impl FnMut(&str),
 ) -> Result<RunSummary, RunError> {
-    let mut needed = privilege::SETUP.to_vec();
-    if opts.apply_irq {
-        needed.push(privilege::Cap::CAP_SYS_NICE);
-    }
-    let missing = privilege::missing(&needed);
-    if !missing.is_empty() {
-        let names: Vec<String> = missing.iter().map(|c| c.to_string()).collect();
-        return Err(RunError::NotPrivileged(names.join(", ")));
-    }
+    check_privileges(opts)?;
     let _ = sys::raise_memlock_limit();
     // Everything that can fail runs before the first attach, the interrupt journal included:
     // a stale one (a run that died without restoring) is refused here.
-    let mut irq = match (opts.apply_irq, &opts.irq_state) {
+    let irq = match (opts.apply_irq, &opts.irq_state) {
         (true, Some(path)) => IrqChanges::journaled(path)?,
         _ => IrqChanges::default(),
     };
     let (fwd, rib, ifindexes) = check::forwarder(cfg, &mut log)?;
-    let mut steers = attach::load_steering(cfg)?;
+    let steers = attach::load_steering(cfg)?;
     // The control thread first: in kernel mode it reads the kernel's tables before any
     // poller starts, so the first packet finds them.
-    let control_stop = Arc::new(AtomicBool::new(false));
     let resolve = crate::control::resolve_queue();
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let (foreign_tx, foreign_rx) = std::sync::mpsc::channel();
-    let (back_tx, back_rx) = std::sync::mpsc::channel();
-    let (resumed_tx, resumed_rx) = std::sync::mpsc::channel();
-    let control_status = Arc::new(crate::control::ControlStatus::default());
-    let control = crate::control::start(crate::control::ControlSpec {
-        rib,
-        config: cfg.clone(),
-        config_path: opts.config_path.clone(),
-        ports: cfg
-            .interfaces
-            .iter()
-            .zip(&ifindexes)
-            .map(|(name, ifindex)| crate::control::PortInfo {
-                name: name.clone(),
-                ifindex: *ifindex,
-            })
-            .collect(),
-        reload: opts.reload.clone(),
-        stop: control_stop.clone(),
-        resolve: resolve.clone(),
-        addresses: addr_tx,
-        foreign_routes: Some(foreign_tx),
-        ports_back: Some(back_tx),
-        resumed: Some(resumed_rx),
-        port_addrs: Some(fwd.addresses().clone()),
-        status: control_status.clone(),
-    })?;
-    // Stops the control thread and waits for it (on an early return, or after the pollers).
-    let stop_control = |control: std::thread::JoinHandle<crate::fib::rib::Rib>| {
-        control_stop.store(true, Ordering::Relaxed);
-        control.join()
-    };
+    let (control, links) = start_control(cfg, opts, &fwd, rib, &ifindexes, &resolve)?;
+    let mut started = Started::new(irq, steers, control);
     if cfg.dataplane.routes == crate::config::RouteSource::Kernel {
-        log(&format!(
-            "routes from the kernel: {} IPv4, {} IPv6 prefixes; {} next hops; {} routes out of other interfaces not forwarded here",
-            control_status.v4.load(Ordering::Relaxed),
-            control_status.v6.load(Ordering::Relaxed),
-            control_status.hops.load(Ordering::Relaxed),
-            control_status.foreign_routes.load(Ordering::Relaxed),
-        ));
+        log(&report::kernel_routes_line(&links.status));
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let pollers = match spawn::pollers(cfg, opts.plan.as_ref(), fwd.clone(), Some(&resolve), &stop)
-    {
-        Ok(p) => p,
-        Err(e) => {
-            let _ = stop_control(control);
-            return Err(e);
-        }
-    };
-    if let Err(e) = attach::wire(&mut steers, &pollers.readies, cfg) {
-        steers.iter_mut().for_each(Steer::detach);
-        pollers.abort(&stop);
-        let _ = stop_control(control);
-        return Err(e);
-    }
+    let pollers = spawn::pollers(
+        cfg,
+        opts.plan.as_ref(),
+        fwd.clone(),
+        Some(&resolve),
+        &started.stop,
+    )?;
+    let pollers = &*started.pollers.insert(pollers);
+    attach::wire(&mut started.steers, &pollers.readies, cfg)?;
     let setup = report::setups(cfg, &pollers.readies, &mut log);
     // Interrupt side of the plan: after attaching, because a veth has NAPI instances (and so
     // NAPI threads) only while an XDP program is attached.
     if opts.apply_irq {
-        if let Err(e) = attach::apply_irq(&mut irq, opts.plan.as_ref(), cfg) {
-            irq.restore();
-            steers.iter_mut().for_each(Steer::detach);
-            pollers.abort(&stop);
-            let _ = stop_control(control);
-            return Err(e);
-        }
-        for l in irq.describe() {
+        attach::apply_irq(&mut started.irq, opts.plan.as_ref(), cfg)?;
+        for l in started.irq.describe() {
             log(&l);
         }
     }
-    // Set up: keep only what the rest of the run needs (each poller dropped everything after
-    // its own setup), then start the metrics endpoint, whose threads inherit the small sets.
-    // CAP_NET_ADMIN stays permitted (not in force) in this thread only: raised to attach a
-    // steering program to a port's interface created again. The endpoint is started from a
-    // thread that gives it up first, so the endpoint's threads never hold it.
-    let kept = privilege::after_setup(opts.apply_irq);
-    let dropped = privilege::keep_with_spare(&kept, &[privilege::Cap::CAP_NET_ADMIN])
-        .map_err(RunError::Privilege)
-        .and_then(|()| {
-            std::thread::scope(|s| {
-                s.spawn(|| {
-                    privilege::keep_only(&kept).map_err(RunError::Privilege)?;
-                    Ok(opts.metrics.map(crate::telemetry::install).transpose()?)
-                })
-                .join()
-                .unwrap_or_else(|_| Err(RunError::Thread("metrics endpoint setup".into())))
-            })
-        });
-    if let Err(e) = dropped {
-        irq.restore();
-        steers.iter_mut().for_each(Steer::detach);
-        pollers.abort(&stop);
-        let _ = stop_control(control);
-        return Err(e);
-    }
-    log(&format!(
-        "capabilities kept after setup: {}",
-        if kept.is_empty() {
-            "none".to_string()
-        } else {
-            kept.iter()
-                .map(|c| c.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-    ));
+    let kept = drop_privileges(opts)?;
+    log(&report::kept_line(&kept));
     // After the exporter is installed: what is recorded before goes nowhere.
-    let publisher = opts.metrics.is_some().then(|| {
-        Publisher::new(
-            setup
-                .iter()
-                .zip(&pollers.readies)
-                .map(|(s, r)| crate::telemetry::PollerInfo {
-                    cpu: s.cpu,
-                    frames: u64::from(cfg.dataplane.frames_per_queue) * r.fds.len() as u64,
-                    sockets: r
-                        .fds
-                        .iter()
-                        .map(|(port, queue, fd)| {
-                            (
-                                cfg.interfaces
-                                    .get(usize::from(*port))
-                                    .cloned()
-                                    .unwrap_or_default(),
-                                *queue,
-                                *fd,
-                            )
-                        })
-                        .collect(),
-                })
-                .collect(),
-        )
-    });
+    let publisher = opts
+        .metrics
+        .is_some()
+        .then(|| report::publisher(cfg, &setup, pollers));
     pollers.go();
-    log(&format!(
-        "attached xdp_steer ({}) to {}; mode {}, batch {}",
-        if attach::generic(cfg) {
-            "generic"
-        } else {
-            "native"
-        },
-        cfg.interfaces.join(", "),
-        cfg.dataplane.mode.name(),
-        cfg.dataplane.batch_size
-    ));
+    log(&report::attached_line(cfg));
     let start = Instant::now();
     report::watch(
         opts,
-        &pollers,
-        &mut steers,
+        pollers,
+        &mut started.steers,
         report::ControlSide {
-            status: &control_status,
-            addresses: &addr_rx,
-            foreign_routes: &foreign_rx,
+            status: &links.status,
+            addresses: &links.addresses,
+            foreign_routes: &links.foreign_routes,
             recreate: recreate::RecreateSide {
-                ports_back: &back_rx,
-                resumed: &resumed_tx,
+                ports_back: &links.ports_back,
+                resumed: &links.resumed,
                 generic: attach::generic(cfg),
             },
             table: fwd.table(),
@@ -344,22 +227,8 @@ pub fn run(
         &mut log,
     );
     let elapsed = start.elapsed();
-    // Detach first (no new frames), then stop and drain the pollers.
-    let steer: Vec<(String, Vec<u64>)> = steers
-        .iter()
-        .map(|s| (s.ifname().to_string(), s.stats().to_vec()))
-        .collect();
-    let irq_changes = irq.changes().to_vec();
-    for l in irq.restore() {
-        log(&l);
-    }
-    steers.iter_mut().for_each(Steer::detach);
-    std::thread::sleep(Duration::from_millis(20));
-    stop.store(true, Ordering::Relaxed);
-    let joined = pollers.join();
-    // The control thread last: no poller reads the table any more, so what it frees is free.
-    let _ = stop_control(control);
-    let (reports, pollers) = joined?;
+    let stopped = started.finish(&mut log);
+    let (reports, pollers) = stopped.joined?;
     Ok(report::summary(
         cfg,
         opts,
@@ -368,9 +237,23 @@ pub fn run(
         report::Collected {
             setup,
             reports,
-            steer,
-            irq_changes,
-            control: control_status.report(),
+            steer: stopped.steer,
+            irq_changes: stopped.irq_changes,
+            control: links.status.report(),
         },
     ))
+}
+
+/// Refuses to start without the capabilities setup needs.
+fn check_privileges(opts: &RunOptions) -> Result<(), RunError> {
+    let mut needed = privilege::SETUP.to_vec();
+    if opts.apply_irq {
+        needed.push(privilege::Cap::CAP_SYS_NICE);
+    }
+    let missing = privilege::missing(&needed);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = missing.iter().map(|c| c.to_string()).collect();
+    Err(RunError::NotPrivileged(names.join(", ")))
 }

@@ -6,10 +6,10 @@ use super::spawn::Pollers;
 use super::{RunOptions, RunSummary};
 use crate::bpf::{Steer, STEER_STAT_NAMES};
 use crate::config::Config;
-use crate::placement::affinity::Change;
 use crate::packet::DropReason;
-use crate::poller::{PollerReport, Ready};
+use crate::placement::affinity::Change;
 use crate::poller::stats::{Counter, Snapshot};
+use crate::poller::{PollerReport, Ready};
 use crate::telemetry::Publisher;
 
 /// Setup timing of one poller (kept apart from the measured interval).
@@ -328,6 +328,66 @@ pub(super) fn watch(
 
 /// How often the counters are handed to the metrics exporter (a scrape reads the latest).
 const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+
+/// The line that says which capabilities the main thread kept after setup.
+pub(super) fn kept_line(kept: &[crate::sys::privilege::Cap]) -> String {
+    let names: Vec<String> = kept.iter().map(|c| c.to_string()).collect();
+    let names = if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    };
+    format!("capabilities kept after setup: {names}")
+}
+
+/// The line that says where the steering programs are attached, and how.
+pub(super) fn attached_line(cfg: &Config) -> String {
+    format!(
+        "attached xdp_steer ({}) to {}; mode {}, batch {}",
+        if super::attach::generic(cfg) {
+            "generic"
+        } else {
+            "native"
+        },
+        cfg.interfaces.join(", "),
+        cfg.dataplane.mode.name(),
+        cfg.dataplane.batch_size
+    )
+}
+
+/// The line that says what the kernel's tables gave the control thread at start.
+pub(super) fn kernel_routes_line(status: &crate::control::ControlStatus) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    format!(
+        "routes from the kernel: {} IPv4, {} IPv6 prefixes; {} next hops; {} routes out of other interfaces not forwarded here",
+        status.v4.load(Relaxed),
+        status.v6.load(Relaxed),
+        status.hops.load(Relaxed),
+        status.foreign_routes.load(Relaxed),
+    )
+}
+
+/// The metrics publisher for the pollers as set up: each one's CPU, UMEM frames and sockets.
+pub(super) fn publisher(cfg: &Config, setup: &[PollerSetup], pollers: &Pollers) -> Publisher {
+    Publisher::new(
+        setup
+            .iter()
+            .zip(&pollers.readies)
+            .map(|(s, r)| crate::telemetry::PollerInfo {
+                cpu: s.cpu,
+                frames: u64::from(cfg.dataplane.frames_per_queue) * r.fds.len() as u64,
+                sockets: r
+                    .fds
+                    .iter()
+                    .map(|(port, queue, fd)| {
+                        let ifname = cfg.interfaces.get(usize::from(*port)).cloned();
+                        (ifname.unwrap_or_default(), *queue, *fd)
+                    })
+                    .collect(),
+            })
+            .collect(),
+    )
+}
 
 /// Hands the pollers' and the steering programs' counters to the metrics exporter.
 pub(super) fn publish(p: &Publisher, pollers: &Pollers, steers: &[Steer]) {

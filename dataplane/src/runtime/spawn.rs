@@ -11,11 +11,11 @@ use super::RunError;
 use crate::config::{parse_align, Config, StatsMode};
 use crate::forward::Forwarder;
 use crate::placement::plan::Plan;
-use crate::poller::{self, PollerError, PollerReport, PollerSpec, Ready};
-use crate::poller::stats::{PollerStats, Snapshot};
-use crate::sys;
 use crate::placement::topology::{Machine, Source};
+use crate::poller::stats::{PollerStats, Snapshot};
+use crate::poller::{self, PollerError, PollerReport, PollerSpec, Ready};
 use crate::port::xsk::SocketSpec;
+use crate::sys;
 
 /// The started pollers: set up, waiting for (or past) the go signal.
 pub(super) struct Pollers {

@@ -49,7 +49,7 @@ pub fn main(a: TopologyArgs) -> Result<()> {
                 }
                 None if i.driver.is_none() => "no IRQ, no NAPI thread (a virtual interface such as veth, without XDP/threaded NAPI: receive work runs on the sender's CPU)".into(),
                 None => format!(
-                    "no IRQ found for driver {} (its vector names are not known: see nic_irqs.rs), no NAPI thread",
+                    "no IRQ found for driver {} (its vector names are not known: see placement/queue_irqs.rs), no NAPI thread",
                     i.driver.as_deref().unwrap_or("?")
                 ),
             };

@@ -7,11 +7,14 @@
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 pub mod build;
+pub mod field;
 pub mod frag;
 pub mod icmp;
 
+use field::{eth, ipv4, ipv6, ipv6_ext};
+
 /// Ethernet header length (no VLAN tag).
-pub const ETH_HLEN: usize = 14;
+pub const ETH_HLEN: usize = field::eth::HLEN;
 /// EtherType of IPv4.
 pub const ETH_P_IPV4: u16 = 0x0800;
 /// EtherType of IPv6.
@@ -21,7 +24,7 @@ pub const ETH_P_8021Q: u16 = 0x8100;
 /// EtherType of an 802.1ad (QinQ) service tag.
 pub const ETH_P_8021AD: u16 = 0x88a8;
 /// Length of the fixed IPv6 header.
-pub const IPV6_HLEN: usize = 40;
+pub const IPV6_HLEN: usize = field::ipv6::HLEN;
 
 /// Why a frame was not forwarded. The discriminant indexes the per-poller drop counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -240,7 +243,7 @@ fn be16(b: &[u8], off: usize) -> Option<u16> {
 /// ([`ipv6_chain`]) and forwarded unchanged.
 #[inline]
 pub fn parse_l3(frame: &[u8]) -> Result<L3, DropReason> {
-    let ethertype = be16(frame, 12).ok_or(DropReason::Truncated)?;
+    let ethertype = be16(frame, eth::ETHERTYPE).ok_or(DropReason::Truncated)?;
     match ethertype {
         ETH_P_IPV4 => parse_v4(frame),
         ETH_P_IPV6 => parse_v6(frame),
@@ -296,22 +299,22 @@ pub fn link_local_v6(a: u128) -> bool {
 #[inline(always)]
 fn parse_v4(frame: &[u8]) -> Result<L3, DropReason> {
     let ip = frame.get(ETH_HLEN..).ok_or(DropReason::Truncated)?;
-    let hdr: &[u8; 20] = ip
-        .get(..20)
+    let hdr: &[u8; ipv4::HLEN] = ip
+        .get(..ipv4::HLEN)
         .and_then(|s| s.try_into().ok())
         .ok_or(DropReason::Truncated)?;
-    if hdr[0] >> 4 != 4 {
+    if hdr[ipv4::VER_IHL] >> 4 != 4 {
         return Err(DropReason::BadVersion);
     }
-    let ihl = usize::from(hdr[0] & 0x0f) * 4;
-    if ihl < 20 || ihl > ip.len() {
+    let ihl = usize::from(hdr[ipv4::VER_IHL] & 0x0f) * 4;
+    if ihl < ipv4::HLEN || ihl > ip.len() {
         return Err(DropReason::BadIhl);
     }
-    let total = u16::from_be_bytes([hdr[2], hdr[3]]);
+    let total = u16::from_be_bytes([hdr[ipv4::TOTAL_LEN], hdr[ipv4::TOTAL_LEN + 1]]);
     if usize::from(total) < ihl || usize::from(total) > ip.len() {
         return Err(DropReason::BadLength);
     }
-    let sum = if ihl == 20 {
+    let sum = if ihl == ipv4::HLEN {
         checksum_v4_header(hdr)
     } else {
         checksum(ip.get(..ihl).ok_or(DropReason::BadIhl)?)
@@ -319,11 +322,14 @@ fn parse_v4(frame: &[u8]) -> Result<L3, DropReason> {
     if sum != 0 {
         return Err(DropReason::BadChecksum);
     }
-    if ihl > 20 {
+    if ihl > ipv4::HLEN {
         return Err(DropReason::Ipv4Options);
     }
-    let src = u32::from_be_bytes([hdr[12], hdr[13], hdr[14], hdr[15]]);
-    let dst = u32::from_be_bytes([hdr[16], hdr[17], hdr[18], hdr[19]]);
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&hdr[ipv4::SRC..ipv4::SRC + 4]);
+    let src = u32::from_be_bytes(a);
+    a.copy_from_slice(&hdr[ipv4::DST..ipv4::DST + 4]);
+    let dst = u32::from_be_bytes(a);
     if martian_src_v4(src) | martian_dst_v4(dst) {
         return Err(if martian_src_v4(src) {
             DropReason::MartianSource
@@ -331,7 +337,7 @@ fn parse_v4(frame: &[u8]) -> Result<L3, DropReason> {
             DropReason::MartianDestination
         });
     }
-    if hdr[8] <= 1 {
+    if hdr[ipv4::TTL] <= 1 {
         return Err(DropReason::TtlExceeded);
     }
     Ok(L3::V4 { dst, len: total })
@@ -369,7 +375,7 @@ pub struct Ipv6Chain {
 /// comes first (RFC 8200 4.3 lets a router skip its options).
 #[inline]
 pub fn ipv6_chain(ip: &[u8]) -> Result<Ipv6Chain, DropReason> {
-    let mut next = *ip.get(6).ok_or(DropReason::Truncated)?;
+    let mut next = *ip.get(ipv6::NEXT_HEADER).ok_or(DropReason::Truncated)?;
     let mut off = IPV6_HLEN;
     for i in 0..=IPV6_MAX_EXT_HEADERS {
         if !is_ipv6_ext(next) || next == 50 {
@@ -389,20 +395,21 @@ pub fn ipv6_chain(ip: &[u8]) -> Result<Ipv6Chain, DropReason> {
         let len = match next {
             0 if i != 0 => return Err(DropReason::Ipv6ExtChain),
             44 => {
-                if u16::from_be_bytes([h[2], h[3]]) >> 3 != 0 {
+                let at = ipv6_ext::FRAG_OFFSET;
+                if u16::from_be_bytes([h[at], h[at + 1]]) >> 3 != 0 {
                     return Ok(Ipv6Chain {
-                        upper: h[0],
+                        upper: h[ipv6_ext::NEXT_HEADER],
                         offset: off + 8,
                         non_first_fragment: true,
                     });
                 }
                 8
             }
-            43 if h[2] == 0 => return Err(DropReason::Ipv6RoutingType0),
-            51 => (usize::from(h[1]) + 2) * 4,
-            _ => (usize::from(h[1]) + 1) * 8,
+            43 if h[ipv6_ext::ROUTING_TYPE] == 0 => return Err(DropReason::Ipv6RoutingType0),
+            51 => (usize::from(h[ipv6_ext::LEN]) + 2) * 4,
+            _ => (usize::from(h[ipv6_ext::LEN]) + 1) * 8,
         };
-        next = h[0];
+        next = h[ipv6_ext::NEXT_HEADER];
         off += len;
         if off > ip.len() || off - IPV6_HLEN > IPV6_MAX_EXT_BYTES {
             return Err(DropReason::Ipv6ExtChain);
@@ -418,16 +425,17 @@ fn parse_v6(frame: &[u8]) -> Result<L3, DropReason> {
         .get(..IPV6_HLEN)
         .and_then(|s| s.try_into().ok())
         .ok_or(DropReason::Truncated)?;
-    if hdr[0] >> 4 != 6 {
+    if hdr[ipv6::VER_TC_FLOW] >> 4 != 6 {
         return Err(DropReason::BadVersion);
     }
-    let payload = usize::from(u16::from_be_bytes([hdr[4], hdr[5]]));
+    let at = ipv6::PAYLOAD_LEN;
+    let payload = usize::from(u16::from_be_bytes([hdr[at], hdr[at + 1]]));
     let len = IPV6_HLEN + payload;
     let ip = ip.get(..len).ok_or(DropReason::BadLength)?;
     let mut a = [0u8; 16];
-    a.copy_from_slice(&hdr[8..24]);
+    a.copy_from_slice(&hdr[ipv6::SRC..ipv6::SRC + 16]);
     let src = u128::from_be_bytes(a);
-    a.copy_from_slice(&hdr[24..40]);
+    a.copy_from_slice(&hdr[ipv6::DST..ipv6::DST + 16]);
     let dst = u128::from_be_bytes(a);
     if martian_v6(src) {
         return Err(DropReason::MartianSource);
@@ -438,10 +446,10 @@ fn parse_v6(frame: &[u8]) -> Result<L3, DropReason> {
     if link_local_v6(src) || link_local_v6(dst) {
         return Err(DropReason::LinkLocal);
     }
-    if is_ipv6_ext(hdr[6]) {
+    if is_ipv6_ext(hdr[ipv6::NEXT_HEADER]) {
         ipv6_chain(ip)?;
     }
-    if hdr[7] <= 1 {
+    if hdr[ipv6::HOP_LIMIT] <= 1 {
         return Err(DropReason::TtlExceeded);
     }
     #[allow(clippy::cast_possible_truncation)] // 40 + a u16 fits a u32
@@ -452,7 +460,10 @@ fn parse_v6(frame: &[u8]) -> Result<L3, DropReason> {
 /// True when the IPv4 header in `frame` has DF (don't fragment) set.
 #[inline(always)]
 pub fn dont_fragment_v4(frame: &[u8]) -> bool {
-    frame.get(ETH_HLEN + 6).is_some_and(|b| b & 0x40 != 0)
+    let df = (ipv4::DF >> 8) as u8;
+    frame
+        .get(ETH_HLEN + ipv4::FLAGS_FRAG)
+        .is_some_and(|b| b & df != 0)
 }
 
 /// RFC 1071 Internet checksum of `data`; 0 means a header that includes its checksum verifies.
@@ -536,23 +547,32 @@ pub fn flow_hash(frame: &[u8]) -> u32 {
             .map_or(0, |b: [u8; 4]| u64::from(u32::from_be_bytes(b)))
     };
     let byte = |at: usize| frame.get(at).copied().map_or(0, u64::from);
-    let mut h: u64 = match frame.get(12..14) {
+    let (v4, v6) = (ETH_HLEN, ETH_HLEN);
+    let mut h: u64 = match frame.get(eth::ETHERTYPE..eth::ETHERTYPE + 2) {
         Some([0x08, 0x00]) => {
-            let proto = byte(23);
-            let unfragmented = (word(20) >> 16) & 0x3fff == 0;
-            let ihl = usize::from(frame.get(14).map_or(5, |b| b & 0x0f)) * 4;
+            let proto = byte(v4 + ipv4::PROTOCOL);
+            // The flags-and-offset word is the high half: MF or an offset means a fragment.
+            let frag_bits = u64::from(ipv4::MF | ipv4::FRAG_OFFSET);
+            let unfragmented = (word(v4 + ipv4::FLAGS_FRAG) >> 16) & frag_bits == 0;
+            let ihl = frame.get(v4 + ipv4::VER_IHL).map_or(5, |b| b & 0x0f);
             let ports = if unfragmented && (proto == 6 || proto == 17) {
-                word(ETH_HLEN + ihl)
+                word(v4 + usize::from(ihl) * 4 + field::l4::SRC_PORT)
             } else {
                 0
             };
-            (word(26) << 32 | word(30)) ^ (proto << 56) ^ ports.rotate_left(17)
+            let addrs = word(v4 + ipv4::SRC) << 32 | word(v4 + ipv4::DST);
+            addrs ^ (proto << 56) ^ ports.rotate_left(17)
         }
         _ => {
-            let nh = byte(20);
-            let ports = if nh == 6 || nh == 17 { word(54) } else { 0 };
-            let mut x = word(14) & 0x000f_ffff;
-            for at in (22..54).step_by(8) {
+            let nh = byte(v6 + ipv6::NEXT_HEADER);
+            let ports = if nh == 6 || nh == 17 {
+                word(v6 + ipv6::HLEN + field::l4::SRC_PORT)
+            } else {
+                0
+            };
+            let mut x = word(v6 + ipv6::VER_TC_FLOW) & 0x000f_ffff;
+            // Both addresses, 8 bytes a round.
+            for at in (v6 + ipv6::SRC..v6 + ipv6::DST + 16).step_by(8) {
                 x = x.rotate_left(23) ^ (word(at) << 32 | word(at + 4));
             }
             x ^ (nh << 56) ^ ports.rotate_left(17)
@@ -580,21 +600,23 @@ pub fn swap_macs(frame: &mut [u8]) {
 #[inline(always)]
 pub fn decrement_ttl_v4(frame: &mut [u8]) {
     let hdr = frame
-        .get_mut(ETH_HLEN..ETH_HLEN + 20)
-        .and_then(|s| <&mut [u8; 20]>::try_from(s).ok());
+        .get_mut(ETH_HLEN..ETH_HLEN + ipv4::HLEN)
+        .and_then(|s| <&mut [u8; ipv4::HLEN]>::try_from(s).ok());
     if let Some(ip) = hdr {
-        let old = u16::from_be_bytes([ip[8], ip[9]]);
-        ip[8] = ip[8].wrapping_sub(1);
-        let new = u16::from_be_bytes([ip[8], ip[9]]);
-        let hc = u16::from_be_bytes([ip[10], ip[11]]);
-        [ip[10], ip[11]] = checksum_update(hc, old, new).to_be_bytes();
+        // TTL and protocol are one 16-bit word of the checksum.
+        let (ttl, sum) = (ipv4::TTL, ipv4::CHECKSUM);
+        let old = u16::from_be_bytes([ip[ttl], ip[ttl + 1]]);
+        ip[ttl] = ip[ttl].wrapping_sub(1);
+        let new = u16::from_be_bytes([ip[ttl], ip[ttl + 1]]);
+        let hc = u16::from_be_bytes([ip[sum], ip[sum + 1]]);
+        [ip[sum], ip[sum + 1]] = checksum_update(hc, old, new).to_be_bytes();
     }
 }
 
 /// Decrements the IPv6 hop limit (IPv6 has no header checksum).
 #[inline(always)]
 pub fn decrement_hop_limit_v6(frame: &mut [u8]) {
-    if let Some(h) = frame.get_mut(ETH_HLEN + 7) {
+    if let Some(h) = frame.get_mut(ETH_HLEN + ipv6::HOP_LIMIT) {
         *h = h.wrapping_sub(1);
     }
 }

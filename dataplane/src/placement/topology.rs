@@ -285,7 +285,7 @@ pub fn napi_threads(ifname: &str) -> Vec<(u32, String)> {
 }
 
 /// Where queue `queue` of `ifname` takes its receive work: its IRQ (found by the driver's
-/// naming of its vectors, `nic_irqs`), else its threaded-NAPI kthread.
+/// naming of its vectors, `placement::queue_irqs`), else its threaded-NAPI kthread.
 pub fn queue_irq(ifname: &str, queue: u32) -> Option<IrqSource> {
     let lines = std::fs::read_to_string("/proc/interrupts")
         .map(|t| crate::placement::queue_irqs::parse_interrupts(&t))

@@ -4,7 +4,7 @@
 //! the pages on that CPU's NUMA node. Frames are `frame_size` (power of two) apart; the kernel
 //! writes packet data at a fixed headroom inside a frame, so packet data starts cache-line aligned.
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
-#![allow(unsafe_code)] // the two frame views below; their callers hold the contract
+#![allow(unsafe_code)] // the three frame views below; their callers hold the contract
 
 use crate::sys::{MemPolicy, Mmap, SyscallError};
 

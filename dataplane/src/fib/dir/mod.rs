@@ -1,0 +1,246 @@
+//! Longest-prefix match as a multibit trie with a wide first stride (DIR-24-8 of Gupta et
+//! al., as DPDK's rte_lpm for IPv4, and its IPv6 extension, rte_fib6's "trie": 24 bits,
+//! then 8-bit strides), updated in place by one writer while the pollers read.
+//!
+//! The first level is indexed by the key's top `FIRST` bits; an entry there, or in any
+//! group below, is either a *leaf* (a target and the length of the prefix that painted it)
+//! or a link to a *group* of `2^STRIDE` entries indexed by the next `STRIDE` bits. A lookup
+//! is one dependent load per level it descends: IPv4 one or two, IPv6 at most
+//! `1 + (128 - 24) / 8` = 14, and for a BGP table's /48 four, whatever the table's size.
+//!
+//! # The protocol (one writer, many readers that never wait)
+//! - **Entries** are single `AtomicU32` stores: a reader sees each entry before or after a
+//!   change, never torn. An insert repaints only the entries the new prefix now owns (those
+//!   painted by a prefix no longer than it); a removal repaints the removed prefix's entries
+//!   with its longest shorter cover. Either way each address's answer moves from the old
+//!   version's to the new version's in one store.
+//! - **Groups are published filled**: the writer fills a group (a copy of the leaf it
+//!   replaces) and then stores the link with `Release`; readers load every entry with
+//!   `Acquire`, so a reader that follows a link sees the group's contents.
+//! - **Groups are folded bottom-up and never written once unlinked**: when a removal leaves
+//!   a group uniform with nothing longer than its parent's level, the parent's link is
+//!   replaced by that leaf (`Release`) and the group is retired; a reader already inside it
+//!   reads the very leaf the fold published, an answer of the version current at the fold.
+//!   The group is reused only after every reader has passed a quiescent state
+//!   ([`super::qsbr`]).
+//!
+//! So every lookup returns the longest match of a table version that existed while it ran:
+//! model-checked in `fib::loom_tests`, raced by the churn oracle in `fib::churn`.
+#![allow(clippy::indexing_slicing)] // writer side only: indices are in range by construction
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+use super::qsbr::{Qsbr, Retired};
+use super::sync::{AtomicU32, Cells};
+use super::FibError;
+
+/// A link to a group (bits 0..31: its index); otherwise a leaf.
+const EXT: u32 = 1 << 31;
+/// A leaf's prefix length: bits 23..31.
+const DEPTH_SHIFT: u32 = 23;
+const VALUE_MASK: u32 = (1 << DEPTH_SHIFT) - 1;
+/// Largest target a table holds (the value field stores target + 1; 0 is "no route").
+pub const MAX_TARGET: u32 = VALUE_MASK - 1;
+
+/// A leaf for `target` painted by a prefix of length `len`.
+#[inline(always)]
+fn leaf(target: u32, len: u8) -> u32 {
+    (u32::from(len) << DEPTH_SHIFT) | (target + 1)
+}
+
+#[inline(always)]
+fn depth(e: u32) -> u8 {
+    #[allow(clippy::cast_possible_truncation)] // eight bits
+    let d = ((e >> DEPTH_SHIFT) & 0xff) as u8;
+    d
+}
+
+/// A key the trie is indexed by: IPv4 (u32) or IPv6 (u128) addresses, host order.
+pub trait Key: Copy {
+    /// `width` bits of the key starting `shift` bits above its lowest.
+    fn field(self, shift: u32, width: u32) -> usize;
+}
+
+impl Key for u32 {
+    #[inline(always)]
+    fn field(self, shift: u32, width: u32) -> usize {
+        ((self >> shift) & ((1u32 << width) - 1)) as usize
+    }
+}
+
+impl Key for u128 {
+    #[inline(always)]
+    fn field(self, shift: u32, width: u32) -> usize {
+        // A byte-aligned byte (every stride below the first with the real strides): one
+        // byte load, where a shift of a u128 by a variable amount takes both halves.
+        if width == 8 && shift % 8 == 0 {
+            let bytes = self.to_le_bytes();
+            return usize::from(bytes.get((shift / 8) as usize).copied().unwrap_or(0));
+        }
+        #[allow(clippy::cast_possible_truncation)] // masked to `width` (< 32) bits
+        let f = ((self >> shift) as u32 & ((1u32 << width) - 1)) as usize;
+        f
+    }
+}
+
+/// A lookup in progress, taken one level at a time ([`Dir::step`]): the entry read last, the
+/// key bits it consumed (0: not begun), and, while it links on, the index of the entry to read
+/// next (computed once, when that entry's prefetch is issued).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Walk {
+    entry: u32,
+    end: u32,
+    next: usize,
+}
+
+/// The trie the pollers read: `BITS`-bit keys, a first level of `2^FIRST` entries, groups of
+/// `2^STRIDE`.
+pub struct Dir<const FIRST: u32, const STRIDE: u32, const BITS: u32> {
+    top: Cells,
+    groups: Cells,
+    capacity: u32,
+}
+
+impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BITS> {
+    /// Levels below the first.
+    const DEEPER: u32 = {
+        assert!(
+            FIRST < 32 && STRIDE <= 16 && FIRST <= BITS,
+            "a rule's start is a u16"
+        );
+        assert!((BITS - FIRST) % STRIDE == 0, "strides must tile the key");
+        assert!(
+            (((BITS - FIRST) / STRIDE) as usize) < MAX_LEVELS,
+            "a path fits in `Path`"
+        );
+        (BITS - FIRST) / STRIDE
+    };
+
+    /// An empty trie with room for `groups` groups (the first level always exists).
+    pub fn new(groups: u32) -> Result<Self, FibError> {
+        let groups = groups.clamp(1, EXT - 1);
+        Ok(Dir {
+            top: Cells::new(1 << FIRST, false, "memory for the first-level table")?,
+            // Huge pages for the groups too: at a million flows a lookup's deeper levels are
+            // random reads across hundreds of MiB (an IPv6 BGP table), TLB misses on 4 KiB.
+            // Sparse: reserved for the largest table, backed as groups are handed out.
+            groups: Cells::new(
+                (groups as usize) << STRIDE,
+                true,
+                "memory for the extension groups",
+            )?,
+            capacity: groups,
+        })
+    }
+
+    /// Longest-prefix match: the target, or None. At most `1 + (BITS - FIRST) / STRIDE`
+    /// dependent loads.
+    #[inline(always)]
+    pub fn lookup<K: Key>(&self, key: K) -> Option<u32> {
+        let mut e = self
+            .top
+            .get()
+            .get(key.field(BITS - FIRST, FIRST))?
+            .load(Acquire);
+        let groups = self.groups.get();
+        let mut end = FIRST;
+        for _ in 0..Self::DEEPER {
+            if e & EXT == 0 {
+                break;
+            }
+            end += STRIDE;
+            let i = (((e & !EXT) as usize) << STRIDE) | key.field(BITS - end, STRIDE);
+            e = groups.get(i)?.load(Acquire);
+        }
+        if e & EXT != 0 {
+            return None; // a link below the last level: never written
+        }
+        (e & VALUE_MASK).checked_sub(1)
+    }
+
+    /// One level of a lookup in progress (the first, on a fresh [`Walk`]): loads the entry
+    /// and, when it links to a group, starts loading that group's entry for `key`. Returns
+    /// whether another level is to come. A burst's lookups take their steps in turn, so their
+    /// misses overlap instead of queueing (see [`Dir::step_all`]).
+    #[inline(always)]
+    pub fn step<K: Key>(&self, key: K, w: &mut Walk) -> bool {
+        Self::step_in(self.top.get(), self.groups.get(), key, w)
+    }
+
+    /// [`Dir::step`] for every lookup of `lanes` in turn: one level of a burst's lookups.
+    /// Returns whether any has another level to come.
+    #[inline(always)]
+    pub fn step_all<'w, K: Key + 'w>(
+        &self,
+        lanes: impl Iterator<Item = (K, &'w mut Walk)>,
+    ) -> bool {
+        // The two levels' slices are loaded once per round, not once per lookup.
+        let (top, groups) = (self.top.get(), self.groups.get());
+        let mut more = false;
+        for (key, w) in lanes {
+            more |= Self::step_in(top, groups, key, w);
+        }
+        more
+    }
+
+    #[inline(always)]
+    fn step_in<K: Key>(top: &[AtomicU32], groups: &[AtomicU32], key: K, w: &mut Walk) -> bool {
+        if w.end == 0 {
+            w.entry = top
+                .get(key.field(BITS - FIRST, FIRST))
+                .map_or(0, |e| e.load(Acquire));
+            w.end = FIRST;
+        } else if w.entry & EXT != 0 && w.end < BITS {
+            // `next` was set from this very entry when the step before prefetched it.
+            w.entry = groups.get(w.next).map_or(0, |e| e.load(Acquire));
+            w.end += STRIDE;
+        } else {
+            return false;
+        }
+        let more = w.entry & EXT != 0 && w.end < BITS;
+        if more {
+            w.next =
+                (((w.entry & !EXT) as usize) << STRIDE) | key.field(BITS - w.end - STRIDE, STRIDE);
+            if let Some(e) = groups.get(w.next) {
+                crate::sys::prefetch(e);
+            }
+        }
+        more
+    }
+
+    /// The rest of a lookup begun with [`Dir::step`]: the target, or None.
+    #[inline(always)]
+    pub fn finish<K: Key>(&self, key: K, mut w: Walk) -> Option<u32> {
+        // Bounded: each step that returns true went one level deeper.
+        while self.step(key, &mut w) {}
+        if w.entry & EXT != 0 {
+            return None;
+        }
+        (w.entry & VALUE_MASK).checked_sub(1)
+    }
+
+    /// Starts loading the first-level entry for `key` into the cache.
+    #[inline(always)]
+    pub fn prefetch<K: Key>(&self, key: K) {
+        if let Some(e) = self.top.get().get(key.field(BITS - FIRST, FIRST)) {
+            crate::sys::prefetch(e);
+        }
+    }
+
+    /// The entries of group `g`.
+    fn group(&self, g: u32) -> &[AtomicU32] {
+        let start = (g as usize) << STRIDE;
+        &self.groups.get()[start..start + (1 << STRIDE)]
+    }
+
+    /// Bytes reserved for the table (virtual; pages are backed as they are first written).
+    pub fn reserved_bytes(&self) -> usize {
+        self.top.bytes() + self.groups.bytes()
+    }
+}
+
+/// Levels a path can have: 1 + (128 - 24) / 8 = 14 for IPv6; 32 with the model checker's
+/// strides of 4 (checked in `Dir::DEEPER`).
+const MAX_LEVELS: usize = 32;
+
+mod writer;
+pub use writer::DirWriter;

@@ -5,10 +5,10 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 
-use dataplane::testkit::corpus::{testbed_forwarder, FrameRecipe, PORT0_MAC};
 use dataplane::forward::Forwarder;
 use dataplane::packet::icmp::icmpv6_checksum;
 use dataplane::packet::{checksum, dont_fragment_v4, frag, DropReason};
+use dataplane::testkit::corpus::{testbed_forwarder, FrameRecipe, PORT0_MAC};
 
 #[derive(Arbitrary, Debug)]
 struct Input {

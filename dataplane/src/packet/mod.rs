@@ -395,8 +395,8 @@ pub fn ipv6_chain(ip: &[u8]) -> Result<Ipv6Chain, DropReason> {
         let len = match next {
             0 if i != 0 => return Err(DropReason::Ipv6ExtChain),
             44 => {
-                let at = ipv6_ext::FRAG_OFFSET;
-                if u16::from_be_bytes([h[at], h[at + 1]]) >> 3 != 0 {
+                let frag = [h[ipv6_ext::FRAG_OFFSET], h[ipv6_ext::FRAG_OFFSET + 1]];
+                if u16::from_be_bytes(frag) >> 3 != 0 {
                     return Ok(Ipv6Chain {
                         upper: h[ipv6_ext::NEXT_HEADER],
                         offset: off + 8,
@@ -428,8 +428,8 @@ fn parse_v6(frame: &[u8]) -> Result<L3, DropReason> {
     if hdr[ipv6::VER_TC_FLOW] >> 4 != 6 {
         return Err(DropReason::BadVersion);
     }
-    let at = ipv6::PAYLOAD_LEN;
-    let payload = usize::from(u16::from_be_bytes([hdr[at], hdr[at + 1]]));
+    let payload = [hdr[ipv6::PAYLOAD_LEN], hdr[ipv6::PAYLOAD_LEN + 1]];
+    let payload = usize::from(u16::from_be_bytes(payload));
     let len = IPV6_HLEN + payload;
     let ip = ip.get(..len).ok_or(DropReason::BadLength)?;
     let mut a = [0u8; 16];
@@ -604,12 +604,12 @@ pub fn decrement_ttl_v4(frame: &mut [u8]) {
         .and_then(|s| <&mut [u8; ipv4::HLEN]>::try_from(s).ok());
     if let Some(ip) = hdr {
         // TTL and protocol are one 16-bit word of the checksum.
-        let (ttl, sum) = (ipv4::TTL, ipv4::CHECKSUM);
-        let old = u16::from_be_bytes([ip[ttl], ip[ttl + 1]]);
-        ip[ttl] = ip[ttl].wrapping_sub(1);
-        let new = u16::from_be_bytes([ip[ttl], ip[ttl + 1]]);
-        let hc = u16::from_be_bytes([ip[sum], ip[sum + 1]]);
-        [ip[sum], ip[sum + 1]] = checksum_update(hc, old, new).to_be_bytes();
+        use ipv4::{CHECKSUM, TTL};
+        let old = u16::from_be_bytes([ip[TTL], ip[TTL + 1]]);
+        ip[TTL] = ip[TTL].wrapping_sub(1);
+        let new = u16::from_be_bytes([ip[TTL], ip[TTL + 1]]);
+        let hc = u16::from_be_bytes([ip[CHECKSUM], ip[CHECKSUM + 1]]);
+        [ip[CHECKSUM], ip[CHECKSUM + 1]] = checksum_update(hc, old, new).to_be_bytes();
     }
 }
 

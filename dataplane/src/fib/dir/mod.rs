@@ -26,7 +26,6 @@
 //!
 //! So every lookup returns the longest match of a table version that existed while it ran:
 //! model-checked in `fib::loom_tests`, raced by the churn oracle in `fib::churn`.
-#![allow(clippy::indexing_slicing)] // writer side only: indices are in range by construction
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::qsbr::{Qsbr, Retired};
@@ -227,6 +226,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     }
 
     /// The entries of group `g`.
+    #[allow(clippy::indexing_slicing)] // the writer's: g is a group it handed out, in range
     fn group(&self, g: u32) -> &[AtomicU32] {
         let start = (g as usize) << STRIDE;
         &self.groups.get()[start..start + (1 << STRIDE)]

@@ -31,7 +31,7 @@ pub struct GenArgs {
     duration: f64,
     /// Offered rate in frames per second (0: flat out with XDP live frames). Paced sending uses
     /// an AF_PACKET socket that bypasses the qdisc and sends the frames due with one
-    /// sendmmsg() (smooth to ~10 us; ~0.74 Mpps at most on the 2-vCPU VM).
+    /// sendmmsg() (smooth to ~10 us; its ceiling is what one CPU's sendmmsg() reaches).
     #[arg(long, default_value_t = 0)]
     rate: u64,
     /// Stop after this many frames (0: no limit).

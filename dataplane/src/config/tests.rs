@@ -1,5 +1,6 @@
 //! The config's unit tests: the examples parse, every bad value is refused with its key.
 use super::*;
+use crate::types::parse_mac;
 use crate::fib::Miss;
 
 const GOOD: &str = r#"

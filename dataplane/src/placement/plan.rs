@@ -5,7 +5,7 @@
 //! silent fallback. A poller binds queue `q` on every interface, so the plan is per queue id.
 use std::collections::BTreeSet;
 
-use crate::placement::topology::Machine;
+use crate::placement::topology::{Machine, Pu};
 
 /// The layouts (named after the seeds' experiments).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -155,145 +155,208 @@ pub fn plan(
     iface_node: Option<usize>,
     layout: Layout,
 ) -> Result<Plan, PlanError> {
-    let name = layout.name();
-    let impossible = |why: String| PlanError::Impossible { layout: name, why };
-    for q in queues {
-        if let Some(c) = q.irq_cpu {
-            check_cpu(m, c, format!("interrupt CPU of queue {}", q.queue))?;
-        }
-        if layout.needs_irq() && q.irq_cpu.is_none() {
-            return Err(PlanError::IrqUnknown {
-                layout: name,
-                queue: q.queue,
-            });
-        }
-    }
-    let irq_cpus: BTreeSet<usize> = queues.iter().filter_map(|q| q.irq_cpu).collect();
-    let core_of = |cpu: usize| m.pu(cpu).map(|p| p.core);
-    let mut used_cores: BTreeSet<usize> = BTreeSet::new();
-    let mut entries = Vec::new();
-    // The first hardware thread of each core, in CPU order: one poller per core.
-    let first_threads = |filter: &dyn Fn(&crate::placement::topology::Pu) -> bool| -> Vec<usize> {
-        let mut seen = BTreeSet::new();
-        let mut pus: Vec<_> = m.pus.iter().filter(|p| filter(p)).collect();
-        pus.sort_by_key(|p| p.cpu);
-        pus.into_iter()
-            .filter(|p| seen.insert(p.core))
-            .map(|p| p.cpu)
-            .collect()
-    };
-    if layout == Layout::Spread {
-        // Over the interface's node; a NIC that names no node (a virtual device) is as near
-        // to every node, so over all of them.
-        let node = iface_node;
-        let cpus = first_threads(&|p| node.is_none() || p.node == node);
-        if queues.len() > cpus.len() {
-            return Err(impossible(format!(
-                "{} queues but {} has {} cores (one poller per core)",
-                queues.len(),
-                node.map_or("the machine".into(), |n| format!("node {n}")),
-                cpus.len()
-            )));
-        }
-        for (q, cpu) in queues.iter().zip(cpus) {
-            entries.push(PlanEntry {
-                queue: q.queue,
-                irq_cpu: Some(cpu),
-                irq_moved: q.irq_cpu != Some(cpu),
-                poller_cpu: Some(cpu),
-                mem_node: m.pu(cpu).and_then(|p| p.node),
-            });
-        }
+    check_queues(m, queues, layout)?;
+    let entries = if layout == Layout::Spread {
+        spread(m, queues, iface_node)?
     } else {
+        let irq_cpus: BTreeSet<usize> = queues.iter().filter_map(|q| q.irq_cpu).collect();
+        let mut used_cores: BTreeSet<usize> = BTreeSet::new();
+        let mut entries = Vec::with_capacity(queues.len());
         for q in queues {
-            let irq = q.irq_cpu;
-            let poller = match layout {
-                Layout::Unpinned => None,
-                Layout::Explicit => {
-                    let c = q.config_cpu.ok_or_else(|| {
-                        impossible(format!(
-                            "the config gives no cpu for the poller of queue {}",
-                            q.queue
-                        ))
-                    })?;
-                    check_cpu(m, c, format!("config cpu of queue {}", q.queue))?;
-                    Some(c)
-                }
-                Layout::IrqCore => irq,
-                Layout::SmtSibling => {
-                    let c = irq.unwrap_or_default();
-                    let sibs = m.siblings(c);
-                    if sibs.is_empty() {
-                        return Err(impossible(format!(
-                            "CPU {c}'s core has one hardware thread (no SMT)"
-                        )));
-                    }
-                    Some(sibs[0])
-                }
-                Layout::SamePackage | Layout::RemoteNode => {
-                    let c = irq.unwrap_or_default();
-                    let me = m
-                        .pu(c)
-                        .cloned()
-                        .ok_or_else(|| impossible(format!("CPU {c} unknown")))?;
-                    if layout == Layout::RemoteNode && m.nodes.len() < 2 {
-                        return Err(impossible(format!("it has {} NUMA node(s)", m.nodes.len())));
-                    }
-                    let fits = |p: &crate::placement::topology::Pu| {
-                        p.core != me.core
-                            && if layout == Layout::SamePackage {
-                                p.package == me.package
-                            } else {
-                                p.node.is_some() && p.node != me.node
-                            }
-                    };
-                    // Prefer (same node for same-package) cores that are free and take no
-                    // interrupts; then free cores; never a core another poller has.
-                    let mut cands = first_threads(&|p| fits(p));
-                    cands.sort_by_key(|&cpu| {
-                        let p = m.pu(cpu);
-                        (
-                            used_cores.contains(&core_of(cpu).unwrap_or(usize::MAX)),
-                            irq_cpus.iter().any(|i| core_of(*i) == core_of(cpu)),
-                            layout == Layout::SamePackage && p.map(|p| p.node) != Some(me.node),
-                            cpu,
-                        )
-                    });
-                    let pick = cands
-                        .into_iter()
-                        .find(|cpu| !used_cores.contains(&core_of(*cpu).unwrap_or(usize::MAX)));
-                    Some(pick.ok_or_else(|| {
-                        impossible(format!(
-                            "no free core {} CPU {c} for queue {}",
-                            if layout == Layout::SamePackage {
-                                "in the package of"
-                            } else {
-                                "on a node other than that of"
-                            },
-                            q.queue
-                        ))
-                    })?)
-                }
-                Layout::Spread => None,
-            };
-            if let Some(core) = poller.and_then(core_of) {
+            let poller = poller_cpu(m, q, layout, &irq_cpus, &used_cores)?;
+            if let Some(core) = poller.and_then(|c| m.pu(c)).map(|p| p.core) {
                 used_cores.insert(core);
             }
             entries.push(PlanEntry {
                 queue: q.queue,
-                irq_cpu: irq,
+                irq_cpu: q.irq_cpu,
                 irq_moved: false,
                 poller_cpu: poller,
                 mem_node: poller.and_then(|c| m.pu(c)).and_then(|p| p.node),
             });
         }
-    }
+        entries
+    };
     let warnings = warnings(m, &entries, iface_node);
     Ok(Plan {
         layout,
         entries,
         warnings,
     })
+}
+
+/// The queues' interrupt CPUs exist, and are known where the layout is placed by them.
+fn check_queues(m: &Machine, queues: &[QueueIn], layout: Layout) -> Result<(), PlanError> {
+    for q in queues {
+        if let Some(c) = q.irq_cpu {
+            check_cpu(m, c, format!("interrupt CPU of queue {}", q.queue))?;
+        }
+        if layout.needs_irq() && q.irq_cpu.is_none() {
+            return Err(PlanError::IrqUnknown {
+                layout: layout.name(),
+                queue: q.queue,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn impossible(layout: Layout, why: String) -> PlanError {
+    PlanError::Impossible {
+        layout: layout.name(),
+        why,
+    }
+}
+
+/// The first hardware thread of each core that has a thread passing `filter`, in CPU order:
+/// one poller per core.
+fn first_threads(m: &Machine, filter: impl Fn(&Pu) -> bool) -> Vec<usize> {
+    let mut seen = BTreeSet::new();
+    let mut pus: Vec<_> = m.pus.iter().filter(|p| filter(p)).collect();
+    pus.sort_by_key(|p| p.cpu);
+    pus.into_iter()
+        .filter(|p| seen.insert(p.core))
+        .map(|p| p.cpu)
+        .collect()
+}
+
+/// `spread`: queue i's interrupt and poller on the i-th core of the interface's node; a NIC
+/// that names no node (a virtual device) is as near to every node, so over all of them.
+fn spread(
+    m: &Machine,
+    queues: &[QueueIn],
+    node: Option<usize>,
+) -> Result<Vec<PlanEntry>, PlanError> {
+    let cpus = first_threads(m, |p| node.is_none() || p.node == node);
+    if queues.len() > cpus.len() {
+        return Err(impossible(
+            Layout::Spread,
+            format!(
+                "{} queues but {} has {} cores (one poller per core)",
+                queues.len(),
+                node.map_or("the machine".into(), |n| format!("node {n}")),
+                cpus.len()
+            ),
+        ));
+    }
+    Ok(queues
+        .iter()
+        .zip(cpus)
+        .map(|(q, cpu)| PlanEntry {
+            queue: q.queue,
+            irq_cpu: Some(cpu),
+            irq_moved: q.irq_cpu != Some(cpu),
+            poller_cpu: Some(cpu),
+            mem_node: m.pu(cpu).and_then(|p| p.node),
+        })
+        .collect())
+}
+
+/// Where `layout` puts the poller of queue `q` (None: not pinned), the interrupt left where
+/// it is; `used_cores` are the cores earlier queues' pollers took.
+fn poller_cpu(
+    m: &Machine,
+    q: &QueueIn,
+    layout: Layout,
+    irq_cpus: &BTreeSet<usize>,
+    used_cores: &BTreeSet<usize>,
+) -> Result<Option<usize>, PlanError> {
+    let irq = q.irq_cpu;
+    Ok(match layout {
+        Layout::Unpinned | Layout::Spread => None,
+        Layout::Explicit => {
+            let c = q.config_cpu.ok_or_else(|| {
+                impossible(
+                    layout,
+                    format!(
+                        "the config gives no cpu for the poller of queue {}",
+                        q.queue
+                    ),
+                )
+            })?;
+            check_cpu(m, c, format!("config cpu of queue {}", q.queue))?;
+            Some(c)
+        }
+        Layout::IrqCore => irq,
+        Layout::SmtSibling => {
+            let c = irq.unwrap_or_default();
+            let sibs = m.siblings(c);
+            if sibs.is_empty() {
+                return Err(impossible(
+                    layout,
+                    format!("CPU {c}'s core has one hardware thread (no SMT)"),
+                ));
+            }
+            Some(sibs[0])
+        }
+        Layout::SamePackage | Layout::RemoteNode => Some(core_apart(
+            m,
+            q,
+            layout,
+            irq.unwrap_or_default(),
+            irq_cpus,
+            used_cores,
+        )?),
+    })
+}
+
+/// `same-package` / `remote-node`: a core other than that of the interrupt CPU `c`, in its
+/// package (preferring its node) or on another node. Preferred: cores free and taking no
+/// interrupts; then free cores; never a core another poller has.
+fn core_apart(
+    m: &Machine,
+    q: &QueueIn,
+    layout: Layout,
+    c: usize,
+    irq_cpus: &BTreeSet<usize>,
+    used_cores: &BTreeSet<usize>,
+) -> Result<usize, PlanError> {
+    let core_of = |cpu: usize| m.pu(cpu).map(|p| p.core);
+    let me = m
+        .pu(c)
+        .cloned()
+        .ok_or_else(|| impossible(layout, format!("CPU {c} unknown")))?;
+    if layout == Layout::RemoteNode && m.nodes.len() < 2 {
+        return Err(impossible(
+            layout,
+            format!("it has {} NUMA node(s)", m.nodes.len()),
+        ));
+    }
+    let fits = |p: &Pu| {
+        p.core != me.core
+            && if layout == Layout::SamePackage {
+                p.package == me.package
+            } else {
+                p.node.is_some() && p.node != me.node
+            }
+    };
+    let mut cands = first_threads(m, fits);
+    cands.sort_by_key(|&cpu| {
+        let p = m.pu(cpu);
+        (
+            used_cores.contains(&core_of(cpu).unwrap_or(usize::MAX)),
+            irq_cpus.iter().any(|i| core_of(*i) == core_of(cpu)),
+            layout == Layout::SamePackage && p.map(|p| p.node) != Some(me.node),
+            cpu,
+        )
+    });
+    cands
+        .into_iter()
+        .find(|cpu| !used_cores.contains(&core_of(*cpu).unwrap_or(usize::MAX)))
+        .ok_or_else(|| {
+            impossible(
+                layout,
+                format!(
+                    "no free core {} CPU {c} for queue {}",
+                    if layout == Layout::SamePackage {
+                        "in the package of"
+                    } else {
+                        "on a node other than that of"
+                    },
+                    q.queue
+                ),
+            )
+        })
 }
 
 fn warnings(m: &Machine, entries: &[PlanEntry], iface_node: Option<usize>) -> Vec<String> {

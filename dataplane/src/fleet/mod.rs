@@ -217,6 +217,16 @@ impl Fleet {
             path: self.dir.clone(),
             source,
         })?;
+        self.links()?;
+        self.addresses_and_routes()?;
+        self.kernel_settings()?;
+        self.resolve_neighbours()?;
+        self.start_birds()?;
+        self.start_appliances()
+    }
+
+    /// The five namespaces and the veth links between them, up.
+    fn links(&self) -> Result<(), FleetError> {
         for role in ["cl", "up", "a", "b", "sv"] {
             let ns = self.ns(role);
             run(&["ip", "netns", "add", &ns])?;
@@ -239,6 +249,12 @@ impl Fleet {
             run(&["ip", "-n", &ns1, "link", "set", &if1, "up"])?;
             run(&["ip", "-n", &ns2, "link", "set", &if2, "up"])?;
         }
+        Ok(())
+    }
+
+    /// Addresses on every link; the appliances' static routes to the service and back to the
+    /// client; the server's two paths back; the client's default route.
+    fn addresses_and_routes(&self) -> Result<(), FleetError> {
         let addr = |role: &str, short: &str, a: &str| -> Result<(), FleetError> {
             run(&[
                 "ip",
@@ -310,6 +326,11 @@ impl Fleet {
             "via",
             "10.0.1.1",
         ])?;
+        Ok(())
+    }
+
+    /// Forwarding, the upstream's flow hash, the server's reverse-path filter, and checksums.
+    fn kernel_settings(&self) -> Result<(), FleetError> {
         // The upstream and the appliances forward (the appliances' kernels take what their
         // dataplane passes up); the upstream hashes flows, not address pairs, over its paths;
         // the server takes a flow from either appliance.
@@ -339,6 +360,10 @@ impl Fleet {
                 "off",
             ])?;
         }
+        Ok(())
+    }
+
+    fn resolve_neighbours(&self) -> Result<(), FleetError> {
         // Neighbours resolved before any traffic (the first frame to an unresolved neighbour
         // waits for the kernel's ARP).
         let ping = |ns: &str, addr: &str| {
@@ -350,7 +375,11 @@ impl Fleet {
             ping(&self.ns(role), upstream)?;
         }
         ping(&self.ns("cl"), "10.0.1.1")?;
-        self.start_birds()?;
+        Ok(())
+    }
+
+    /// Each appliance's dataplane and its announcer.
+    fn start_appliances(&mut self) -> Result<(), FleetError> {
         for (i, role) in APPLIANCES.iter().enumerate() {
             self.start_dataplane(i)?;
             let ns = self.ns(role);

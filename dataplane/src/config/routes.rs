@@ -106,7 +106,9 @@ pub(super) fn routes_from_file(
             format!("cannot read: {e}"),
         )
     };
-    let size = std::fs::metadata(path).map(|m| m.len()).map_err(unreadable)?;
+    let size = std::fs::metadata(path)
+        .map(|m| m.len())
+        .map_err(unreadable)?;
     if size > ROUTES_FILE_MAX_BYTES {
         return Err(invalid(
             "dataplane.routes_file",

@@ -1,7 +1,7 @@
 //! The config's unit tests: the examples parse, every bad value is refused with its key.
 use super::*;
-use crate::types::parse_mac;
 use crate::fib::Miss;
+use crate::types::parse_mac;
 
 const GOOD: &str = r#"
 [dataplane]

@@ -18,7 +18,14 @@ impl Control {
     /// A port's interface created again under its name: its sockets are reopened there (the
     /// run's main thread and the pollers), and the port stays gone in the table until they
     /// are ([`Control::resume_reopened`]).
-    pub(super) fn port_back(&mut self, i: usize, ifindex: u32, name: &str, up: bool, mtu: Option<u32>) {
+    pub(super) fn port_back(
+        &mut self,
+        i: usize,
+        ifindex: u32,
+        name: &str,
+        up: bool,
+        mtu: Option<u32>,
+    ) {
         let Some(was) = self.spec.ports.get(i).map(|p| p.ifindex) else {
             return;
         };
@@ -77,7 +84,14 @@ impl Control {
     }
 
     /// A port's link changed (or was deleted, or created again); true when it came back up.
-    pub(super) fn link(&mut self, add: bool, ifindex: u32, name: &str, up: bool, mtu: Option<u32>) -> bool {
+    pub(super) fn link(
+        &mut self,
+        add: bool,
+        ifindex: u32,
+        name: &str,
+        up: bool,
+        mtu: Option<u32>,
+    ) -> bool {
         let Some(&port) = self.by_ifindex.get(&ifindex) else {
             if add {
                 if let Some(i) = self.spec.ports.iter().position(|p| p.name == name) {
@@ -140,5 +154,4 @@ impl Control {
         }
         was == Some(false) && up
     }
-
 }

@@ -66,7 +66,6 @@ impl Control {
     }
 }
 
-
 /// The settings that differ between two configs and cannot change while running (all but
 /// the routes and neighbours).
 pub fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {

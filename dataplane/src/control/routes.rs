@@ -176,5 +176,4 @@ impl Control {
             self.asked.retain(|_, t| now - *t < RESOLVE_AGAIN);
         }
     }
-
 }

@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::fib::TableSize;
 
-
 /// A port's interface deleted and created again (same name, new index): its sockets are to
 /// be reopened and its steering program attached there.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,4 +99,3 @@ impl ControlStatus {
         self.generation.store(generation, Relaxed);
     }
 }
-

@@ -104,98 +104,15 @@ pub fn run(
     let server_ns = server_ns.to_string();
     let recv_stop = stop.clone();
     let start = Instant::now();
-    let receiver = std::thread::spawn(move || -> Result<Vec<Arrival>, String> {
-        let setup = || -> Result<(UdpSocket, [u32; 2]), String> {
-            crate::sys::enter_netns(&server_ns).map_err(|e| e.to_string())?;
-            let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, PORT))
-                .map_err(|e| format!("bind :{PORT}: {e}"))?;
-            crate::sys::enable_pktinfo(&s).map_err(|e| e.to_string())?;
-            // Room for a burst: a stopped dataplane's RX ring is flushed all at once when it
-            // runs again, and a full socket buffer would drop current datagrams with it.
-            use std::os::fd::AsRawFd;
-            crate::sys::force_rcvbuf(s.as_raw_fd(), 16 << 20);
-            s.set_read_timeout(Some(Duration::from_millis(50)))
-                .map_err(|e| e.to_string())?;
-            let idx = |i: usize| crate::sys::if_index(&server_ifs[i]).unwrap_or(0);
-            Ok((s, [idx(0), idx(1)]))
-        };
-        let (sock, ifs) = match setup() {
-            Ok(x) => x,
-            Err(e) => {
-                let _ = ready_tx.send(Err(e.clone()));
-                return Err(e);
-            }
-        };
-        let _ = ready_tx.send(Ok(ifs));
-        let mut out = Vec::new();
-        let mut buf = [0u8; 256];
-        while !recv_stop.load(Ordering::Relaxed) {
-            match crate::sys::recv_with_ifindex(&sock, &mut buf) {
-                Ok((n, ifindex)) => {
-                    let recv_ns = nanos(start);
-                    if let Some((flow, seq, sent_ns)) = decode(buf.get(..n).unwrap_or(&[])) {
-                        out.push(Arrival {
-                            flow,
-                            seq,
-                            sent_ns,
-                            recv_ns,
-                            via: ifs.iter().position(|&i| i == ifindex && i != 0),
-                        });
-                    }
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock
-                            | std::io::ErrorKind::TimedOut
-                            | std::io::ErrorKind::Interrupted
-                    ) => {}
-                Err(e) => return Err(format!("recvmsg: {e}")),
-            }
-        }
-        Ok(out)
-    });
+    let receiver =
+        std::thread::spawn(move || receive(&server_ns, &server_ifs, start, &recv_stop, &ready_tx));
     match ready_rx.recv() {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => return Err(FleetError::Traffic(format!("receiver: {e}"))),
         Err(_) => return Err(FleetError::Traffic("receiver: exited".into())),
     }
     let client_ns = client_ns.to_string();
-    let sender = std::thread::spawn(move || -> Result<(Vec<Vec<u64>>, u64), String> {
-        crate::sys::enter_netns(&client_ns).map_err(|e| e.to_string())?;
-        let socks = (0..flows.count)
-            .map(|f| {
-                let s = UdpSocket::bind(SocketAddrV4::new(src, FIRST_SRC_PORT + f))
-                    .map_err(|e| format!("bind {src}:{}: {e}", FIRST_SRC_PORT + f))?;
-                s.connect(dst).map_err(|e| format!("connect {dst}: {e}"))?;
-                Ok(s)
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        let rate = f64::from(flows.pps_per_flow) * f64::from(flows.count);
-        let per_flow = (duration.as_secs_f64() * f64::from(flows.pps_per_flow)) as usize + 16;
-        let mut sent = vec![Vec::with_capacity(per_flow); usize::from(flows.count)];
-        let (mut k, mut errors) = (0u64, 0u64);
-        let t0 = Instant::now();
-        while t0.elapsed() < duration {
-            // Every datagram due by now (paced at `rate`, round robin over the flows).
-            let due = (t0.elapsed().as_secs_f64() * rate) as u64;
-            while k < due {
-                let f = usize::try_from(k % u64::from(flows.count)).unwrap_or(0);
-                if let (Some(s), Some(times)) = (socks.get(f), sent.get_mut(f)) {
-                    let flow = u16::try_from(f).unwrap_or(0);
-                    let seq = u32::try_from(times.len()).unwrap_or(u32::MAX);
-                    let now = nanos(start);
-                    if s.send(&encode(flow, seq, now)).is_err() {
-                        errors += 1;
-                    }
-                    times.push(now);
-                }
-                k += 1;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        Ok((sent, errors))
-    });
+    let sender = std::thread::spawn(move || send(&client_ns, src, dst, flows, duration, start));
     let during = during(start);
     let sent = sender
         .join()
@@ -214,6 +131,117 @@ pub fn run(
         send_errors,
         arrivals: arrivals?,
     })
+}
+
+/// The server side's socket: bound in `server_ns` on the service port, with the arriving
+/// interface reported per datagram; the indexes of the server's two interfaces.
+fn receiver_socket(
+    server_ns: &str,
+    server_ifs: &[String; 2],
+) -> Result<(UdpSocket, [u32; 2]), String> {
+    crate::sys::enter_netns(server_ns).map_err(|e| e.to_string())?;
+    let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, PORT))
+        .map_err(|e| format!("bind :{PORT}: {e}"))?;
+    crate::sys::enable_pktinfo(&s).map_err(|e| e.to_string())?;
+    // Room for a burst: a stopped dataplane's RX ring is flushed all at once when it
+    // runs again, and a full socket buffer would drop current datagrams with it.
+    use std::os::fd::AsRawFd;
+    crate::sys::force_rcvbuf(s.as_raw_fd(), 16 << 20);
+    s.set_read_timeout(Some(Duration::from_millis(50)))
+        .map_err(|e| e.to_string())?;
+    let idx = |i: usize| crate::sys::if_index(&server_ifs[i]).unwrap_or(0);
+    Ok((s, [idx(0), idx(1)]))
+}
+
+/// The receiver thread: says on `ready` when it listens, then records every datagram of ours
+/// (flow, sequence, times, which server interface) until `stop`.
+fn receive(
+    server_ns: &str,
+    server_ifs: &[String; 2],
+    start: Instant,
+    stop: &AtomicBool,
+    ready: &std::sync::mpsc::Sender<Result<[u32; 2], String>>,
+) -> Result<Vec<Arrival>, String> {
+    let (sock, ifs) = match receiver_socket(server_ns, server_ifs) {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = ready.send(Err(e.clone()));
+            return Err(e);
+        }
+    };
+    let _ = ready.send(Ok(ifs));
+    let mut out = Vec::new();
+    let mut buf = [0u8; 256];
+    while !stop.load(Ordering::Relaxed) {
+        match crate::sys::recv_with_ifindex(&sock, &mut buf) {
+            Ok((n, ifindex)) => {
+                let recv_ns = nanos(start);
+                if let Some((flow, seq, sent_ns)) = decode(buf.get(..n).unwrap_or(&[])) {
+                    out.push(Arrival {
+                        flow,
+                        seq,
+                        sent_ns,
+                        recv_ns,
+                        via: ifs.iter().position(|&i| i == ifindex && i != 0),
+                    });
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(format!("recvmsg: {e}")),
+        }
+    }
+    Ok(out)
+}
+
+/// The sender thread: one connected socket per flow in `client_ns`, datagrams paced at the
+/// flows' rate, round robin, for `duration`; each flow's send times, and the send errors.
+fn send(
+    client_ns: &str,
+    src: Ipv4Addr,
+    dst: SocketAddrV4,
+    flows: Flows,
+    duration: Duration,
+    start: Instant,
+) -> Result<(Vec<Vec<u64>>, u64), String> {
+    crate::sys::enter_netns(client_ns).map_err(|e| e.to_string())?;
+    let socks = (0..flows.count)
+        .map(|f| {
+            let s = UdpSocket::bind(SocketAddrV4::new(src, FIRST_SRC_PORT + f))
+                .map_err(|e| format!("bind {src}:{}: {e}", FIRST_SRC_PORT + f))?;
+            s.connect(dst).map_err(|e| format!("connect {dst}: {e}"))?;
+            Ok(s)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let rate = f64::from(flows.pps_per_flow) * f64::from(flows.count);
+    let per_flow = (duration.as_secs_f64() * f64::from(flows.pps_per_flow)) as usize + 16;
+    let mut sent = vec![Vec::with_capacity(per_flow); usize::from(flows.count)];
+    let (mut k, mut errors) = (0u64, 0u64);
+    let t0 = Instant::now();
+    while t0.elapsed() < duration {
+        // Every datagram due by now (paced at `rate`, round robin over the flows).
+        let due = (t0.elapsed().as_secs_f64() * rate) as u64;
+        while k < due {
+            let f = usize::try_from(k % u64::from(flows.count)).unwrap_or(0);
+            if let (Some(s), Some(times)) = (socks.get(f), sent.get_mut(f)) {
+                let flow = u16::try_from(f).unwrap_or(0);
+                let seq = u32::try_from(times.len()).unwrap_or(u32::MAX);
+                let now = nanos(start);
+                if s.send(&encode(flow, seq, now)).is_err() {
+                    errors += 1;
+                }
+                times.push(now);
+            }
+            k += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok((sent, errors))
 }
 
 #[cfg(test)]

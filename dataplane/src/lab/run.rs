@@ -50,21 +50,63 @@ impl Lab<'_> {
         m: Option<&Machine>,
         progress: &mut impl FnMut(&Cell, Option<&Record>),
     ) -> CellResult {
+        let placement = match self.cell_placement(cell, m) {
+            Ok(p) => p,
+            Err(status) => return self.single(cell, status, progress),
+        };
+        let bed = match Testbed::new(&self.prefix, 1) {
+            Ok(b) => b,
+            Err(e) => return self.single(cell, format!("failed: {e}"), progress),
+        };
+        if let Err(e) = bed.up() {
+            return self.single(cell, format!("failed: testbed: {e}"), progress);
+        }
+        let (mut runs, stable) = self.repeat(cell, &bed, placement.as_ref(), progress);
+        let (mut zero_loss_pps, mut zero_loss_trials) = (None, Vec::new());
+        let max = median(
+            runs.iter()
+                .filter(|r| r.status == "ok")
+                .map(|r| r.forwarded_pps)
+                .collect(),
+        );
+        if self.matrix.zero_loss && cell.dut != Dut::Drop {
+            if let Some(max) = max.filter(|m| *m > 0.0) {
+                match self.zero_loss(cell, &bed, placement.as_ref(), max) {
+                    Ok((best, trials)) => {
+                        zero_loss_pps = Some(best);
+                        zero_loss_trials = trials;
+                    }
+                    Err(e) => runs.push(self.blank(
+                        cell,
+                        self.matrix.max_reps,
+                        format!("failed: zero-loss search: {e}"),
+                    )),
+                }
+            }
+        }
+        bed.down();
+        CellResult {
+            cell: cell.clone(),
+            runs,
+            stable,
+            zero_loss_pps,
+            zero_loss_trials,
+        }
+    }
+
+    /// Where the cell's DUT goes on `m` (None: not a dataplane cell), or the status of a cell
+    /// this machine cannot give: reported with its reason, never dropped.
+    fn cell_placement(
+        &self,
+        cell: &Cell,
+        m: Option<&Machine>,
+    ) -> Result<Option<Placement>, String> {
         let mx = self.matrix;
-        // Cells this machine cannot give are reported, with the reason, never dropped.
         let placement = if cell.dut.is_dataplane() {
             match m.map(|m| layout_placement(m, &cell.layout, mx.gen_cpu, mx.dut_cpu)) {
                 Some(Ok(p)) => Some(p),
-                Some(Err(why)) => {
-                    return self.single(
-                        cell,
-                        format!("unavailable: not available here: {why}"),
-                        progress,
-                    )
-                }
-                None => {
-                    return self.single(cell, "failed: cannot read the topology".into(), progress)
-                }
+                Some(Err(why)) => return Err(format!("unavailable: not available here: {why}")),
+                None => return Err("failed: cannot read the topology".into()),
             }
         } else {
             None
@@ -73,35 +115,33 @@ impl Lab<'_> {
             && cell.memory == "remote"
             && m.is_some_and(|m| m.nodes.len() < 2)
         {
-            return self.single(
-                cell,
+            return Err(
                 "unavailable: not available here: memory = remote needs 2 NUMA nodes".into(),
-                progress,
             );
         }
         if cell.dut == Dut::Testpmd && which("dpdk-testpmd").is_none() {
-            return self.single(
-                cell,
-                "skipped: dpdk-testpmd not installed (Debian package dpdk-dev)".into(),
-                progress,
-            );
+            return Err("skipped: dpdk-testpmd not installed (Debian package dpdk-dev)".into());
         }
-        let bed = match Testbed::new(&self.prefix, 1) {
-            Ok(b) => b,
-            Err(e) => return self.single(cell, format!("failed: {e}"), progress),
-        };
-        if let Err(e) = bed.up() {
-            return self.single(cell, format!("failed: testbed: {e}"), progress);
-        }
+        Ok(placement)
+    }
+
+    /// The cell's repeats, until the median is steady (true) or `max_reps` (twice that when
+    /// the repeats fall in two clusters, so both are sampled; the summary says so); stops at
+    /// the first failed repeat.
+    fn repeat(
+        &self,
+        cell: &Cell,
+        bed: &Testbed,
+        placement: Option<&Placement>,
+        progress: &mut impl FnMut(&Cell, Option<&Record>),
+    ) -> (Vec<Record>, bool) {
+        let mx = self.matrix;
         let mut runs: Vec<Record> = Vec::new();
-        let mut stable = false;
-        // Repeats that fall in two clusters are not settled by a steady median: such a cell
-        // gets up to twice `max_reps` so both clusters are sampled (the summary says so).
         let mut cap = mx.max_reps;
         let mut rep = 0;
         while rep < cap {
             let r = self
-                .run_rep(cell, &bed, rep, placement.as_ref())
+                .run_rep(cell, bed, rep, placement)
                 .unwrap_or_else(|e| self.blank(cell, rep, format!("failed: {e}")));
             progress(cell, Some(&r));
             let failed = r.status != "ok";
@@ -119,45 +159,14 @@ impl Lab<'_> {
                 let now = median(all.clone()).unwrap_or(0.0);
                 let before = median(all[..all.len() - 1].to_vec()).unwrap_or(0.0);
                 if now > 0.0 && ((now - before) / now).abs() * 100.0 < mx.stable_pct {
-                    stable = true;
-                    break;
+                    return (runs, true);
                 }
                 if now == 0.0 && before == 0.0 {
-                    stable = true;
-                    break;
+                    return (runs, true);
                 }
             }
         }
-        let (mut zero_loss_pps, mut zero_loss_trials) = (None, Vec::new());
-        let max = median(
-            runs.iter()
-                .filter(|r| r.status == "ok")
-                .map(|r| r.forwarded_pps)
-                .collect(),
-        );
-        if mx.zero_loss && cell.dut != Dut::Drop {
-            if let Some(max) = max.filter(|m| *m > 0.0) {
-                match self.zero_loss(cell, &bed, placement.as_ref(), max) {
-                    Ok((best, trials)) => {
-                        zero_loss_pps = Some(best);
-                        zero_loss_trials = trials;
-                    }
-                    Err(e) => runs.push(self.blank(
-                        cell,
-                        mx.max_reps,
-                        format!("failed: zero-loss search: {e}"),
-                    )),
-                }
-            }
-        }
-        bed.down();
-        CellResult {
-            cell: cell.clone(),
-            runs,
-            stable,
-            zero_loss_pps,
-            zero_loss_trials,
-        }
+        (runs, false)
     }
 
     fn single(
@@ -248,7 +257,7 @@ impl Lab<'_> {
     ) -> Result<Record, LabError> {
         let mx = self.matrix;
         let t0 = Instant::now();
-        let (dut_ns, sink_ns, gen_ns) = (bed.dut_ns(), bed.sink_ns(), bed.gen_ns());
+        let dut_ns = bed.dut_ns();
         let all = all_cpus();
         let tag = format!("{}-{}", self.prefix, rep);
         let summary_json = self.scratch.join(format!("{tag}-dut.json"));
@@ -269,7 +278,56 @@ impl Lab<'_> {
             );
         }
         tasks.extend(napi_tasks.iter().copied());
-        // 2. Sink (its NAPI on the generator's CPU at SCHED_FIFO, so it keeps up and its work is
+        // 2. The load.
+        let (mut sink, mut gen, sink_json, gen_json) = self.start_load(cell, bed, &tag, &all)?;
+        let setup_s = t0.elapsed().as_secs_f64();
+        // 3. The window: opened and closed by the sink.
+        sink.wait_for(
+            "window open",
+            Duration::from_secs_f64(mx.warmup_s + mx.window_s + 10.0),
+        )?;
+        let snapshot = || {
+            (
+                cpu_ns(&tasks),
+                cpu_ns(&napi_tasks),
+                anchor.tx_packets(&bed.dut_out()),
+                Instant::now(),
+            )
+        };
+        let scraper = cell.scrape.then(|| Scraper::start(&dut_ns));
+        let (c0, n0, tx0, w0) = snapshot();
+        let _ = sink.child.wait();
+        let (c1, n1, tx1, w1) = snapshot();
+        let scrapes = scraper.map_or(0, Scraper::stop);
+        if cell.scrape && scrapes == 0 {
+            return Err(LabError::NoScrape);
+        }
+        let _ = gen.child.wait();
+        stop_dut(cell, &dut_ns, dut)?;
+        let window = Window {
+            cpu_ns: c1.saturating_sub(c0),
+            napi_ns: n1.saturating_sub(n0),
+            dut_tx: tx1.saturating_sub(tx0),
+            wall: w1 - w0,
+        };
+        let mut r = self.record(cell, rep, &window, &sink_json, &gen_json, &summary_json)?;
+        r.setup_s = setup_s;
+        Ok(r)
+    }
+
+    /// Sink (its NAPI on the generator's CPU at SCHED_FIFO, so it keeps up and its work is
+    /// not the DUT's), then the generator at SCHED_IDLE; both write their JSON summaries.
+    fn start_load(
+        &self,
+        cell: &Cell,
+        bed: &Testbed,
+        tag: &str,
+        all: &[usize],
+    ) -> Result<(Proc, Proc, PathBuf, PathBuf), LabError> {
+        let mx = self.matrix;
+        let sink_ns = bed.sink_ns();
+        let gen_ns = bed.gen_ns();
+        // Sink (its NAPI on the generator's CPU at SCHED_FIFO, so it keeps up and its work is
         //    not the DUT's), then the generator at SCHED_IDLE: it takes only CPU time that nothing
         //    else wants, as test equipment should. As an ordinary thread it took turns with the
         //    DUT's NAPI thread on their shared CPU in scheduler slices of milliseconds, and frames
@@ -290,10 +348,9 @@ impl Lab<'_> {
             ],
             &sink_json,
         );
-        let mut sink = Proc::spawn(&sink_ns, &self.exe, &s_args)?;
+        let sink = Proc::spawn(&sink_ns, &self.exe, &s_args)?;
         std::thread::sleep(Duration::from_millis(300));
-        napi(&sink_ns, &bed.sink_if(), Some(mx.gen_cpu), &all, true)?;
-        let setup_s = t0.elapsed().as_secs_f64();
+        napi(&sink_ns, &bed.sink_if(), Some(mx.gen_cpu), all, true)?;
         let mut g_args = gen_args(cell, bed, mx.gen_cpu);
         g_args.extend(argv(
             &[
@@ -304,34 +361,29 @@ impl Lab<'_> {
             ],
             &gen_json,
         ));
-        let mut gen = Proc::spawn(&gen_ns, &self.exe, &g_args)?;
-        // 3. The window: opened and closed by the sink.
-        sink.wait_for("window open", Duration::from_secs_f64(total + 10.0))?;
-        let snapshot = || {
-            (
-                cpu_ns(&tasks),
-                cpu_ns(&napi_tasks),
-                anchor.tx_packets(&bed.dut_out()),
-                Instant::now(),
-            )
-        };
-        let scraper = cell.scrape.then(|| Scraper::start(&dut_ns));
-        let (c0, n0, tx0, w0) = snapshot();
-        let _ = sink.child.wait();
-        let (c1, n1, tx1, w1) = snapshot();
-        let scrapes = scraper.map_or(0, Scraper::stop);
-        if cell.scrape && scrapes == 0 {
-            return Err(LabError::NoScrape);
-        }
-        let _ = gen.child.wait();
-        stop_dut(cell, &dut_ns, dut)?;
-        let s = read_json(&sink_json)?;
-        let g = read_json(&gen_json)?;
+        let gen = Proc::spawn(&gen_ns, &self.exe, &g_args)?;
+        Ok((sink, gen, sink_json, gen_json))
+    }
+
+    /// Repeat `rep`'s record from the sink's, the generator's and the DUT's summaries and
+    /// what was measured over the window.
+    fn record(
+        &self,
+        cell: &Cell,
+        rep: u32,
+        w: &Window,
+        sink_json: &Path,
+        gen_json: &Path,
+        summary_json: &Path,
+    ) -> Result<Record, LabError> {
+        let mx = self.matrix;
+        let s = read_json(sink_json)?;
+        let g = read_json(gen_json)?;
         let mut r = self.blank(cell, rep, "ok".into());
         let pkts = s["matched"].as_u64().unwrap_or(0);
         let secs = s["seconds"].as_f64().unwrap_or(mx.window_s).max(1e-9);
         r.sink_packets = pkts;
-        r.dut_tx_packets = tx1.saturating_sub(tx0);
+        r.dut_tx_packets = w.dut_tx;
         r.forwarded_pps = pkts as f64 / secs;
         r.offered_pps =
             g["packets"].as_f64().unwrap_or(0.0) / g["seconds"].as_f64().unwrap_or(1.0).max(1e-9);
@@ -346,14 +398,13 @@ impl Lab<'_> {
         };
         // The NAPI threads' time is read twice (in both sums) a moment apart, and a thread
         // can end in the window: differences never go below zero.
-        let (all, napi) = (c1.saturating_sub(c0), n1.saturating_sub(n0));
+        let (all, napi) = (w.cpu_ns, w.napi_ns);
         r.dut_cpu_ns_per_pkt = per(all);
         r.napi_ns_per_pkt = per(napi);
         r.threads_ns_per_pkt = per(all.saturating_sub(napi));
-        r.dut_cpu_util = all as f64 / 1e9 / (w1 - w0).as_secs_f64().max(1e-9);
-        r.setup_s = setup_s;
+        r.dut_cpu_util = all as f64 / 1e9 / w.wall.as_secs_f64().max(1e-9);
         if cell.dut.is_dataplane() {
-            if let Ok(v) = read_json(&summary_json) {
+            if let Ok(v) = read_json(summary_json) {
                 if let Some(d) = v["drops_by_reason"].as_object() {
                     r.drops = d
                         .iter()
@@ -364,6 +415,18 @@ impl Lab<'_> {
         }
         Ok(r)
     }
+}
+
+/// What one repeat's window measured apart from the sink and the generator.
+struct Window {
+    /// CPU time of the DUT's tasks and its NAPI threads.
+    cpu_ns: u64,
+    /// CPU time of the NAPI threads alone (read a moment apart from `cpu_ns`).
+    napi_ns: u64,
+    /// Packets the DUT's egress interface sent.
+    dut_tx: u64,
+    /// Wall time.
+    wall: Duration,
 }
 
 /// Stops the DUT process, or turns the namespace's forwarding off again.

@@ -94,98 +94,144 @@ fn share(counts: [u64; 2]) -> [f64; 2] {
     ]
 }
 
-impl Outcome {
-    /// Reads a run. A datagram that arrived over [`LATE`] after it was sent counts as lost
-    /// (and as late): to a flow, a datagram held for seconds is gone.
-    pub fn of(schedule: &Schedule, flows: Flows, traffic: &Traffic) -> Outcome {
-        let (fault, recover) = (ns(schedule.fault_at), ns(schedule.recover_at));
-        let mut seen: Vec<Vec<bool>> = traffic
-            .sent
-            .iter()
-            .map(|times| vec![false; times.len()])
-            .collect();
-        let mut late = 0u64;
-        let mut received = 0u64;
-        let mut last_via_before: Vec<Option<usize>> = vec![None; traffic.sent.len()];
-        let mut before = [0u64; 2];
+/// One pass over the arrivals: which datagrams arrived in time, and each flow's appliance
+/// before the fault.
+struct Tally {
+    /// Per flow, per sequence number: arrived (in time).
+    seen: Vec<Vec<bool>>,
+    /// Arrived over [`LATE`] after they were sent.
+    late: u64,
+    /// Distinct datagrams that arrived in time.
+    received: u64,
+    /// Per flow: the appliance of its last arrival sent before the fault.
+    last_via_before: Vec<Option<usize>>,
+    /// Per appliance: arrivals sent from 0.5 s until the fault.
+    before: [u64; 2],
+}
+
+impl Tally {
+    fn of(traffic: &Traffic, fault: u64) -> Tally {
+        let mut t = Tally {
+            seen: traffic
+                .sent
+                .iter()
+                .map(|times| vec![false; times.len()])
+                .collect(),
+            late: 0,
+            received: 0,
+            last_via_before: vec![None; traffic.sent.len()],
+            before: [0; 2],
+        };
         for a in &traffic.arrivals {
-            let Some(slot) = seen
+            let Some(slot) = t
+                .seen
                 .get_mut(usize::from(a.flow))
                 .and_then(|s| s.get_mut(a.seq as usize))
             else {
                 continue;
             };
             if a.recv_ns.saturating_sub(a.sent_ns) > ns(LATE) {
-                late += 1;
+                t.late += 1;
                 continue;
             }
             if !*slot {
                 *slot = true;
-                received += 1;
+                t.received += 1;
             }
             if a.sent_ns < fault {
                 if let Some(v) = a.via {
-                    last_via_before[usize::from(a.flow)] = Some(v);
+                    t.last_via_before[usize::from(a.flow)] = Some(v);
                     if a.sent_ns >= 500_000_000 {
-                        before[v] += 1;
+                        t.before[v] += 1;
                     }
                 }
             }
         }
-        let (mut lost_before, mut lost_fault, mut lost_recovery) = (0, 0, 0);
-        for (s, times) in seen.iter().zip(&traffic.sent) {
+        t
+    }
+
+    /// Lost datagrams by when they were sent: before the fault, until the recovery, after.
+    fn lost(&self, traffic: &Traffic, [fault, recover]: [u64; 2]) -> [u64; 3] {
+        let mut lost = [0u64; 3];
+        for (s, times) in self.seen.iter().zip(&traffic.sent) {
             for (got, &t) in s.iter().zip(times) {
                 if *got {
                     continue;
                 }
-                if t < fault {
-                    lost_before += 1;
-                } else if t < recover {
-                    lost_fault += 1;
-                } else {
-                    lost_recovery += 1;
-                }
+                lost[usize::from(t >= fault) + usize::from(t >= recover)] += 1;
             }
         }
-        // Every flow that was on a: when it first arrived through b after the fault.
-        let on_a: Vec<usize> = (0..last_via_before.len())
-            .filter(|&f| last_via_before[f] == Some(0))
+        lost
+    }
+}
+
+/// From the fault until every flow that was on a (`on_a`) first arrived through b, ms (None:
+/// some never did).
+fn withdraw_ms(traffic: &Traffic, on_a: &[usize], fault: u64) -> Option<f64> {
+    let mut moved: Vec<Option<u64>> = vec![None; traffic.sent.len()];
+    for a in &traffic.arrivals {
+        if a.via == Some(1) && a.sent_ns >= fault {
+            let m = &mut moved[usize::from(a.flow)];
+            *m = Some(m.map_or(a.sent_ns, |t| t.min(a.sent_ns)));
+        }
+    }
+    on_a.iter()
+        .map(|&f| moved[f].map(|t| (t - fault) as f64 / 1e6))
+        .try_fold(0.0f64, |m, t| t.map(|t| m.max(t)))
+}
+
+/// From the recovery until the first datagram arrived through a again (ms), and each
+/// appliance's arrivals sent from 0.5 s after that.
+fn back_on_a(traffic: &Traffic, recover: u64) -> (Option<f64>, [u64; 2]) {
+    let back = traffic
+        .arrivals
+        .iter()
+        .filter(|a| a.via == Some(0) && a.sent_ns >= recover)
+        .map(|a| a.sent_ns)
+        .min();
+    let mut after = [0u64; 2];
+    if let Some(b) = back {
+        for a in &traffic.arrivals {
+            if let (Some(v), true) = (a.via, a.sent_ns >= b + 500_000_000) {
+                after[v] += 1;
+            }
+        }
+    }
+    (back.map(|t| (t - recover) as f64 / 1e6), after)
+}
+
+/// Arrivals per appliance per [`BIN`] of receive time, as pps.
+fn series(traffic: &Traffic, duration: Duration) -> Vec<Bin> {
+    let bins = (duration.as_nanos() / BIN.as_nanos()) as usize + 1;
+    let mut per_bin = vec![[0u64; 2]; bins];
+    for a in &traffic.arrivals {
+        let b = (u128::from(a.recv_ns) / BIN.as_nanos()) as usize;
+        if let (Some(v), Some(bin)) = (a.via, per_bin.get_mut(b)) {
+            bin[v] += 1;
+        }
+    }
+    let per_s = 1.0 / BIN.as_secs_f64();
+    per_bin
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Bin {
+            t: i as f64 * BIN.as_secs_f64(),
+            pps: [c[0] as f64 * per_s, c[1] as f64 * per_s],
+        })
+        .collect()
+}
+
+impl Outcome {
+    /// Reads a run. A datagram that arrived over [`LATE`] after it was sent counts as lost
+    /// (and as late): to a flow, a datagram held for seconds is gone.
+    pub fn of(schedule: &Schedule, flows: Flows, traffic: &Traffic) -> Outcome {
+        let (fault, recover) = (ns(schedule.fault_at), ns(schedule.recover_at));
+        let tally = Tally::of(traffic, fault);
+        let [lost_before, lost_fault, lost_recovery] = tally.lost(traffic, [fault, recover]);
+        let on_a: Vec<usize> = (0..tally.last_via_before.len())
+            .filter(|&f| tally.last_via_before[f] == Some(0))
             .collect();
-        let mut moved: Vec<Option<u64>> = vec![None; traffic.sent.len()];
-        for a in &traffic.arrivals {
-            if a.via == Some(1) && a.sent_ns >= fault {
-                let m = &mut moved[usize::from(a.flow)];
-                *m = Some(m.map_or(a.sent_ns, |t| t.min(a.sent_ns)));
-            }
-        }
-        let withdraw_ms = on_a
-            .iter()
-            .map(|&f| moved[f].map(|t| (t - fault) as f64 / 1e6))
-            .try_fold(0.0f64, |m, t| t.map(|t| m.max(t)));
-        let back = traffic
-            .arrivals
-            .iter()
-            .filter(|a| a.via == Some(0) && a.sent_ns >= recover)
-            .map(|a| a.sent_ns)
-            .min();
-        let return_ms = back.map(|t| (t - recover) as f64 / 1e6);
-        let mut after = [0u64; 2];
-        if let Some(b) = back {
-            for a in &traffic.arrivals {
-                if let (Some(v), true) = (a.via, a.sent_ns >= b + 500_000_000) {
-                    after[v] += 1;
-                }
-            }
-        }
-        let bins = (schedule.duration.as_nanos() / BIN.as_nanos()) as usize + 1;
-        let mut per_bin = vec![[0u64; 2]; bins];
-        for a in &traffic.arrivals {
-            let b = (u128::from(a.recv_ns) / BIN.as_nanos()) as usize;
-            if let (Some(v), Some(bin)) = (a.via, per_bin.get_mut(b)) {
-                bin[v] += 1;
-            }
-        }
-        let per_s = 1.0 / BIN.as_secs_f64();
+        let (return_ms, after) = back_on_a(traffic, recover);
         let sent: u64 = traffic.sent.iter().map(|t| t.len() as u64).sum();
         Outcome {
             fault: schedule.fault,
@@ -194,25 +240,18 @@ impl Outcome {
             fault_at_s: schedule.fault_at.as_secs_f64(),
             recover_at_s: schedule.recover_at.as_secs_f64(),
             sent,
-            received,
-            lost: sent - received,
-            late,
-            share_before: share(before),
+            received: tally.received,
+            lost: sent - tally.received,
+            late: tally.late,
+            share_before: share(tally.before),
             share_after: share(after),
             lost_before,
             lost_fault,
             lost_recovery,
             flows_on_a: on_a.len(),
-            withdraw_ms,
+            withdraw_ms: withdraw_ms(traffic, &on_a, fault),
             return_ms,
-            series: per_bin
-                .iter()
-                .enumerate()
-                .map(|(i, c)| Bin {
-                    t: i as f64 * BIN.as_secs_f64(),
-                    pps: [c[0] as f64 * per_s, c[1] as f64 * per_s],
-                })
-                .collect(),
+            series: series(traffic, schedule.duration),
         }
     }
 

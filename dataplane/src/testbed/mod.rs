@@ -89,6 +89,15 @@ enum Side {
     Sink,
 }
 
+/// One end of a wire: its namespace, interface, MAC and addresses.
+struct End {
+    ns: String,
+    dev: String,
+    mac: &'static str,
+    v4: &'static str,
+    v6: &'static str,
+}
+
 /// Whether `prefix` can name namespaces and interfaces: 1-10 characters of [a-z0-9] (an
 /// interface name `PREFIX-xx` stays within the kernel's 15).
 pub fn prefix_ok(prefix: &str) -> bool {
@@ -217,118 +226,140 @@ impl Testbed {
         self.ns(&ns, &["ip", "-6", "route", "add", far6, "via", via6])
     }
 
-    /// One veth pair, a host on one end and the DUT on the other: the link, both ends'
-    /// addresses, the host's checksums and routes, both ends' neighbours.
-    fn wire(&self, side: Side, host_up: bool) -> Result<(), TestbedError> {
-        let (d, q) = (self.dut_ns(), self.queues.to_string());
-        let (host_ns, host_if, host_mac, host_v4, host_v6, dut_if, dut_mac, dut_v4, dut_v6) =
-            match side {
-                Side::Gen => (
-                    self.gen_ns(),
-                    self.gen_if(),
-                    GEN_MAC,
-                    GEN_V4,
-                    GEN_V6,
+    /// The host's end and the DUT's end of `side`'s wire.
+    fn ends(&self, side: Side) -> (End, End) {
+        let end = |ns, dev, mac, v4, v6| End {
+            ns,
+            dev,
+            mac,
+            v4,
+            v6,
+        };
+        match side {
+            Side::Gen => (
+                end(self.gen_ns(), self.gen_if(), GEN_MAC, GEN_V4, GEN_V6),
+                end(
+                    self.dut_ns(),
                     self.dut_in(),
                     DUT_IN_MAC,
                     DUT_IN_V4,
                     DUT_IN_V6,
                 ),
-                Side::Sink => (
-                    self.sink_ns(),
-                    self.sink_if(),
-                    SINK_MAC,
-                    SINK_V4,
-                    SINK_V6,
+            ),
+            Side::Sink => (
+                end(self.sink_ns(), self.sink_if(), SINK_MAC, SINK_V4, SINK_V6),
+                end(
+                    self.dut_ns(),
                     self.dut_out(),
                     DUT_OUT_MAC,
                     DUT_OUT_V4,
                     DUT_OUT_V6,
                 ),
-            };
-        // The DUT's end is named first on the sink side, the host's on the gen side (as
-        // `ip link` lists them; nothing depends on it).
-        run(&[
-            "ip",
-            "link",
-            "add",
-            &host_if,
-            "numrxqueues",
-            &q,
-            "numtxqueues",
-            &q,
-            "netns",
-            &host_ns,
-            "address",
-            host_mac,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &dut_if,
-            "numrxqueues",
-            &q,
-            "numtxqueues",
-            &q,
-            "netns",
-            &d,
-            "address",
-            dut_mac,
-        ])?;
-        for (ns, dev, v4, v6) in [
-            (&host_ns, &host_if, host_v4, host_v6),
-            (&d, &dut_if, dut_v4, dut_v6),
-        ] {
-            self.ns(ns, &["ip", "addr", "add", &format!("{v4}/24"), "dev", dev])?;
-            self.ns(
-                ns,
-                &[
-                    "ip",
-                    "-6",
-                    "addr",
-                    "add",
-                    &format!("{v6}/64"),
-                    "dev",
-                    dev,
-                    "nodad",
-                ],
-            )?;
-            if ns != &host_ns || host_up {
-                self.ns(ns, &["ip", "link", "set", dev, "up"])?;
-            }
+            ),
         }
+    }
+
+    /// One veth pair, a host on one end and the DUT on the other: the link, both ends'
+    /// addresses, the host's checksums and routes, both ends' neighbours.
+    fn wire(&self, side: Side, host_up: bool) -> Result<(), TestbedError> {
+        let (host, dut) = self.ends(side);
+        self.veth(&host, &dut)?;
+        self.addresses(&host, host_up)?;
+        self.addresses(&dut, true)?;
         // A wire delivers complete checksums; a veth with TX checksum offload on (its default)
         // hands the peer CHECKSUM_PARTIAL packets whose TCP/UDP checksum holds only the
         // pseudo-header seed. XDP and AF_XDP see those bytes as they are, so a userspace
         // forwarder would pass them on broken and the far end's kernel would drop them. The
         // hosts' ends compute their checksums in software instead, as a NIC would on the wire.
-        self.ns(&host_ns, &["ethtool", "-K", &host_if, "tx", "off"])?;
+        self.ns(&host.ns, &["ethtool", "-K", &host.dev, "tx", "off"])?;
         if host_up {
             self.host_routes(side)?;
         }
         // Static neighbours everywhere: no ARP/ND in the measured path.
-        for (ns, dev, ip4, ip6, mac) in [
-            (&host_ns, &host_if, dut_v4, dut_v6, dut_mac),
-            (&d, &dut_if, host_v4, host_v6, host_mac),
-        ] {
-            for (family, ip) in [("-4", ip4), ("-6", ip6)] {
-                self.ns(
-                    ns,
-                    &[
-                        "ip",
-                        family,
-                        "neigh",
-                        "replace",
-                        ip,
-                        "lladdr",
-                        mac,
-                        "dev",
-                        dev,
-                        "nud",
-                        "permanent",
-                    ],
-                )?;
-            }
+        self.neighbour(&host, &dut)?;
+        self.neighbour(&dut, &host)
+    }
+
+    /// The veth pair between `host` and `dut`, each end in its namespace with its MAC and
+    /// the testbed's queue count.
+    fn veth(&self, host: &End, dut: &End) -> Result<(), TestbedError> {
+        let q = self.queues.to_string();
+        run(&[
+            "ip",
+            "link",
+            "add",
+            &host.dev,
+            "numrxqueues",
+            &q,
+            "numtxqueues",
+            &q,
+            "netns",
+            &host.ns,
+            "address",
+            host.mac,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &dut.dev,
+            "numrxqueues",
+            &q,
+            "numtxqueues",
+            &q,
+            "netns",
+            &dut.ns,
+            "address",
+            dut.mac,
+        ])
+        .map(drop)
+    }
+
+    /// `end`'s IPv4 and IPv6 addresses (no duplicate address detection), and the link set up
+    /// when `up`.
+    fn addresses(&self, end: &End, up: bool) -> Result<(), TestbedError> {
+        let (ns, dev) = (&end.ns, &end.dev);
+        self.ns(
+            ns,
+            &["ip", "addr", "add", &format!("{}/24", end.v4), "dev", dev],
+        )?;
+        self.ns(
+            ns,
+            &[
+                "ip",
+                "-6",
+                "addr",
+                "add",
+                &format!("{}/64", end.v6),
+                "dev",
+                dev,
+                "nodad",
+            ],
+        )?;
+        if up {
+            self.ns(ns, &["ip", "link", "set", dev, "up"])?;
+        }
+        Ok(())
+    }
+
+    /// `other`'s addresses as permanent neighbours on `end`.
+    fn neighbour(&self, end: &End, other: &End) -> Result<(), TestbedError> {
+        for (family, ip) in [("-4", other.v4), ("-6", other.v6)] {
+            self.ns(
+                &end.ns,
+                &[
+                    "ip",
+                    family,
+                    "neigh",
+                    "replace",
+                    ip,
+                    "lladdr",
+                    other.mac,
+                    "dev",
+                    &end.dev,
+                    "nud",
+                    "permanent",
+                ],
+            )?;
         }
         Ok(())
     }

@@ -67,6 +67,122 @@ pub fn install(addr: SocketAddr) -> Result<(), TelemetryError> {
     Ok(())
 }
 
+/// Whether a metric is a counter (with its unit) or a gauge.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter(Unit),
+    Gauge,
+}
+
+/// Every metric but the per-poller counters of [`COUNTER_NAMES`]: name, kind, help.
+const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
+    (
+        "dataplane_drops_total",
+        Kind::Counter(Unit::Count),
+        "Frames not forwarded, by reason (docs/ROUTER.md).",
+    ),
+    (
+        "dataplane_steer_frames_total",
+        Kind::Counter(Unit::Count),
+        "Frames the XDP steering program handled per port: redirected to a poller, passed to the kernel (by why), or dropped.",
+    ),
+    (
+        "dataplane_fib_prefixes",
+        Kind::Gauge,
+        "Prefixes in the forwarding table, by family.",
+    ),
+    (
+        "dataplane_fib_next_hops",
+        Kind::Gauge,
+        "Next hops in the forwarding table.",
+    ),
+    (
+        "dataplane_build_info",
+        Kind::Gauge,
+        "Always 1; the version as a label.",
+    ),
+    (
+        "dataplane_queue_rx_packets_total",
+        Kind::Counter(Unit::Count),
+        "Frames taken from one socket's RX ring (per port and queue).",
+    ),
+    (
+        "dataplane_queue_rx_bytes_total",
+        Kind::Counter(Unit::Bytes),
+        "Bytes taken from one socket's RX ring (per port and queue).",
+    ),
+    (
+        "dataplane_queue_tx_packets_total",
+        Kind::Counter(Unit::Count),
+        "Frames put on one socket's TX ring (per port and queue).",
+    ),
+    (
+        "dataplane_queue_tx_bytes_total",
+        Kind::Counter(Unit::Bytes),
+        "Bytes put on one socket's TX ring (per port and queue).",
+    ),
+    (
+        "dataplane_rx_bursts_total",
+        Kind::Counter(Unit::Count),
+        "Non-empty RX bursts by size: bursts of at most size_le frames and more than the previous bucket's (VPP's vectors per call).",
+    ),
+    (
+        "dataplane_umem_frames",
+        Kind::Gauge,
+        "A poller's UMEM frames by state: free (its free list) or in_rings (fill, RX, TX, completion rings and the kernel).",
+    ),
+    (
+        "dataplane_poller_busy_ratio",
+        Kind::Gauge,
+        "Share of a poller's loop passes that found work, since the previous publish (250 ms).",
+    ),
+    (
+        "dataplane_xsk_kernel_events_total",
+        Kind::Counter(Unit::Count),
+        "The kernel's XDP_STATISTICS of each AF_XDP socket, by what: rx_dropped, rx_ring_full, rx_fill_ring_empty_descs, ...",
+    ),
+    (
+        "dataplane_health",
+        Kind::Gauge,
+        "1 while a health check fails: check = stalled (the kernel drops frames for a poller that takes none), fill_empty (a fill ring empty for over a second), link_down.",
+    ),
+    (
+        "dataplane_health_checks_total",
+        Kind::Counter(Unit::Count),
+        "Health samples taken (every 250 ms): a watcher (`dataplane announce`) that sees it stop counting knows the gauges are stale.",
+    ),
+    (
+        "dataplane_fib_generation",
+        Kind::Gauge,
+        "Reclamation generation of the forwarding table (advances as memory is unpublished).",
+    ),
+    (
+        "dataplane_fib_foreign_routes",
+        Kind::Gauge,
+        "Kernel routes out of interfaces that are not dataplane ports (not forwarded here).",
+    ),
+    (
+        "dataplane_route_updates_total",
+        Kind::Counter(Unit::Count),
+        "Route and neighbour changes applied to the forwarding table.",
+    ),
+    (
+        "dataplane_neighbour_resolve_requests_total",
+        Kind::Counter(Unit::Count),
+        "Neighbour resolutions asked of the kernel (RTM_NEWNEIGH, NTF_USE).",
+    ),
+    (
+        "dataplane_reloads_total",
+        Kind::Counter(Unit::Count),
+        "SIGHUP reloads, by result (applied, refused).",
+    ),
+    (
+        "dataplane_netlink_resyncs_total",
+        Kind::Counter(Unit::Count),
+        "Full re-reads of the kernel's tables after a netlink overrun.",
+    ),
+];
+
 /// The help text (and unit) of every metric.
 fn describe() {
     for (name, help) in COUNTER_NAMES.iter().zip(COUNTER_HELP) {
@@ -77,104 +193,12 @@ fn describe() {
         };
         describe_counter!(metric_name(name), unit, help);
     }
-    describe_counter!(
-        "dataplane_drops_total",
-        Unit::Count,
-        "Frames not forwarded, by reason (docs/ROUTER.md)."
-    );
-    describe_counter!(
-        "dataplane_steer_frames_total",
-        Unit::Count,
-        "Frames the XDP steering program handled per port: redirected to a poller, passed to the kernel (by why), or dropped."
-    );
-    describe_gauge!(
-        "dataplane_fib_prefixes",
-        "Prefixes in the forwarding table, by family."
-    );
-    describe_gauge!(
-        "dataplane_fib_next_hops",
-        "Next hops in the forwarding table."
-    );
-    describe_gauge!("dataplane_build_info", "Always 1; the version as a label.");
-    for (name, help, unit) in [
-        (
-            "dataplane_queue_rx_packets_total",
-            "Frames taken from one socket's RX ring (per port and queue).",
-            Unit::Count,
-        ),
-        (
-            "dataplane_queue_rx_bytes_total",
-            "Bytes taken from one socket's RX ring (per port and queue).",
-            Unit::Bytes,
-        ),
-        (
-            "dataplane_queue_tx_packets_total",
-            "Frames put on one socket's TX ring (per port and queue).",
-            Unit::Count,
-        ),
-        (
-            "dataplane_queue_tx_bytes_total",
-            "Bytes put on one socket's TX ring (per port and queue).",
-            Unit::Bytes,
-        ),
-    ] {
-        describe_counter!(name, unit, help);
+    for &(name, kind, help) in DESCRIPTIONS {
+        match kind {
+            Kind::Counter(unit) => describe_counter!(name, unit, help),
+            Kind::Gauge => describe_gauge!(name, help),
+        }
     }
-    describe_counter!(
-        "dataplane_rx_bursts_total",
-        Unit::Count,
-        "Non-empty RX bursts by size: bursts of at most size_le frames and more than the previous bucket's (VPP's vectors per call)."
-    );
-    describe_gauge!(
-        "dataplane_umem_frames",
-        "A poller's UMEM frames by state: free (its free list) or in_rings (fill, RX, TX, completion rings and the kernel)."
-    );
-    describe_gauge!(
-        "dataplane_poller_busy_ratio",
-        "Share of a poller's loop passes that found work, since the previous publish (250 ms)."
-    );
-    describe_counter!(
-        "dataplane_xsk_kernel_events_total",
-        Unit::Count,
-        "The kernel's XDP_STATISTICS of each AF_XDP socket, by what: rx_dropped, rx_ring_full, rx_fill_ring_empty_descs, ..."
-    );
-    describe_gauge!(
-        "dataplane_health",
-        "1 while a health check fails: check = stalled (the kernel drops frames for a poller that takes none), fill_empty (a fill ring empty for over a second), link_down."
-    );
-    describe_counter!(
-        "dataplane_health_checks_total",
-        Unit::Count,
-        "Health samples taken (every 250 ms): a watcher (`dataplane announce`) that sees it stop counting knows the gauges are stale."
-    );
-    describe_gauge!(
-        "dataplane_fib_generation",
-        "Reclamation generation of the forwarding table (advances as memory is unpublished)."
-    );
-    describe_gauge!(
-        "dataplane_fib_foreign_routes",
-        "Kernel routes out of interfaces that are not dataplane ports (not forwarded here)."
-    );
-    describe_counter!(
-        "dataplane_route_updates_total",
-        Unit::Count,
-        "Route and neighbour changes applied to the forwarding table."
-    );
-    describe_counter!(
-        "dataplane_neighbour_resolve_requests_total",
-        Unit::Count,
-        "Neighbour resolutions asked of the kernel (RTM_NEWNEIGH, NTF_USE)."
-    );
-    describe_counter!(
-        "dataplane_reloads_total",
-        Unit::Count,
-        "SIGHUP reloads, by result (applied, refused)."
-    );
-    describe_counter!(
-        "dataplane_netlink_resyncs_total",
-        Unit::Count,
-        "Full re-reads of the kernel's tables after a netlink overrun."
-    );
 }
 
 /// What the publisher knows of one poller.

@@ -320,115 +320,124 @@ pub fn events(data: &[u8], max: usize) -> Vec<Event> {
     let mut b = Bytes(data);
     let mut out = Vec::new();
     while !b.0.is_empty() && out.len() < max {
-        let e = match b.next() % 8 {
-            0..=3 => {
-                let add = b.next() % 4 != 0;
-                let prefix = address(&mut b);
-                let len = if prefix.is_ipv4() {
-                    b.pick(&V4_LENS)
-                } else {
-                    b.pick(&V6_LENS)
-                };
-                let metric = u32::from(b.next() % 3) * 100;
-                let route = match b.next() % 7 {
-                    0 => KernelRoute::Unicast(vec![(ifindex(&mut b), None)]),
-                    1..=3 => {
-                        let n = 1 + b.next() % 3;
-                        let paths = (0..n)
-                            .map(|_| {
-                                let mut gw = address(&mut b);
-                                if gw.is_ipv4() != prefix.is_ipv4() {
-                                    gw = match prefix {
-                                        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-                                        IpAddr::V6(_) => {
-                                            IpAddr::V6(Ipv6Addr::from(V6_BASES[0] + 1))
-                                        }
-                                    };
-                                }
-                                (ifindex(&mut b), Some(gw))
-                            })
-                            .collect();
-                        KernelRoute::Unicast(paths)
-                    }
-                    4 => KernelRoute::Blackhole,
-                    5 => KernelRoute::Unreachable,
-                    _ => KernelRoute::Prohibit,
-                };
-                Event::Route {
-                    add,
-                    prefix: canonical(prefix, len),
-                    len,
-                    metric,
-                    route,
-                }
-            }
-            4 | 5 => {
-                let ifindex = ifindex(&mut b);
-                let ip = address(&mut b);
-                let how = b.next();
-                let mac = [2, 0, 0, 0, b.next(), b.next()];
-                match how % 5 {
-                    0 => Event::Neighbour {
-                        add: false,
-                        ifindex,
-                        ip,
-                        mac: None,
-                        state: NeighState::Incomplete,
-                    },
-                    1 => Event::Neighbour {
-                        add: true,
-                        ifindex,
-                        ip,
-                        mac: None,
-                        state: NeighState::Incomplete,
-                    },
-                    2 => Event::Neighbour {
-                        add: true,
-                        ifindex,
-                        ip,
-                        mac: None,
-                        state: NeighState::Failed,
-                    },
-                    _ => Event::Neighbour {
-                        add: true,
-                        ifindex,
-                        ip,
-                        mac: Some(mac),
-                        state: NeighState::Valid,
-                    },
-                }
-            }
-            6 => {
-                let i = usize::from(b.next()) % PORTS.len();
-                let how = b.next();
-                Event::Link {
-                    add: true,
-                    ifindex: PORTS[i].1,
-                    name: PORTS[i].0.to_string(),
-                    up: how % 3 != 0,
-                    mtu: match how % 4 {
-                        0 => None,
-                        1 => Some(1280),
-                        2 => Some(1500),
-                        _ => Some(9000),
-                    },
-                }
-            }
-            _ => {
-                let ifindex = ifindex(&mut b);
-                let ip = address(&mut b);
-                let how = b.next();
-                Event::Address {
-                    add: how % 3 != 0,
-                    ifindex,
-                    ip,
-                    prefix_len: if ip.is_ipv4() { 24 } else { 64 },
-                }
-            }
-        };
-        out.push(e);
+        out.push(match b.next() % 8 {
+            0..=3 => route_event(&mut b),
+            4 | 5 => neighbour_event(&mut b),
+            6 => link_event(&mut b),
+            _ => address_event(&mut b),
+        });
     }
     out
+}
+
+/// A route added or removed: a prefix, a metric, and what it does.
+fn route_event(b: &mut Bytes<'_>) -> Event {
+    let add = b.next() % 4 != 0;
+    let prefix = address(b);
+    let len = if prefix.is_ipv4() {
+        b.pick(&V4_LENS)
+    } else {
+        b.pick(&V6_LENS)
+    };
+    let metric = u32::from(b.next() % 3) * 100;
+    let route = match b.next() % 7 {
+        0 => KernelRoute::Unicast(vec![(ifindex(b), None)]),
+        1..=3 => {
+            let n = 1 + b.next() % 3;
+            let paths = (0..n)
+                .map(|_| {
+                    let mut gw = address(b);
+                    if gw.is_ipv4() != prefix.is_ipv4() {
+                        gw = match prefix {
+                            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+                            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from(V6_BASES[0] + 1)),
+                        };
+                    }
+                    (ifindex(b), Some(gw))
+                })
+                .collect();
+            KernelRoute::Unicast(paths)
+        }
+        4 => KernelRoute::Blackhole,
+        5 => KernelRoute::Unreachable,
+        _ => KernelRoute::Prohibit,
+    };
+    Event::Route {
+        add,
+        prefix: canonical(prefix, len),
+        len,
+        metric,
+        route,
+    }
+}
+
+/// A neighbour forgotten, incomplete, failed or learnt.
+fn neighbour_event(b: &mut Bytes<'_>) -> Event {
+    let ifindex = ifindex(b);
+    let ip = address(b);
+    let how = b.next();
+    let mac = [2, 0, 0, 0, b.next(), b.next()];
+    match how % 5 {
+        0 => Event::Neighbour {
+            add: false,
+            ifindex,
+            ip,
+            mac: None,
+            state: NeighState::Incomplete,
+        },
+        1 => Event::Neighbour {
+            add: true,
+            ifindex,
+            ip,
+            mac: None,
+            state: NeighState::Incomplete,
+        },
+        2 => Event::Neighbour {
+            add: true,
+            ifindex,
+            ip,
+            mac: None,
+            state: NeighState::Failed,
+        },
+        _ => Event::Neighbour {
+            add: true,
+            ifindex,
+            ip,
+            mac: Some(mac),
+            state: NeighState::Valid,
+        },
+    }
+}
+
+/// One of the ports up or down, with or without a new MTU.
+fn link_event(b: &mut Bytes<'_>) -> Event {
+    let i = usize::from(b.next()) % PORTS.len();
+    let how = b.next();
+    Event::Link {
+        add: true,
+        ifindex: PORTS[i].1,
+        name: PORTS[i].0.to_string(),
+        up: how % 3 != 0,
+        mtu: match how % 4 {
+            0 => None,
+            1 => Some(1280),
+            2 => Some(1500),
+            _ => Some(9000),
+        },
+    }
+}
+
+/// An address added to or removed from an interface.
+fn address_event(b: &mut Bytes<'_>) -> Event {
+    let ifindex = ifindex(b);
+    let ip = address(b);
+    let how = b.next();
+    Event::Address {
+        add: how % 3 != 0,
+        ifindex,
+        ip,
+        prefix_len: if ip.is_ipv4() { 24 } else { 64 },
+    }
 }
 
 /// Replays `data`'s events through an offline control and the model, checking after each;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::fib::dir::Walk;
 use crate::fib::{mac_key, Hop, Miss, Routes, Table};
+use crate::packet::field::{eth, ipv4, ipv6, read};
 use crate::packet::frag;
 use crate::packet::icmp::{self, IcmpError};
 use crate::packet::{self, DropReason, L3};
@@ -335,14 +336,15 @@ impl Forwarder {
     ) -> Option<usize> {
         let mac = self.port(in_port)?.mac;
         // From the port's address that Linux would choose for the packet's source.
-        match room.get(12..14)? {
-            [0x08, 0x00] => {
-                let to = u32::from_be_bytes(room.get(26..30)?.try_into().ok()?);
+        let ip = room.get(eth::HLEN..)?;
+        match u16::from_be_bytes(read(room, eth::ETHERTYPE)?) {
+            packet::ETH_P_IPV4 => {
+                let to = u32::from_be_bytes(read(ip, ipv4::SRC)?);
                 let src = self.addrs.with(in_port, |a| a.source_v4(to))??;
                 icmp::build_v4(room, len, err, mac, src)
             }
             _ => {
-                let to = u128::from_be_bytes(room.get(22..38)?.try_into().ok()?);
+                let to = u128::from_be_bytes(read(ip, ipv6::SRC)?);
                 let src = self.addrs.with(in_port, |a| a.source_v6(to))??;
                 icmp::build_v6(room, len, err, mac, src)
             }
@@ -380,6 +382,11 @@ pub(crate) mod tests {
     use super::*;
     use crate::fib::{build_table, Neighbour, Route};
     use crate::packet::build::{udp_v4, udp_v6, FrameSpec};
+
+    /// Byte offsets in a frame of an option-less IPv4 packet.
+    const TTL4: usize = eth::HLEN + ipv4::TTL;
+    const IP4: std::ops::Range<usize> = eth::HLEN..eth::HLEN + ipv4::HLEN;
+    const HOPS6: usize = eth::HLEN + ipv6::HOP_LIMIT;
 
     /// A forwarder for the testbed's two ports: 198.19/16 and 2001:2:0:1::/64 via port 1.
     pub(crate) fn fwd(mode: Mode) -> Forwarder {
@@ -457,11 +464,11 @@ pub(crate) mod tests {
         let mut p = udp_v4(&FrameSpec::default());
         assert_eq!(process(&f, 0, &mut p), Ok(1));
         assert_eq!(&p[..12], &[2, 0, 0, 0, 1, 1, 2, 0, 0, 0, 1, 2]);
-        assert_eq!(p[22], 63);
-        assert_eq!(packet::checksum(&p[14..34]), 0);
+        assert_eq!(p[TTL4], 63);
+        assert_eq!(packet::checksum(&p[IP4]), 0);
         let mut p6 = udp_v6(&FrameSpec::default());
         assert_eq!(process(&f, 0, &mut p6), Ok(1));
-        assert_eq!(p6[21], 63);
+        assert_eq!(p6[HOPS6], 63);
         let mut unroutable = udp_v4(&FrameSpec {
             dst4: "8.8.8.8".parse().unwrap(),
             ..FrameSpec::default()
@@ -474,13 +481,13 @@ pub(crate) mod tests {
         let f = fwd(Mode::L3fwd);
         let good = udp_v4(&FrameSpec::default());
         let mut other = good.clone();
-        other[5] = 9;
+        other[eth::DST + 5] = 9;
         assert_eq!(process(&f, 0, &mut other), Err(DropReason::NotForUs));
         let mut broadcast = good.clone();
-        broadcast[..6].copy_from_slice(&[0xff; 6]);
+        broadcast[eth::DST..eth::SRC].copy_from_slice(&[0xff; 6]);
         assert_eq!(process(&f, 0, &mut broadcast), Err(DropReason::NotForUs));
         let mut group_source = good.clone();
-        group_source[6] |= 1;
+        group_source[eth::SRC] |= 1;
         assert_eq!(
             process(&f, 0, &mut group_source),
             Err(DropReason::MulticastSource)
@@ -508,7 +515,7 @@ pub(crate) mod tests {
             .to_vec();
         assert_eq!(reads, [false, false, true, true], "what prepare looks at");
         assert_eq!(process(&fwd(Mode::L2fwd), 1, &mut p), Ok(0));
-        assert_eq!(&p[..6], &orig[6..12]);
+        assert_eq!(&p[eth::DST..eth::SRC], &orig[eth::SRC..eth::ETHERTYPE]);
         assert_eq!(
             process(&fwd(Mode::Drop), 0, &mut p),
             Err(DropReason::DropMode)

@@ -6,6 +6,7 @@
 #![allow(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use super::field::{ipv4, ipv6, udp};
 use super::{checksum, ETH_HLEN, ETH_P_IPV4, ETH_P_IPV6, IPV6_HLEN};
 
 /// What to put in a generated frame.
@@ -57,11 +58,11 @@ impl FrameSpec {
     /// Payload length that makes an IPv4 frame `size` bytes long on the wire (FCS included),
     /// so `for_wire_size(64)` is the classic 64-byte packet.
     pub fn v4_payload_for_wire_size(size: usize) -> usize {
-        size.saturating_sub(4 + ETH_HLEN + 20 + 8)
+        size.saturating_sub(4 + ETH_HLEN + ipv4::HLEN + udp::HLEN)
     }
     /// As [`Self::v4_payload_for_wire_size`] for IPv6.
     pub fn v6_payload_for_wire_size(size: usize) -> usize {
-        size.saturating_sub(4 + ETH_HLEN + IPV6_HLEN + 8)
+        size.saturating_sub(4 + ETH_HLEN + IPV6_HLEN + udp::HLEN)
     }
 }
 
@@ -77,20 +78,21 @@ fn payload(spec: &FrameSpec) -> impl Iterator<Item = u8> {
 
 /// An Ethernet + IPv4 + UDP frame (UDP checksum 0: optional in IPv4).
 pub fn udp_v4(spec: &FrameSpec) -> Vec<u8> {
-    let mut f = Vec::with_capacity(ETH_HLEN + 28 + spec.payload_len);
+    let mut f = Vec::with_capacity(ETH_HLEN + ipv4::HLEN + udp::HLEN + spec.payload_len);
     eth(spec, ETH_P_IPV4, &mut f);
-    let total = (20 + 8 + spec.payload_len) as u16;
+    let total = (ipv4::HLEN + udp::HLEN + spec.payload_len) as u16;
     f.extend_from_slice(&[0x45, 0]);
     f.extend_from_slice(&total.to_be_bytes());
     f.extend_from_slice(&spec.ident.to_be_bytes());
     f.extend_from_slice(&[0x40, 0, spec.ttl, 17, 0, 0]);
     f.extend_from_slice(&spec.src4.octets());
     f.extend_from_slice(&spec.dst4.octets());
-    let c = checksum(&f[ETH_HLEN..ETH_HLEN + 20]);
-    f[ETH_HLEN + 10..ETH_HLEN + 12].copy_from_slice(&c.to_be_bytes());
+    let c = checksum(&f[ETH_HLEN..ETH_HLEN + ipv4::HLEN]);
+    let sum = ETH_HLEN + ipv4::CHECKSUM;
+    f[sum..sum + 2].copy_from_slice(&c.to_be_bytes());
     f.extend_from_slice(&spec.sport.to_be_bytes());
     f.extend_from_slice(&spec.dport.to_be_bytes());
-    f.extend_from_slice(&((8 + spec.payload_len) as u16).to_be_bytes());
+    f.extend_from_slice(&((udp::HLEN + spec.payload_len) as u16).to_be_bytes());
     f.extend_from_slice(&[0, 0]);
     f.extend(payload(spec));
     f
@@ -98,9 +100,9 @@ pub fn udp_v4(spec: &FrameSpec) -> Vec<u8> {
 
 /// An Ethernet + IPv6 + UDP frame with a valid UDP checksum (mandatory in IPv6).
 pub fn udp_v6(spec: &FrameSpec) -> Vec<u8> {
-    let mut f = Vec::with_capacity(ETH_HLEN + IPV6_HLEN + 8 + spec.payload_len);
+    let mut f = Vec::with_capacity(ETH_HLEN + IPV6_HLEN + udp::HLEN + spec.payload_len);
     eth(spec, ETH_P_IPV6, &mut f);
-    let udp_len = (8 + spec.payload_len) as u16;
+    let udp_len = (udp::HLEN + spec.payload_len) as u16;
     f.extend_from_slice(&[0x60, 0, 0, 0]);
     f.extend_from_slice(&udp_len.to_be_bytes());
     f.extend_from_slice(&[17, spec.ttl]);
@@ -113,21 +115,23 @@ pub fn udp_v6(spec: &FrameSpec) -> Vec<u8> {
     f.extend_from_slice(&[0, 0]);
     f.extend(payload(spec));
     let c = udp6_checksum(&f[ETH_HLEN..]);
-    f[l4 + 6..l4 + 8].copy_from_slice(&c.to_be_bytes());
+    f[l4 + udp::CHECKSUM..l4 + udp::HLEN].copy_from_slice(&c.to_be_bytes());
     f
 }
 
 /// UDP-over-IPv6 checksum of an IPv6 packet (header + UDP), with the pseudo-header.
 /// Returns 0xffff for a computed zero (RFC 8200 8.1).
 pub fn udp6_checksum(ip: &[u8]) -> u16 {
-    let udp = &ip[IPV6_HLEN..];
-    let mut pseudo = Vec::with_capacity(40 + udp.len());
-    pseudo.extend_from_slice(&ip[8..40]);
-    pseudo.extend_from_slice(&(udp.len() as u32).to_be_bytes());
+    // Source and destination, upper-layer length, next header (RFC 8200 8.1), then the
+    // datagram with its checksum field zero.
+    let datagram = &ip[IPV6_HLEN..];
+    let mut pseudo = Vec::with_capacity(40 + datagram.len());
+    pseudo.extend_from_slice(&ip[ipv6::SRC..ipv6::HLEN]);
+    pseudo.extend_from_slice(&(datagram.len() as u32).to_be_bytes());
     pseudo.extend_from_slice(&[0, 0, 0, 17]);
-    pseudo.extend_from_slice(udp);
-    pseudo[40 + 6] = 0;
-    pseudo[40 + 7] = 0;
+    let at = pseudo.len();
+    pseudo.extend_from_slice(datagram);
+    pseudo[at + udp::CHECKSUM..at + udp::HLEN].fill(0);
     match checksum(&pseudo) {
         0 => 0xffff,
         c => c,

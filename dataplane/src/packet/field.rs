@@ -1,5 +1,7 @@
-//! Header fields by byte offset, named once: every read or write of a header in the crate goes
-//! through these names, not through a number. Offsets are from the start of their own header
+//! Header fields by byte offset, named once: every read or write of a header in the crate's
+//! code goes through these names, not through a number (`packet/tests.rs` alone writes the
+//! wire's byte positions as numbers, on purpose: an oracle that does not share these
+//! constants with the code it checks). Offsets are from the start of their own header
 //! (`eth::HLEN + ipv4::TTL` is the TTL's byte in a frame); a multi-byte field is named by its
 //! first byte and its width is said beside it (network byte order).
 
@@ -89,10 +91,26 @@ pub mod icmp {
     pub const HLEN: usize = 8;
 }
 
+/// UDP (RFC 768).
+pub mod udp {
+    /// Length of header and payload, 2 bytes.
+    pub const LEN: usize = 4;
+    /// Checksum, 2 bytes.
+    pub const CHECKSUM: usize = 6;
+    /// Header length.
+    pub const HLEN: usize = 8;
+}
+
 /// TCP and UDP: the ports, where both keep them.
 pub mod l4 {
     /// Source port, 2 bytes.
     pub const SRC_PORT: usize = 0;
     /// Destination port, 2 bytes.
     pub const DST_PORT: usize = 2;
+}
+
+/// The `N` bytes of a field at `at` in `b` (None: `b` ends before the field does).
+#[inline(always)]
+pub fn read<const N: usize>(b: &[u8], at: usize) -> Option<[u8; N]> {
+    b.get(at..at.checked_add(N)?)?.try_into().ok()
 }

@@ -13,18 +13,18 @@
 //! ([`write_fragment`]). Its payload is not touched by either, so the copies may be taken in
 //! any order after the first is written.
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
-use super::{checksum_v4_header, ETH_HLEN};
+use super::checksum_v4_header;
+use super::field::ipv4::{self, CHECKSUM, DF, FLAGS_FRAG, MF, TOTAL_LEN, VER_IHL};
+use super::field::{eth, read};
 
 /// The fixed IPv4 header: the only one the fast path forwards.
-const IP4_HLEN: usize = 20;
+const IP4_HLEN: usize = ipv4::HLEN;
 /// Headers in front of each fragment's payload.
-const HEADERS: usize = ETH_HLEN + IP4_HLEN;
-/// More-fragments flag in the flags / offset word.
-const MF: u16 = 0x2000;
-/// Don't-fragment flag.
-const DF: u16 = 0x4000;
+const HEADERS: usize = eth::HLEN + IP4_HLEN;
 /// Fragment offset (8-byte units) in the flags / offset word.
-const OFFSET: u16 = 0x1fff;
+const OFFSET: u16 = ipv4::FRAG_OFFSET;
+/// Version 4, header length 5 words: no options.
+const VER_IHL_NO_OPTIONS: u8 = 0x45;
 
 /// How one packet splits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,14 +52,14 @@ impl Plan {
 /// MTU too small for 8 bytes of payload, or an offset past the field's range (a malformed
 /// fragment).
 pub fn plan(frame: &[u8], mtu: u32) -> Option<Plan> {
-    let ip: &[u8; IP4_HLEN] = frame.get(ETH_HLEN..HEADERS)?.try_into().ok()?;
-    if ip[0] != 0x45 {
+    let ip: [u8; IP4_HLEN] = read(frame, eth::HLEN)?;
+    if ip[VER_IHL] != VER_IHL_NO_OPTIONS {
         return None;
     }
-    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-    let flags = u16::from_be_bytes([ip[6], ip[7]]);
+    let total = usize::from(u16::from_be_bytes(read(&ip, TOTAL_LEN)?));
+    let flags = u16::from_be_bytes(read(&ip, FLAGS_FRAG)?);
     let mtu = usize::try_from(mtu).ok()?;
-    if flags & DF != 0 || total <= mtu || total < IP4_HLEN || frame.len() < ETH_HLEN + total {
+    if flags & DF != 0 || total <= mtu || total < IP4_HLEN || frame.len() < eth::HLEN + total {
         return None;
     }
     let piece = (mtu.checked_sub(IP4_HLEN)? / 8) * 8;
@@ -93,17 +93,17 @@ fn set_header(ip: &mut [u8; IP4_HLEN], plan: &Plan, k: usize) -> (usize, usize) 
     let offset = plan.offset + (start / 8) as u16;
     #[allow(clippy::cast_possible_truncation)] // a piece of a packet of at most 65535 bytes
     let total = (IP4_HLEN + len) as u16;
-    [ip[2], ip[3]] = total.to_be_bytes();
-    [ip[6], ip[7]] = (offset | if more { MF } else { 0 }).to_be_bytes();
-    [ip[10], ip[11]] = [0, 0];
-    [ip[10], ip[11]] = checksum_v4_header(ip).to_be_bytes();
+    [ip[TOTAL_LEN], ip[TOTAL_LEN + 1]] = total.to_be_bytes();
+    [ip[FLAGS_FRAG], ip[FLAGS_FRAG + 1]] = (offset | if more { MF } else { 0 }).to_be_bytes();
+    [ip[CHECKSUM], ip[CHECKSUM + 1]] = [0, 0];
+    [ip[CHECKSUM], ip[CHECKSUM + 1]] = checksum_v4_header(ip).to_be_bytes();
     (start, len)
 }
 
 /// Cuts `frame` (the packet `plan` was made for) down to its first fragment, in place;
 /// returns the frame's new length.
 pub fn write_first(frame: &mut [u8], plan: &Plan) -> Option<usize> {
-    let ip: &mut [u8; IP4_HLEN] = frame.get_mut(ETH_HLEN..HEADERS)?.try_into().ok()?;
+    let ip: &mut [u8; IP4_HLEN] = frame.get_mut(eth::HLEN..HEADERS)?.try_into().ok()?;
     let (_, len) = set_header(ip, plan, 0);
     Some(HEADERS + len)
 }
@@ -123,7 +123,7 @@ pub fn write_fragment(first: &[u8], plan: &Plan, k: usize, out: &mut [u8]) -> Op
     let (headers, payload) = dst.split_at_mut(HEADERS);
     headers.copy_from_slice(first.get(..HEADERS)?);
     payload.copy_from_slice(src);
-    let ip: &mut [u8; IP4_HLEN] = headers.get_mut(ETH_HLEN..)?.try_into().ok()?;
+    let ip: &mut [u8; IP4_HLEN] = headers.get_mut(eth::HLEN..)?.try_into().ok()?;
     set_header(ip, plan, k);
     Some(HEADERS + len)
 }
@@ -133,7 +133,7 @@ pub fn write_fragment(first: &[u8], plan: &Plan, k: usize, out: &mut [u8]) -> Op
 mod tests {
     use super::*;
     use crate::packet::build::{udp_v4, FrameSpec};
-    use crate::packet::checksum;
+    use crate::packet::{checksum, ETH_HLEN};
 
     /// A UDP frame whose IP packet is `ip_len` bytes long, payload bytes numbered.
     fn frame(ip_len: usize) -> Vec<u8> {
@@ -151,10 +151,11 @@ mod tests {
 
     /// Sets the flags / offset word and fixes the checksum.
     fn set_flags(f: &mut [u8], w: u16) {
-        [f[ETH_HLEN + 6], f[ETH_HLEN + 7]] = w.to_be_bytes();
-        [f[ETH_HLEN + 10], f[ETH_HLEN + 11]] = [0, 0];
+        let (flags, sum) = (ETH_HLEN + FLAGS_FRAG, ETH_HLEN + CHECKSUM);
+        f[flags..flags + 2].copy_from_slice(&w.to_be_bytes());
+        f[sum..sum + 2].fill(0);
         let c = checksum(&f[ETH_HLEN..HEADERS]);
-        [f[ETH_HLEN + 10], f[ETH_HLEN + 11]] = c.to_be_bytes();
+        f[sum..sum + 2].copy_from_slice(&c.to_be_bytes());
     }
 
     fn word(f: &[u8], at: usize) -> u16 {
@@ -185,28 +186,26 @@ mod tests {
         let mut more = true;
         for f in frags {
             let ip = &f[ETH_HLEN..];
-            assert_eq!(checksum(&ip[..20]), 0, "each header's checksum verifies");
-            let total = usize::from(word(f, ETH_HLEN + 2));
+            assert_eq!(
+                checksum(&ip[..IP4_HLEN]),
+                0,
+                "each header's checksum verifies"
+            );
+            let total = usize::from(word(f, ETH_HLEN + TOTAL_LEN));
             assert_eq!(total, f.len() - ETH_HLEN, "total length is the fragment's");
             assert!(total <= mtu, "each fragment fits the MTU");
-            let fw = word(f, ETH_HLEN + 6);
+            let fw = word(f, ETH_HLEN + FLAGS_FRAG);
             let off = usize::from(fw & OFFSET) * 8;
             let base = *first_off.get_or_insert(off);
             assert_eq!(off - base, payload.len(), "offsets follow on");
-            payload.extend_from_slice(&ip[20..total]);
+            payload.extend_from_slice(&ip[IP4_HLEN..total]);
             more = fw & MF != 0;
             assert_eq!(f[..ETH_HLEN], frags[0][..ETH_HLEN], "same MACs");
-            assert_eq!(ip[4..6], frags[0][ETH_HLEN + 4..ETH_HLEN + 6], "same id");
-            assert_eq!(
-                ip[8..10],
-                frags[0][ETH_HLEN + 8..ETH_HLEN + 10],
-                "TTL, proto"
-            );
-            assert_eq!(
-                ip[12..20],
-                frags[0][ETH_HLEN + 12..ETH_HLEN + 20],
-                "addresses"
-            );
+            let first = &frags[0][ETH_HLEN..];
+            let same = |at: usize, n: usize| ip[at..at + n] == first[at..at + n];
+            assert!(same(ipv4::IDENT, 2), "same id");
+            assert!(same(ipv4::TTL, 2), "TTL, proto");
+            assert!(same(ipv4::SRC, 8), "addresses");
         }
         (payload, (first_off.unwrap_or(0) / 8) as u16, more)
     }
@@ -220,12 +219,12 @@ mod tests {
             (69, 68, 2),
         ] {
             let f = frame(ip_len);
-            let original = f[HEADERS..HEADERS + ip_len - 20].to_vec();
+            let original = f[HEADERS..HEADERS + ip_len - IP4_HLEN].to_vec();
             let frags = split(f, mtu);
             assert_eq!(frags.len(), count, "{ip_len} at {mtu}");
             for f in &frags[..count - 1] {
                 assert_eq!(
-                    (word(f, ETH_HLEN + 2) - 20) % 8,
+                    (usize::from(word(f, ETH_HLEN + TOTAL_LEN)) - IP4_HLEN) % 8,
                     0,
                     "pieces are multiples of 8"
                 );

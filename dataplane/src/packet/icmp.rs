@@ -6,6 +6,7 @@
 //! [`answerable`] holds the rules for when no error may be sent at all (RFC 1812 4.3.2.7,
 //! RFC 4443 2.4 (e)): never about an ICMP error, a packet to or from a multicast or broadcast
 //! address, a non-first fragment, or one from a martian source.
+use super::field::{self, eth, ipv4, ipv6, read};
 use super::{
     checksum, ipv6_chain, link_local_v6, martian_src_v4, martian_v6, ETH_HLEN, ETH_P_IPV4,
     ETH_P_IPV6, IPV6_HLEN,
@@ -39,40 +40,45 @@ pub const V4_MAX: usize = 576;
 /// Most bytes of an IPv6 ICMP error (RFC 4443 2.4 (c): the minimum MTU).
 pub const V6_MAX: usize = 1280;
 /// IPv4 header + ICMP header.
-const V4_ADDED: usize = 20 + 8;
+const V4_ADDED: usize = ipv4::HLEN + field::icmp::HLEN;
 /// IPv6 header + ICMPv6 header.
-const V6_ADDED: usize = IPV6_HLEN + 8;
+const V6_ADDED: usize = IPV6_HLEN + field::icmp::HLEN;
 /// Hop limit / TTL of the errors sent.
 const HOPS: u8 = 64;
 
 /// Whether the IP packet in `frame` may be answered with an ICMP error at all.
 pub fn answerable(frame: &[u8]) -> bool {
-    if frame.first().is_none_or(|b| b & 1 != 0) || frame.get(6).is_none_or(|b| b & 1 != 0) {
+    if frame.get(eth::DST).is_none_or(|b| b & 1 != 0)
+        || frame.get(eth::SRC).is_none_or(|b| b & 1 != 0)
+    {
         return false; // link-layer broadcast / multicast destination or source
     }
     let Some(ip) = frame.get(ETH_HLEN..) else {
         return false;
     };
-    match frame.get(12..14) {
-        Some([0x08, 0x00]) => answerable_v4(ip),
-        Some([0x86, 0xdd]) => answerable_v6(ip),
+    match read::<2>(frame, eth::ETHERTYPE).map(u16::from_be_bytes) {
+        Some(ETH_P_IPV4) => answerable_v4(ip),
+        Some(ETH_P_IPV6) => answerable_v6(ip),
         _ => false,
     }
 }
 
 fn answerable_v4(ip: &[u8]) -> bool {
-    let Some(h) = ip.get(..20).and_then(|s| <&[u8; 20]>::try_from(s).ok()) else {
+    let (Some(ver_ihl), Some(proto), Some(src), Some(dst), Some(frag)) = (
+        ip.get(ipv4::VER_IHL),
+        ip.get(ipv4::PROTOCOL),
+        read(ip, ipv4::SRC).map(u32::from_be_bytes),
+        read(ip, ipv4::DST).map(u32::from_be_bytes),
+        read(ip, ipv4::FLAGS_FRAG).map(u16::from_be_bytes),
+    ) else {
         return false;
     };
-    let ihl = usize::from(h[0] & 0x0f) * 4;
-    let src = u32::from_be_bytes([h[12], h[13], h[14], h[15]]);
-    let dst = u32::from_be_bytes([h[16], h[17], h[18], h[19]]);
-    let frag_offset = u16::from_be_bytes([h[6], h[7]]) & 0x1fff;
-    if martian_src_v4(src) || dst >> 28 >= 0xe || frag_offset != 0 {
+    let ihl = usize::from(ver_ihl & 0x0f) * 4;
+    if martian_src_v4(src) || dst >> 28 >= 0xe || frag & ipv4::FRAG_OFFSET != 0 {
         return false;
     }
     // Never about an ICMP error: only queries (echo, timestamp, ...) may be answered.
-    if h[9] == 1 {
+    if *proto == 1 {
         return ip
             .get(ihl)
             .is_some_and(|t| !matches!(t, 3 | 4 | 5 | 11 | 12));
@@ -81,16 +87,12 @@ fn answerable_v4(ip: &[u8]) -> bool {
 }
 
 fn answerable_v6(ip: &[u8]) -> bool {
-    let Some(h) = ip
-        .get(..IPV6_HLEN)
-        .and_then(|s| <&[u8; IPV6_HLEN]>::try_from(s).ok())
-    else {
+    let (Some(src), Some(dst)) = (
+        read(ip, ipv6::SRC).map(u128::from_be_bytes),
+        read(ip, ipv6::DST).map(u128::from_be_bytes),
+    ) else {
         return false;
     };
-    let (mut src, mut dst) = ([0u8; 16], [0u8; 16]);
-    src.copy_from_slice(&h[8..24]);
-    dst.copy_from_slice(&h[24..40]);
-    let (src, dst) = (u128::from_be_bytes(src), u128::from_be_bytes(dst));
     if martian_v6(src) || link_local_v6(src) || dst >> 120 == 0xff {
         return false;
     }
@@ -115,9 +117,9 @@ pub fn build_v4(
     src: u32,
 ) -> Option<usize> {
     let ip_len = len.checked_sub(ETH_HLEN)?;
-    let orig: &[u8; 20] = frame.get(ETH_HLEN..ETH_HLEN + 20)?.try_into().ok()?;
-    let total = usize::from(u16::from_be_bytes([orig[2], orig[3]])).min(ip_len);
-    let dst = [orig[12], orig[13], orig[14], orig[15]];
+    let orig = frame.get(ETH_HLEN..)?;
+    let total = usize::from(u16::from_be_bytes(read(orig, ipv4::TOTAL_LEN)?)).min(ip_len);
+    let dst: [u8; 4] = read(orig, ipv4::SRC)?;
     let out_len = make_room(frame, total, V4_ADDED, V4_MAX)?;
     let (ty, code, rest) = match err {
         IcmpError::TimeExceeded => (11, 0, [0; 4]),
@@ -131,7 +133,7 @@ pub fn build_v4(
     };
     ethernet(frame, port_mac, ETH_P_IPV4)?;
     let ip_total = u16::try_from(out_len - ETH_HLEN).ok()?;
-    let ip = frame.get_mut(ETH_HLEN..ETH_HLEN + 20)?;
+    let ip = frame.get_mut(ETH_HLEN..ETH_HLEN + ipv4::HLEN)?;
     let [tl_hi, tl_lo] = ip_total.to_be_bytes();
     let s = src.to_be_bytes();
     // Version/IHL, TOS 0xc0 (internetwork control, as Linux marks its errors), length, id 0,
@@ -141,12 +143,13 @@ pub fn build_v4(
         dst[1], dst[2], dst[3],
     ]);
     let c = checksum(ip).to_be_bytes();
-    ip.get_mut(10..12)?.copy_from_slice(&c);
-    let icmp = frame.get_mut(ETH_HLEN + 20..out_len)?;
-    icmp.get_mut(..8)?
-        .copy_from_slice(&[ty, code, 0, 0, rest[0], rest[1], rest[2], rest[3]]);
+    ip.get_mut(ipv4::CHECKSUM..ipv4::CHECKSUM + 2)?
+        .copy_from_slice(&c);
+    let icmp = frame.get_mut(ETH_HLEN + ipv4::HLEN..out_len)?;
+    icmp_header(icmp, ty, code, rest)?;
     let c = checksum(icmp).to_be_bytes();
-    icmp.get_mut(2..4)?.copy_from_slice(&c);
+    icmp.get_mut(field::icmp::CHECKSUM..field::icmp::CHECKSUM + 2)?
+        .copy_from_slice(&c);
     Some(out_len)
 }
 
@@ -159,10 +162,10 @@ pub fn build_v6(
     src: u128,
 ) -> Option<usize> {
     let ip_len = len.checked_sub(ETH_HLEN)?;
-    let orig: &[u8; IPV6_HLEN] = frame.get(ETH_HLEN..ETH_HLEN + IPV6_HLEN)?.try_into().ok()?;
-    let total = (IPV6_HLEN + usize::from(u16::from_be_bytes([orig[4], orig[5]]))).min(ip_len);
-    let mut dst = [0u8; 16];
-    dst.copy_from_slice(&orig[8..24]);
+    let orig = frame.get(ETH_HLEN..)?;
+    let payload_len = u16::from_be_bytes(read(orig, ipv6::PAYLOAD_LEN)?);
+    let total = (IPV6_HLEN + usize::from(payload_len)).min(ip_len);
+    let dst: [u8; 16] = read(orig, ipv6::SRC)?;
     let out_len = make_room(frame, total, V6_ADDED, V6_MAX)?;
     let (ty, code, rest) = match err {
         IcmpError::TimeExceeded => (3, 0, [0; 4]),
@@ -176,15 +179,17 @@ pub fn build_v6(
     let payload = u16::try_from(out_len - ETH_HLEN - IPV6_HLEN).ok()?;
     let ip = frame.get_mut(ETH_HLEN..ETH_HLEN + IPV6_HLEN)?;
     let [pl_hi, pl_lo] = payload.to_be_bytes();
-    ip.get_mut(..8)?
+    // Version 6, traffic class and flow label 0, payload length, next header ICMPv6, hops.
+    ip.get_mut(..ipv6::SRC)?
         .copy_from_slice(&[0x60, 0, 0, 0, pl_hi, pl_lo, 58, HOPS]);
-    ip.get_mut(8..24)?.copy_from_slice(&src.to_be_bytes());
-    ip.get_mut(24..40)?.copy_from_slice(&dst);
+    ip.get_mut(ipv6::SRC..ipv6::DST)?
+        .copy_from_slice(&src.to_be_bytes());
+    ip.get_mut(ipv6::DST..ipv6::HLEN)?.copy_from_slice(&dst);
     let icmp = frame.get_mut(ETH_HLEN + IPV6_HLEN..out_len)?;
-    icmp.get_mut(..8)?
-        .copy_from_slice(&[ty, code, 0, 0, rest[0], rest[1], rest[2], rest[3]]);
+    icmp_header(icmp, ty, code, rest)?;
     let c = icmpv6_checksum(&src.to_be_bytes(), &dst, icmp).to_be_bytes();
-    icmp.get_mut(2..4)?.copy_from_slice(&c);
+    icmp.get_mut(field::icmp::CHECKSUM..field::icmp::CHECKSUM + 2)?
+        .copy_from_slice(&c);
     Some(out_len)
 }
 
@@ -203,11 +208,24 @@ fn make_room(frame: &mut [u8], total: usize, added: usize, max: usize) -> Option
 
 /// The answer goes back where the packet came from: destination MAC = its source MAC.
 fn ethernet(frame: &mut [u8], port_mac: [u8; 6], ethertype: u16) -> Option<()> {
-    let eth = frame.get_mut(..ETH_HLEN)?;
-    eth.copy_within(6..12, 0);
-    eth.get_mut(6..12)?.copy_from_slice(&port_mac);
-    eth.get_mut(12..14)?
+    let hdr = frame.get_mut(..eth::HLEN)?;
+    hdr.copy_within(eth::SRC..eth::ETHERTYPE, eth::DST);
+    hdr.get_mut(eth::SRC..eth::ETHERTYPE)?
+        .copy_from_slice(&port_mac);
+    hdr.get_mut(eth::ETHERTYPE..eth::HLEN)?
         .copy_from_slice(&ethertype.to_be_bytes());
+    Some(())
+}
+
+/// The ICMP header: type, code, checksum 0 (filled in over the whole message after), and the
+/// rest of the header.
+fn icmp_header(msg: &mut [u8], ty: u8, code: u8, rest: [u8; 4]) -> Option<()> {
+    use field::icmp::{CODE, HLEN, REST, TYPE};
+    let h: &mut [u8; HLEN] = msg.get_mut(..HLEN)?.try_into().ok()?;
+    h[TYPE] = ty;
+    h[CODE] = code;
+    h[field::icmp::CHECKSUM..REST].fill(0);
+    h[REST..HLEN].copy_from_slice(&rest);
     Some(())
 }
 

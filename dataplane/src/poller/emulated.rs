@@ -77,11 +77,20 @@ mod tests {
 
     use super::*;
     use crate::packet::build::{udp_v4, udp_v6, FrameSpec};
+    use crate::packet::field::{eth, ipv4, ipv6};
     use crate::packet::{self, DropReason};
     use crate::poller::stats::Counter;
     use crate::port::emulated::{Faults, Traffic};
     use crate::port::rings::RingIo;
     use crate::types::Mode;
+
+    /// Byte offsets in a frame of an option-less IPv4 packet.
+    const TTL4: usize = eth::HLEN + ipv4::TTL;
+    const IP4: std::ops::Range<usize> = eth::HLEN..eth::HLEN + ipv4::HLEN;
+    const FLAGS4: usize = eth::HLEN + ipv4::FLAGS_FRAG;
+    const SUM4: usize = eth::HLEN + ipv4::CHECKSUM;
+    const IDENT4: usize = eth::HLEN + ipv4::IDENT;
+    const HOPS6: usize = eth::HLEN + ipv6::HOP_LIMIT;
 
     const RING: u32 = 64;
 
@@ -144,10 +153,10 @@ mod tests {
         // What left port 1 was routed: next hop's MAC, TTL 63, a valid header checksum.
         let v4 = &o.ports[1].captured[0];
         assert_eq!(&v4[..12], &[2, 0, 0, 0, 1, 1, 2, 0, 0, 0, 1, 2]);
-        assert_eq!(v4[22], 63);
-        assert_eq!(packet::checksum(&v4[14..34]), 0);
+        assert_eq!(v4[TTL4], 63);
+        assert_eq!(packet::checksum(&v4[IP4]), 0);
         let v6 = &o.ports[1].captured[1];
-        assert_eq!(v6[21], 63, "hop limit");
+        assert_eq!(v6[HOPS6], 63, "hop limit");
     }
 
     #[test]
@@ -223,10 +232,10 @@ mod tests {
             ..FrameSpec::default()
         };
         let mut no_df = udp_v4(&big);
-        no_df[20] = 0;
-        no_df[24..26].copy_from_slice(&[0, 0]);
-        let c = packet::checksum(&no_df[14..34]);
-        no_df[24..26].copy_from_slice(&c.to_be_bytes());
+        no_df[FLAGS4] = 0;
+        no_df[SUM4..SUM4 + 2].copy_from_slice(&[0, 0]);
+        let c = packet::checksum(&no_df[IP4]);
+        no_df[SUM4..SUM4 + 2].copy_from_slice(&c.to_be_bytes());
         let traffic = Arc::new(Traffic::new(&[
             no_df.clone(),
             udp_v4(&big),
@@ -262,15 +271,23 @@ mod tests {
         let (a, b) = (&out.captured[0], &out.captured[1]);
         for f in [a, b] {
             assert_eq!(&f[..12], &[2, 0, 0, 0, 1, 1, 2, 0, 0, 0, 1, 2]);
-            assert_eq!(f[22], 63);
-            assert_eq!(packet::checksum(&f[14..34]), 0);
-            assert_eq!(f[18..20], no_df[18..20], "same identification");
+            assert_eq!(f[TTL4], 63);
+            assert_eq!(packet::checksum(&f[IP4]), 0);
+            assert_eq!(
+                f[IDENT4..IDENT4 + 2],
+                no_df[IDENT4..IDENT4 + 2],
+                "same identification"
+            );
         }
-        assert_eq!((a.len(), b.len()), (14 + 20 + 552, 14 + 20 + 1008 - 552));
-        assert_eq!((&a[20..22], &b[20..22]), (&[0x20, 0][..], &[0, 69][..]));
-        let mut payload = a[34..].to_vec();
-        payload.extend_from_slice(&b[34..]);
-        assert_eq!(payload, no_df[34..], "reassembles to the original");
+        let headers = IP4.end;
+        assert_eq!((a.len(), b.len()), (headers + 552, headers + 1008 - 552));
+        assert_eq!(
+            (&a[FLAGS4..FLAGS4 + 2], &b[FLAGS4..FLAGS4 + 2]),
+            (&[0x20, 0][..], &[0, 69][..])
+        );
+        let mut payload = a[headers..].to_vec();
+        payload.extend_from_slice(&b[headers..]);
+        assert_eq!(payload, no_df[headers..], "reassembles to the original");
         assert_eq!(
             out.captured[2].len(),
             14 + 28 + 18,

@@ -9,6 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use crate::fib::{build_table, Neighbour, Route};
 use crate::forward::{Forwarder, Port};
 use crate::packet::build::{udp_v4, udp_v6, FrameSpec};
+use crate::packet::field::{ipv4, ipv6};
 use crate::packet::{checksum, ETH_HLEN, IPV6_HLEN};
 use crate::types::{MacAddr, Mode};
 
@@ -119,7 +120,7 @@ impl FrameRecipe {
             let f = udp_v6(&spec);
             let (head, l4) = f.split_at(ETH_HLEN + IPV6_HLEN);
             let mut out = head.to_vec();
-            let mut next_slot = ETH_HLEN + 6;
+            let mut next_slot = ETH_HLEN + ipv6::NEXT_HEADER;
             for (kind, body) in &self.exts {
                 out[next_slot] = *kind;
                 next_slot = out.len();
@@ -134,7 +135,8 @@ impl FrameRecipe {
             }
             out.extend(l4);
             let payload = (out.len() - ETH_HLEN - IPV6_HLEN).min(usize::from(u16::MAX)) as u16;
-            out[ETH_HLEN + 4..ETH_HLEN + 6].copy_from_slice(&payload.to_be_bytes());
+            let at = ETH_HLEN + ipv6::PAYLOAD_LEN;
+            out[at..at + 2].copy_from_slice(&payload.to_be_bytes());
             out
         } else {
             let f = udp_v4(&spec);
@@ -143,24 +145,27 @@ impl FrameRecipe {
             while opts.len() % 4 != 0 {
                 opts.push(0);
             }
-            let mut g = f[..ETH_HLEN + 20].to_vec();
+            let mut g = f[..ETH_HLEN + ipv4::HLEN].to_vec();
             g.extend(&opts);
-            let mut l4 = f[ETH_HLEN + 20..].to_vec();
+            let mut l4 = f[ETH_HLEN + ipv4::HLEN..].to_vec();
             if let Some(b) = l4.first_mut() {
                 *b = self.l4_first;
             }
             g.extend(l4);
-            g[ETH_HLEN] = 0x45 + (opts.len() / 4) as u8;
+            g[ETH_HLEN + ipv4::VER_IHL] = 0x45 + (opts.len() / 4) as u8;
             let total = (g.len() - ETH_HLEN).min(usize::from(u16::MAX)) as u16;
-            g[ETH_HLEN + 2..ETH_HLEN + 4].copy_from_slice(&total.to_be_bytes());
-            let flags = if self.no_df { 0 } else { 0x4000 };
-            let frag = flags | (self.frag_offset & 0x1fff);
-            g[ETH_HLEN + 6..ETH_HLEN + 8].copy_from_slice(&frag.to_be_bytes());
-            g[ETH_HLEN + 9] = self.proto;
-            g[ETH_HLEN + 10..ETH_HLEN + 12].copy_from_slice(&[0, 0]);
-            let ihl = 20 + opts.len();
-            let c = checksum(&g[ETH_HLEN..ETH_HLEN + ihl]);
-            g[ETH_HLEN + 10..ETH_HLEN + 12].copy_from_slice(&c.to_be_bytes());
+            let ip = ETH_HLEN;
+            g[ip + ipv4::TOTAL_LEN..ip + ipv4::TOTAL_LEN + 2].copy_from_slice(&total.to_be_bytes());
+            let flags = if self.no_df { 0 } else { ipv4::DF };
+            let frag = flags | (self.frag_offset & ipv4::FRAG_OFFSET);
+            g[ip + ipv4::FLAGS_FRAG..ip + ipv4::FLAGS_FRAG + 2]
+                .copy_from_slice(&frag.to_be_bytes());
+            g[ip + ipv4::PROTOCOL] = self.proto;
+            let sum = ip + ipv4::CHECKSUM;
+            g[sum..sum + 2].fill(0);
+            let ihl = ipv4::HLEN + opts.len();
+            let c = checksum(&g[ip..ip + ihl]);
+            g[sum..sum + 2].copy_from_slice(&c.to_be_bytes());
             g
         }
     }

@@ -30,6 +30,7 @@
 //!   `tune`), `fleet` (the ECMP fleet demo and `dataplane announce`).
 //! - `testkit` (tests and the `testkit` feature only): the property tests' and fuzzer's inputs.
 #![deny(unsafe_code)]
+#![deny(missing_docs)]
 
 pub mod bpf;
 pub mod config;

@@ -435,3 +435,64 @@ fn generic_xdp_forwards_and_a_second_signal_exits_at_once() {
         assert!(!has_xdp(&t.dut_ns(), &ifname), "{ifname}: XDP detached");
     }
 }
+
+#[test]
+fn a_run_that_fails_after_its_pollers_started_leaves_nothing_behind() {
+    if !root_or_skip("failure after the pollers started") {
+        return;
+    }
+    let bed = Bed::up("tfp", 1);
+    let t = &bed.0;
+    // Another program holds the egress port's XDP hook: the run loads its programs, starts
+    // the control thread and the pollers, attaches the ingress port's program, and then
+    // fails to attach the egress port's. Its guard must undo all of it.
+    let mut holder = dataplane_in(&t.dut_ns(), &["xdp-fwd", "--iface", &t.dut_out()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start xdp-fwd");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stderr.take().expect("stderr")),
+        &mut line,
+    )
+    .expect("xdp-fwd's first line");
+    assert!(line.starts_with("attached"), "xdp-fwd: {line}");
+    assert!(has_xdp(&t.dut_ns(), &t.dut_out()), "the holder's program");
+    let cfg = std::env::temp_dir().join(format!("{}-fails.toml", t.prefix));
+    std::fs::write(&cfg, l3_config(t, &[(None, vec![0])])).expect("write config");
+    // Bounded: a guard that told the pollers to stop but never woke them, or joined a
+    // thread that does not stop, would hang here (timeout exits 124).
+    let cfg = cfg.display().to_string();
+    let out = std::process::Command::new("timeout")
+        .args(["30", "ip", "netns", "exec", &t.dut_ns(), &bin()])
+        .args(["run", "--duration", "5", "--config", &cfg])
+        .output()
+        .expect("run dataplane");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(
+        out.status.code(),
+        Some(124),
+        "the failed run did not exit: {err}"
+    );
+    assert!(
+        !out.status.success(),
+        "attaching over another program must fail"
+    );
+    // Programs are attached only once every poller has reported its sockets ready: an
+    // attach error means the control thread and the pollers were running.
+    assert!(
+        err.contains("attaching XDP") && err.contains(&t.dut_out()),
+        "the egress port's attach failed: {err}"
+    );
+    assert!(
+        !has_xdp(&t.dut_ns(), &t.dut_in()),
+        "the ingress port's program detached"
+    );
+    assert!(
+        has_xdp(&t.dut_ns(), &t.dut_out()),
+        "the holder's program untouched"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+}

@@ -1,7 +1,7 @@
 //! `dataplane bench`: run a bench matrix, one netns testbed per cell.
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use super::need_root;
 use dataplane::lab::{report, Lab, Matrix, Record};
@@ -103,5 +103,17 @@ pub fn main(a: BenchArgs) -> Result<()> {
         "wrote {}/results.json, results.csv, summary.md and plots",
         out.display()
     );
+    let failed: Vec<String> = results
+        .iter()
+        .filter_map(|r| Some(format!("{}: {}", r.cell.label(), r.failure()?)))
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "{} of {} cells failed:\n  {}",
+            failed.len(),
+            results.len(),
+            failed.join("\n  ")
+        );
+    }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The TOML configuration: a strict schema (unknown keys are refused), validated into plain
 //! values before anything is attached. Every error names the key and the value that was wrong.
+use std::collections::HashMap;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -42,6 +43,17 @@ pub enum ConfigError {
         /// What is wrong with it.
         why: String,
     },
+}
+
+/// Interface name to port index.
+type PortOf<'a> = HashMap<&'a str, u16>;
+
+/// The port named `name`, or an error naming `key`.
+fn port(port_of: &PortOf<'_>, key: String, name: &str) -> Result<u16, ConfigError> {
+    port_of
+        .get(name)
+        .copied()
+        .ok_or_else(|| invalid(key, name, "not one of the configured [[interfaces]]"))
 }
 
 fn invalid(key: impl Into<String>, value: impl ToString, why: impl Into<String>) -> ConfigError {

@@ -3,8 +3,7 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use super::validate::{port, PortOf};
-use super::{invalid, ConfigError, OneOrMany, RouteSection};
+use super::{invalid, port, ConfigError, OneOrMany, PortOf, RouteSection};
 use super::{ROUTES_FILE_MAX_BYTES, ROUTES_FILE_MAX_LINES};
 use crate::types::{Route, MAX_PATHS};
 

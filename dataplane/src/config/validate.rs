@@ -1,23 +1,13 @@
 //! From the file as written to a [`Config`]: each section checked in its own step, in the
 //! order a reader of the file meets them, the first wrong value refused with its key.
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 
 use super::routes::{routes_from_file, routes_from_sections};
-use super::{invalid, parse_align, Config, ConfigError, ConfigFile, DataplaneSection};
+use super::PortOf;
+use super::{invalid, parse_align, port, Config, ConfigError, ConfigFile, DataplaneSection};
 use super::{InterfaceSection, NeighbourSection, PollerSection, RouteSource};
 use crate::types::{parse_mac, Mode, Neighbour, MAX_PORTS};
-
-/// Interface name to port index.
-pub(super) type PortOf<'a> = HashMap<&'a str, u16>;
-
-/// The port named `name`, or an error naming `key`.
-pub(super) fn port(port_of: &PortOf<'_>, key: String, name: &str) -> Result<u16, ConfigError> {
-    port_of
-        .get(name)
-        .copied()
-        .ok_or_else(|| invalid(key, name, "not one of the configured [[interfaces]]"))
-}
 
 /// Checks every section and builds the validated config (`ncpu`: the CPUs of the machine it
 /// is checked for; `base`: where a relative `routes_file` is looked up).

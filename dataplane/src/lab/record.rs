@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::matrix::Cell;
+use super::matrix::{Cell, Dut};
 
 /// One repeat of one cell.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
@@ -83,6 +83,30 @@ pub struct CellResult {
     pub zero_loss_trials: Vec<Trial>,
 }
 
+impl CellResult {
+    /// Why this cell failed, or None. A repeat that failed fails it, and so does a repeat that
+    /// measured but whose sink matched no frame, for every DUT but `drop` (which forwards
+    /// nothing by design). A cell this machine cannot give ("unavailable: ...", "skipped:
+    /// ...") has not failed: it is reported with its reason.
+    pub fn failure(&self) -> Option<String> {
+        if let Some(r) = self.runs.iter().find(|r| r.status.starts_with("failed")) {
+            return Some(format!("repeat {}: {}", r.rep, r.status));
+        }
+        if self.cell.dut == Dut::Drop {
+            return None;
+        }
+        self.runs
+            .iter()
+            .find(|r| r.status == "ok" && r.sink_packets == 0)
+            .map(|r| {
+                format!(
+                    "repeat {}: forwarded nothing (the sink matched no frame of {:.0} pps offered)",
+                    r.rep, r.offered_pps
+                )
+            })
+    }
+}
+
 /// Two clusters in a cell's repeats (as testpmd's af_xdp rates at 0.67 and 1.07 Mpps): the
 /// sorted values split where the gap is largest, each side holding at least two, the gap more
 /// than 10% of the median and over three times the wider side's own spread. Returns the two
@@ -150,6 +174,54 @@ mod tests {
         assert!(bimodal(&[1.00e6, 1.03e6, 0.98e6, 1.05e6, 0.97e6]).is_none());
         assert!(bimodal(&[1.00e6, 1.01e6, 0.99e6, 1.02e6, 0.60e6]).is_none());
         assert!(bimodal(&[1.0, 2.0, 3.0]).is_none(), "too few");
+    }
+
+    #[test]
+    fn a_cell_fails_when_a_repeat_failed_or_forwarded_nothing() {
+        let m = Matrix::parse("name = \"t\"\nduts = [\"l3fwd\", \"drop\"]\n", "t").expect("matrix");
+        let cells = m.cells();
+        let (l3fwd, drop) = (&cells[0], &cells[1]);
+        assert_eq!((l3fwd.dut, drop.dut), (Dut::L3fwd, Dut::Drop));
+        let result = |cell: &Cell, runs: Vec<(&str, u64)>| CellResult {
+            cell: cell.clone(),
+            runs: runs
+                .into_iter()
+                .enumerate()
+                .map(|(i, (status, sink))| {
+                    let mut r = Record::blank("t", cell, i as u32, status.into());
+                    r.sink_packets = sink;
+                    r
+                })
+                .collect(),
+            stable: false,
+            zero_loss_pps: None,
+            zero_loss_trials: Vec::new(),
+        };
+        assert_eq!(result(l3fwd, vec![("ok", 10), ("ok", 12)]).failure(), None);
+        let failed = result(l3fwd, vec![("ok", 10), ("failed: testbed: no root", 0)]);
+        assert_eq!(
+            failed.failure().as_deref(),
+            Some("repeat 1: failed: testbed: no root")
+        );
+        let nothing = result(l3fwd, vec![("ok", 10), ("ok", 0)]).failure();
+        assert!(
+            nothing
+                .as_deref()
+                .is_some_and(|f| f.starts_with("repeat 1: forwarded nothing")),
+            "{nothing:?}"
+        );
+        assert_eq!(
+            result(drop, vec![("ok", 0)]).failure(),
+            None,
+            "drop forwards nothing"
+        );
+        assert!(result(drop, vec![("failed: x", 0)]).failure().is_some());
+        let unavailable = "unavailable: not available here: memory = remote needs 2 NUMA nodes";
+        assert_eq!(result(l3fwd, vec![(unavailable, 0)]).failure(), None);
+        assert_eq!(
+            result(l3fwd, vec![("skipped: no testpmd", 0)]).failure(),
+            None
+        );
     }
 
     #[test]

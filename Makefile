@@ -27,12 +27,14 @@ test-loaded: deps
 # The forwarding table's lock-free protocol under the loom model checker (fib::loom_tests:
 # QSBR online/offline against reclaim, next-hop slots, extension and multipath groups).
 loom:
-	LOOM_MAX_PREEMPTIONS=3 $(CARGO) test --release -p dataplane --features loom --lib fib::loom_tests
+	LOOM_MAX_PREEMPTIONS=3 scripts/at-least.sh 6 \
+		$(CARGO) test --release -p dataplane --features loom --lib fib::loom_tests
 
 # The churn oracle (readers against a BGP-like update stream, every answer checked against
 # the versions its lookup spanned) for 10 minutes; make test runs it for 10 s.
 stress:
-	CHURN_SECS=$${CHURN_SECS:-600} $(CARGO) test --release -p dataplane --lib fib::churn -- --nocapture
+	CHURN_SECS=$${CHURN_SECS:-600} scripts/at-least.sh 2 \
+		$(CARGO) test --release -p dataplane --lib fib::churn -- --nocapture
 
 # Miri on the table's unit tests, ThreadSanitizer on the churn oracle (nightly toolchain).
 # About 30 minutes on 2 vCPUs: Miri 23 (the IPv6 brute-force test 16 of them), TSan 5.

@@ -13,9 +13,9 @@ host=$(rustc -vV | sed -n 's/^host: //p')
 
 echo "== Miri: fib::tests, fib::qsbr, fib::warm_map"
 cargo +nightly miri setup >/dev/null
-MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation}" \
+MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation}" scripts/at-least.sh 18 \
     cargo +nightly miri test -p dataplane --lib -- fib::tests fib::qsbr fib::warm_map
 
 echo "== ThreadSanitizer: fib::churn (${CHURN_SECS:-10} s)"
-RUSTFLAGS="-Zsanitizer=thread" CARGO_TARGET_DIR=target/tsan \
+RUSTFLAGS="-Zsanitizer=thread" CARGO_TARGET_DIR=target/tsan scripts/at-least.sh 2 \
     cargo +nightly test -Zbuild-std --target "$host" -p dataplane --lib -- fib::churn --nocapture

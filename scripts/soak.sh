@@ -76,8 +76,9 @@ while [ $(( $(date +%s) - start )) -lt $((SECS + 3)) ]; do
 done
 echo "$hups" > "$OUT/hups"
 last_tx=$(scrape)
-wait "$DUT" || true
-wait "$SINK" || true
+# Both ran for a fixed time and stop by themselves: either exiting non-zero fails the soak.
+wait "$DUT" || { echo "soak: the dataplane exited with status $?" >&2; exit 1; }
+wait "$SINK" || { echo "soak: the sink exited with status $?" >&2; exit 1; }
 echo "soak: run files (summary, samples) in $OUT"
 python3 - "$OUT" "$MINUTES" "$last_tx" <<'EOF'
 import json, sys

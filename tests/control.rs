@@ -137,7 +137,12 @@ fn kernel_routes_are_mirrored_and_followed_live() {
     // ip route add / replace / del, both families, during the run.
     let far4 = "203.0.113.7";
     let far6 = "2001:db8:99::7";
-    assert!(until_forwarded(&gen, &sink, &v4_to(far4, 100), Duration::from_millis(100)).is_none());
+    // Not routed before the route exists: a probe to it is dropped while the marker sent
+    // after it is forwarded (a stalled DUT forwards neither, and fails this).
+    assert!(
+        until_stopped(&gen, &sink, |s| v4_to(far4, s), 90, Duration::from_secs(2)).is_some(),
+        "203.0.113.7 forwarded before any route to it"
+    );
     dut_ip(
         t,
         &["route", "add", "203.0.113.0/24", "via", testbed::SINK_V4],
@@ -416,12 +421,58 @@ fn sighup_reloads_static_routes_and_refuses_a_bad_file() {
         "{:?}",
         dut.log_lines()
     );
+    // So is a change of the ICMP rate limit (the pollers' token buckets are set up once).
+    std::fs::write(&path, with_knobs(more.clone(), "icmp_rate = 10")).expect("write");
+    hup(&dut);
+    assert!(
+        dut.wait_log(
+            "dataplane.icmp_rate changed, which needs a restart",
+            Duration::from_secs(2)
+        ),
+        "{:?}",
+        dut.log_lines()
+    );
+    assert!(until_forwarded(&gen, &sink, &v4_to(far, 5), Duration::from_secs(1)).is_some());
+    // Neighbours are applied as a difference too: the prefix through a second next hop
+    // (198.19.0.99, the sink's MAC by a static entry) forwards while the entry is in the file,
+    // stops when it is taken out (no neighbour: static mode resolves nothing), and forwards
+    // again when it is put back.
+    let via_99 = |neighbour: bool| {
+        let mut c = format!(
+            "{cfg}\n[[routes]]\nprefix = \"203.0.113.0/24\"\nvia = \"198.19.0.99\"\ndev = \"{}\"\n",
+            t.dut_out()
+        );
+        if neighbour {
+            c.push_str(&format!(
+                "\n[[neighbours]]\nip = \"198.19.0.99\"\nmac = \"{}\"\ndev = \"{}\"\n",
+                testbed::SINK_MAC,
+                t.dut_out()
+            ));
+        }
+        c
+    };
+    std::fs::write(&path, via_99(true)).expect("write");
+    hup(&dut);
+    assert!(until_forwarded(&gen, &sink, &v4_to(far, 6), Duration::from_secs(2)).is_some());
+    std::fs::write(&path, via_99(false)).expect("write");
+    hup(&dut);
+    assert!(
+        until_stopped(&gen, &sink, |s| v4_to(far, s), 10, Duration::from_secs(2)).is_some(),
+        "the neighbour taken out of the file is gone from the table"
+    );
+    std::fs::write(&path, via_99(true)).expect("write");
+    hup(&dut);
+    assert!(
+        until_forwarded(&gen, &sink, &v4_to(far, 7), Duration::from_secs(2)).is_some(),
+        "the neighbour put back"
+    );
     // The route removed from the file goes away.
     std::fs::write(&path, &cfg).expect("write");
     hup(&dut);
-    assert!(until_stopped(&gen, &sink, |s| v4_to(far, s), 4, Duration::from_secs(2)).is_some());
+    assert!(until_stopped(&gen, &sink, |s| v4_to(far, s), 2000, Duration::from_secs(2)).is_some());
     let s = dut.stop();
     assert!(drop_count(&s, DropReason::NoRoute) >= 2, "{s}");
+    assert!(drop_count(&s, DropReason::NoNeighbour) >= 1, "{s}");
 }
 
 #[test]
@@ -600,7 +651,7 @@ fn no_loss_while_routes_churn_and_the_config_reloads() {
         .args(["netns", "exec", &t.dut_ns(), "ip", "-force", "-batch", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("ip -batch");
     let mut stdin = churn.stdin.take().expect("stdin");
@@ -632,7 +683,13 @@ fn no_loss_while_routes_churn_and_the_config_reloads() {
         std::thread::sleep(due.saturating_duration_since(Instant::now()));
     }
     drop(stdin);
-    let _ = churn.wait();
+    let churned = churn.wait_with_output().expect("ip -batch");
+    assert!(
+        churned.status.success() && churned.stderr.is_empty(),
+        "every route change was taken by the kernel ({}): {}",
+        churned.status,
+        String::from_utf8_lossy(&churned.stderr)
+    );
     assert!(gen.wait_with_output().expect("gen").status.success());
     assert!(sink.wait_with_output().expect("sink").status.success());
     let read = |p: &std::path::Path| -> serde_json::Value {
@@ -644,6 +701,32 @@ fn no_loss_while_routes_churn_and_the_config_reloads() {
         .or_else(|| read(&got_json)["packets"].as_u64());
     let s = dut.stop();
     assert!(changes >= 990, "{changes} route changes");
+    // The dataplane applied them: each add and each delete is one change of its table (on
+    // top of what it read at start), every SIGHUP was a reload, and the 200 prefixes added
+    // last are in its table at the end.
+    let control = &s["control"];
+    let applied = control["changes"].as_u64().expect("control.changes");
+    assert!(
+        applied >= u64::from(changes),
+        "{applied} table changes for {changes} route changes"
+    );
+    let reloads = control["reloads"].as_u64().expect("control.reloads");
+    assert!(
+        reloads >= u64::from(changes / 100) - 1,
+        "{reloads} reloads for {} SIGHUPs",
+        changes / 100
+    );
+    assert_eq!(control["reloads_refused"].as_u64(), Some(0));
+    let v4 = control["v4"].as_u64().expect("control.v4");
+    let last_added = if (changes / 200).is_multiple_of(2) {
+        changes % 200
+    } else {
+        200 - changes % 200
+    };
+    assert!(
+        v4 >= u64::from(last_added),
+        "{v4} IPv4 prefixes at the end, {last_added} of the churned ones in the kernel"
+    );
     assert!(sent >= 90_000, "sent {sent}");
     assert_eq!(
         got,

@@ -46,6 +46,14 @@ fn f(v: &serde_json::Value, key: &str) -> f64 {
 /// What every fault must show.
 fn check(v: &serde_json::Value, fault: &str) {
     let per_flow = f(&v["flows"], "pps_per_flow");
+    // The appliances' kernels forward too (ip_forward=1, so a killed dataplane's traffic is
+    // carried until its withdrawal lands): until the fault, their forwarding counters must
+    // not move, so what arrived through each appliance was the dataplane's doing.
+    assert_eq!(
+        v["kernel_forwarded_before"],
+        serde_json::json!([0, 0]),
+        "{fault}: the appliances' kernels forwarded in the steady state"
+    );
     for i in 0..2 {
         let before = v["share_before"][i].as_f64().expect("share");
         let after = v["share_after"][i].as_f64().expect("share");

@@ -192,6 +192,45 @@ fn icmp_errors_are_rate_limited_per_poller() {
     );
 }
 
+/// With no `icmp_rate` / `icmp_burst` in the config, the limit is the kernel's defaults
+/// (icmp_msgs_per_sec 1000, icmp_msgs_burst 50): a burst of 300 offenders back to back gets
+/// 50 errors at once, plus one a millisecond for as long as the burst lasted.
+#[test]
+fn icmp_errors_at_the_default_limit_are_a_burst_of_50_then_1000_a_second() {
+    if !root_or_skip("icmp default rate limit") {
+        return;
+    }
+    let bed = Bed::up("tird", 1);
+    let t = &bed.0;
+    let cfg = config(t, "");
+    assert!(!cfg.contains("icmp_"), "the defaults: {cfg}");
+    let dut = Dut::start(&bed, &cfg);
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let frames: Vec<Vec<u8>> = (0..300u16)
+        .map(|i| udp_v4(&FrameSpec { ttl: 1, ..spec(i) }))
+        .collect();
+    let start = Instant::now();
+    for f in &frames {
+        gen.send(f).expect("send");
+    }
+    // The last offender is decided within this much of being sent (the DUT polls).
+    let sending = start.elapsed().as_secs_f64() + 0.05;
+    let got = icmp_errors(&capture(
+        &gen,
+        Duration::from_millis(500),
+        Duration::from_secs(5),
+    ));
+    let s = dut.stop();
+    let sent = counter(&s, Counter::IcmpSent);
+    assert_eq!(got.len() as u64, sent, "every error sent arrived");
+    assert_eq!(sent + counter(&s, Counter::IcmpRateLimited), 300, "{s}");
+    let bound = 50.0 + 1000.0 * sending;
+    assert!(
+        sent >= 50 && (sent as f64) <= bound,
+        "{sent} errors for 300 offenders sent in {sending:.3} s: not 50 + 1000/s (at most {bound:.0})"
+    );
+}
+
 #[test]
 fn traceroute_shows_the_dataplane_hop() {
     if !root_or_skip("traceroute") {

@@ -229,6 +229,14 @@ fn ablation_knobs_forward_correctly() {
         for p in s["setup"].as_array().expect("setup") {
             assert_eq!(p["hugepages"], true, "UMEM on 2 MiB pages: {p}");
         }
+    } else {
+        // The kernel could not find 40 free 2 MiB pages: the knob fell back to ordinary
+        // pages (as documented), which this test cannot call a pass under CI.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "hugepages: could not reserve 2 MiB pages, and CI is set"
+        );
+        eprintln!("SKIPPED hugepages part of ablation_knobs_forward_correctly: no 2 MiB pages");
     }
     // One NUMA node: a remote placement is refused, naming the key.
     let (ok, e) = run_once(
@@ -293,7 +301,15 @@ fn irq_restore_undoes_what_a_killed_run_moved() {
     let dut = Dut::start_with(&bed, &cfg, &args);
     assert_eq!(napi_cpus(&t.dut_in()), vec![vec![0]], "moved while running");
     assert_eq!(threaded(&t.dut_ns(), &t.dut_out()), "1");
+    assert!(has_xdp(&t.dut_ns(), &t.dut_in()), "attached while running");
     dut.kill();
+    // A crash detaches the programs too: they hang on bpf_links that die with the process.
+    for ifname in [t.dut_in(), t.dut_out()] {
+        assert!(
+            !has_xdp(&t.dut_ns(), &ifname),
+            "{ifname}: detached by the kill"
+        );
+    }
     assert!(state.exists(), "the killed run left its journal");
     assert_eq!(
         napi_cpus(&t.dut_in()),

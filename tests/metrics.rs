@@ -3,50 +3,13 @@
 //! They need root.
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::router::{config, spec};
 use common::*;
 use dataplane::packet::build::udp_v4;
-
-/// GET /metrics on 127.0.0.1:`port` inside namespace `ns`: the body.
-fn scrape(ns: &str, port: u16) -> String {
-    let ns = ns.to_string();
-    std::thread::spawn(move || {
-        dataplane::sys::enter_netns(&ns).expect("setns");
-        let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the exporter");
-        s.set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout");
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            .expect("request");
-        let mut text = String::new();
-        s.read_to_string(&mut text).expect("response");
-        let (head, body) = text.split_once("\r\n\r\n").expect("http response");
-        assert!(
-            head.starts_with("HTTP/1.") && head.contains(" 200"),
-            "{head}"
-        );
-        body.to_string()
-    })
-    .join()
-    .expect("scrape thread")
-}
-
-/// The sum of every sample of `name` whose labels contain `label` (all samples: "").
-fn sum(text: &str, name: &str, label: &str) -> u64 {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
-        .map(|l| {
-            l.rsplit(' ')
-                .next()
-                .and_then(|v| v.parse::<f64>().ok())
-                .expect("sample value") as u64
-        })
-        .sum()
-}
 
 #[test]
 fn scraped_metrics_are_valid_and_agree_with_the_sink() {
@@ -109,7 +72,8 @@ fn scraped_metrics_are_valid_and_agree_with_the_sink() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let _ = sink.wait();
+    let sink_status = sink.wait().expect("sink");
+    assert!(sink_status.success(), "sink: {sink_status}");
     let s = dut.stop();
 
     let mut promtool = Command::new("promtool")

@@ -110,6 +110,11 @@ fn l3fwd_forwards_exactly_the_routable_mix_and_ping_still_works() {
             assert_eq!(checksum(&f[14..34]), 0, "valid IPv4 header checksum");
         }
     }
+    // What `has_xdp` says false about below, it says true about while the run holds them.
+    assert!(
+        has_xdp(&t.dut_ns(), &t.dut_in()) && has_xdp(&t.dut_ns(), &t.dut_out()),
+        "the steering programs attached while running"
+    );
     let s = dut.stop();
     assert_eq!(drop_count(&s, DropReason::TtlExceeded), 2, "{s}");
     assert_eq!(drop_count(&s, DropReason::NoRoute), 2, "{s}");
@@ -327,22 +332,46 @@ fn steering_counter_names_match_the_bpf_map() {
 }
 
 /// Runs the DUT with `keys` added to `[dataplane]`, sends 100 frames, captures them at the
-/// sink, stays quiet for `quiet`, stops it: the frames forwarded, and the summary.
-fn forward_100_then_quiet(bed: &Bed, keys: &str, quiet: Duration) -> (usize, serde_json::Value) {
+/// Where the DUT's metrics are served, inside its namespace (each testbed has its own).
+const METRICS_PORT: u16 = 9460;
+
+/// Runs the DUT with `keys` added to `[dataplane]`, sends 100 frames and captures them at the
+/// sink; then, quiet, waits until the poller's `counter` (as its metrics publish it, every
+/// 250 ms) has grown by at least `by` since the frames were forwarded, and stops it: the
+/// frames forwarded, and the summary. A counter decides how long "quiet" lasts, not a sleep.
+fn forward_100_then_quiet_until(
+    bed: &Bed,
+    keys: &str,
+    counter: Counter,
+    by: u64,
+) -> (usize, serde_json::Value) {
     let t = &bed.0;
     let cfg = l3_config(t, &[(None, vec![0])]).replacen(
         "[dataplane]\n",
         &format!("[dataplane]\n{keys}"),
         1,
     );
-    let dut = Dut::start(bed, &cfg);
+    let dut = Dut::start_with(bed, &cfg, &["--metrics", &METRICS_PORT.to_string()]);
+    let name = format!(
+        "dataplane_{}_total",
+        dataplane::poller::stats::COUNTER_NAMES[counter as usize]
+    );
+    let now = || sum(&scrape(&t.dut_ns(), METRICS_PORT), &name, "");
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());
     let gen = packet_socket(&t.gen_ns(), &t.gen_if());
     for i in 0..100u16 {
         gen.send(&udp_v4(&spec(i))).expect("send");
     }
     let frames = capture(&sink, Duration::from_millis(300), Duration::from_secs(5));
-    std::thread::sleep(quiet);
+    let from = now();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while now() < from + by {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} did not grow by {by} from {from} in 20 s of quiet"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let s = dut.stop();
     (marked_frames(&frames).len(), s)
 }
@@ -353,11 +382,12 @@ fn adaptive_idling_forwards_then_sleeps_when_quiet() {
         return;
     }
     let bed = Bed::up("tad", 1);
-    // Then nothing for a second: the poller must go to sleep, not spin.
-    let (forwarded, s) = forward_100_then_quiet(
+    // Then nothing, until it has slept 20 times: the poller must go to sleep, not spin.
+    let (forwarded, s) = forward_100_then_quiet_until(
         &bed,
         "idle = \"adaptive\"\nidle_spin_us = 200\n",
-        Duration::from_secs(1),
+        Counter::IdleSleeps,
+        20,
     );
     assert_eq!(forwarded, 100, "every frame forwarded: {s}");
     let sleeps = counter(&s, Counter::IdleSleeps);
@@ -380,12 +410,14 @@ fn sleep_and_busy_idle_modes_forward_and_idle_as_named() {
     }
     let bed = Bed::up("tid", 1);
     for idle in ["sleep", "busy"] {
-        // Quiet for half a second: `sleep` naps in poll(), `busy` never does.
-        let (forwarded, s) = forward_100_then_quiet(
-            &bed,
-            &format!("idle = \"{idle}\"\n"),
-            Duration::from_millis(500),
-        );
+        // Quiet: `sleep` naps in poll() (wait for 5 naps), `busy` never does (wait for a
+        // million loop passes without one).
+        let (counter_seen, by) = match idle {
+            "busy" => (Counter::LoopPasses, 1_000_000),
+            _ => (Counter::IdleSleeps, 5),
+        };
+        let (forwarded, s) =
+            forward_100_then_quiet_until(&bed, &format!("idle = \"{idle}\"\n"), counter_seen, by);
         assert_eq!(forwarded, 100, "{idle}: every frame forwarded: {s}");
         let sleeps = counter(&s, Counter::IdleSleeps);
         match idle {

@@ -72,7 +72,13 @@ fn assert_least_privilege(pid: u32, control: u64) {
 /// As [`assert_least_privilege`], the main thread holding `main` besides CAP_BPF.
 fn assert_least_privilege_with(pid: u32, control: u64, main: u64) {
     let threads = thread_privileges(pid);
-    assert!(threads.len() >= 2, "{threads:?}");
+    // The threads whose sets matter most are there to be checked: a run whose pollers or
+    // control thread had not started (or were renamed) would pass the loop below vacuously.
+    assert!(
+        threads.iter().any(|(name, ..)| name.starts_with("dp-poll"))
+            && threads.iter().any(|(name, ..)| name == "dp-control"),
+        "a poller and the control thread: {threads:?}"
+    );
     for (name, eff, nnp, prm) in &threads {
         assert_eq!(nnp, "1", "{name}: no-new-privs");
         // Pollers keep nothing; the control thread `control`; the rest CAP_BPF.

@@ -129,7 +129,12 @@ class Bed:
             ["ip", "netns", "exec", self.sink, DATAPLANE, "sink", "--iface", self.taps[1],
              "--duration", str(int(count / rate) + 8), "--json", sink_json],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.5)
+        # Its counting starts when it says so (attached, counters read): only then may the
+        # generator send, or frames that arrive first are not counted.
+        first = sink.stderr.readline()
+        if "window open" not in first:
+            sink.kill()
+            raise RuntimeError(f"vmtest: the sink did not open its window: {first!r}")
         run(DATAPLANE, "gen", "--iface", self.taps[0], "--count", str(count), "--rate", str(rate),
             "--flows", str(flows), "--dst-mac", GUEST_MACS[0], "--src-mac", HOST_MACS[0],
             "--src", "198.18.0.1", "--dst", "198.19.0.100", "--duration", str(int(count / rate) + 5),

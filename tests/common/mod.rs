@@ -3,7 +3,8 @@
 //! line, or fail when `CI` is set.
 #![allow(dead_code, missing_docs)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -441,4 +442,40 @@ pub fn assert_frames_accounted(summary: &serde_json::Value) {
             "frame accounting {f}"
         );
     }
+}
+
+/// GET /metrics on 127.0.0.1:`port` inside namespace `ns`: the body.
+pub fn scrape(ns: &str, port: u16) -> String {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        dataplane::sys::enter_netns(&ns).expect("setns");
+        let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the exporter");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .expect("request");
+        let mut text = String::new();
+        s.read_to_string(&mut text).expect("response");
+        let (head, body) = text.split_once("\r\n\r\n").expect("http response");
+        assert!(
+            head.starts_with("HTTP/1.") && head.contains(" 200"),
+            "{head}"
+        );
+        body.to_string()
+    })
+    .join()
+    .expect("scrape thread")
+}
+
+/// The sum of every sample of `name` whose labels contain `label` (all samples: "").
+pub fn sum(text: &str, name: &str, label: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+        .map(|l| {
+            l.rsplit(' ')
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .expect("sample value") as u64
+        })
+        .sum()
 }

@@ -125,6 +125,11 @@ fn run(
     );
     let (client, server) = (fleet.ns("cl"), fleet.ns("sv"));
     let ifs = [fleet.server_if(0), fleet.server_if(1)];
+    let forwarded = |fleet: &Fleet| -> Result<[u64; 2], dataplane::fleet::FleetError> {
+        Ok([fleet.kernel_forwarded(0)?, fleet.kernel_forwarded(1)?])
+    };
+    let at_start = forwarded(fleet)?;
+    let mut at_fault = [0u64; 2];
     let traffic = traffic::run(
         &client,
         &server,
@@ -135,6 +140,7 @@ fn run(
         |start| {
             let until = |d: Duration| std::thread::sleep(d.saturating_sub(start.elapsed()));
             until(fault_at);
+            at_fault = forwarded(fleet)?;
             eprintln!(
                 "fleet: {:.1} s: appliance a: {}",
                 fault_at.as_secs_f64(),
@@ -146,7 +152,7 @@ fn run(
             fleet.recover(0, fault)
         },
     )?;
-    Ok(Outcome::of(
+    let mut outcome = Outcome::of(
         &Schedule {
             fault,
             fault_at,
@@ -155,5 +161,10 @@ fn run(
         },
         flows,
         &traffic,
-    ))
+    );
+    outcome.kernel_forwarded_before = Some([
+        at_fault[0].saturating_sub(at_start[0]),
+        at_fault[1].saturating_sub(at_start[1]),
+    ]);
+    Ok(outcome)
 }

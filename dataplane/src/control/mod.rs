@@ -267,6 +267,20 @@ impl Control {
         let Some(mut nl) = self.requests.take() else {
             return Ok(());
         };
+        let read = self.reread(kernel, |each| nl.dump_all(each));
+        self.requests = Some(nl);
+        read
+    }
+
+    /// A full re-read of the kernel's tables, `dump` handing each batch of what it reads to
+    /// the closure it is given: everything read is applied, then (kernel mode, a table not
+    /// empty) every route and neighbour the dump did not name is removed, since the kernel no
+    /// longer has it.
+    fn reread(
+        &mut self,
+        kernel: bool,
+        dump: impl FnOnce(&mut dyn FnMut(Vec<Event>)) -> Result<(), NetlinkError>,
+    ) -> Result<(), NetlinkError> {
         let sweep = kernel
             && (self.spec.rib.routes().next().is_some()
                 || self.spec.rib.neighbours().next().is_some());
@@ -281,7 +295,7 @@ impl Control {
             *a = Addrs::default();
         }
         self.reading_addrs = true;
-        let read = nl.dump_all(|events| {
+        let read = dump(&mut |events| {
             if sweep {
                 for e in &events {
                     match e {
@@ -299,7 +313,6 @@ impl Control {
             }
             self.apply_batch(events, kernel);
         });
-        self.requests = Some(nl);
         self.reading_addrs = false;
         if read.is_ok() {
             for p in 0..self.addrs.len() {

@@ -501,6 +501,93 @@ mod tests {
         Ok(())
     }
 
+    /// Changes lost in a netlink overrun are caught up by a full re-read: what the kernel no
+    /// longer has (a route, a neighbour) leaves the table, what it still has stays.
+    #[test]
+    fn a_full_reread_removes_what_the_kernel_no_longer_has() {
+        let (p0, p1) = (PORTS[0].1, PORTS[1].1);
+        let kept = [
+            route("10.1.0.0", 16, KernelRoute::Unicast(vec![(p0, None)])),
+            neighbour(p0, "10.1.2.3"),
+        ];
+        let lost = [
+            route(
+                "10.2.0.0",
+                16,
+                KernelRoute::Unicast(vec![(p1, Some(ip("10.0.0.1")))]),
+            ),
+            neighbour(p1, "10.0.0.1"),
+        ];
+        let mut control = Offline::new(&PORTS).expect("offline control");
+        let (mut before, mut after) = (KernelModel::new(&PORTS), KernelModel::new(&PORTS));
+        for e in kept.iter().chain(&lost) {
+            control.apply(e.clone());
+            before.apply(e);
+        }
+        for e in &kept {
+            after.apply(e);
+        }
+        check(&control, &before).expect("the table before the overrun");
+        let routed = |control: &Offline, dst: u32| {
+            let mut r = control.table().reader(0).expect("reader slot");
+            let online = r.online();
+            // A route, whatever its neighbour's state: anything but "no route".
+            online.routes().route_v4(dst, || 0) != Err(crate::fib::Miss::NoRoute)
+        };
+        assert!(
+            routed(&control, 0x0a02_0001),
+            "10.2.0.1 routed before the overrun"
+        );
+        // The kernel's tables as a dump reads them: the links, then what is left.
+        let mut dump: Vec<Event> = PORTS
+            .iter()
+            .map(|(name, ifindex)| Event::Link {
+                add: true,
+                ifindex: *ifindex,
+                name: (*name).to_string(),
+                up: true,
+                mtu: Some(1500),
+            })
+            .collect();
+        dump.extend(kept.iter().cloned());
+        control.resync(dump);
+        check(&control, &after).expect("the table after the re-read");
+        assert!(
+            !routed(&control, 0x0a02_0001),
+            "10.2.0.0/16 gone with the re-read"
+        );
+        assert!(routed(&control, 0x0a01_0001), "10.1.0.0/16 still there");
+    }
+
+    /// The pollers ask again for every packet that finds no neighbour; the kernel is asked
+    /// about one neighbour at most once per 500 ms, however many destinations lead to it.
+    #[test]
+    fn a_neighbour_is_asked_of_the_kernel_at_most_every_500_ms() {
+        let p0 = PORTS[0].1;
+        let mut control = Offline::new(&PORTS).expect("offline control");
+        control.apply(route(
+            "10.9.0.0",
+            16,
+            KernelRoute::Unicast(vec![(p0, Some(ip("10.0.0.1")))]),
+        ));
+        let t0 = std::time::Instant::now();
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(control.resolve_at(ip("10.9.0.1"), t0), 1, "the first asks");
+        assert_eq!(control.resolve_at(ip("10.9.0.1"), t0 + ms(100)), 1);
+        assert_eq!(
+            control.resolve_at(ip("10.9.7.7"), t0 + ms(499)),
+            1,
+            "another destination behind the same gateway"
+        );
+        assert_eq!(
+            control.resolve_at(ip("10.9.0.1"), t0 + ms(500)),
+            2,
+            "again after 500 ms"
+        );
+        assert_eq!(control.resolve_at(ip("10.9.0.1"), t0 + ms(900)), 2);
+        assert_eq!(control.resolve_at(ip("10.9.0.1"), t0 + ms(1000)), 3);
+    }
+
     /// A neighbour learnt on a connected route keeps no host route once a longer route
     /// covers it: the kernel sends through that route's gateway (or out of the other port
     /// whose connected route is longer).

@@ -105,6 +105,31 @@ impl Offline {
         while self.addresses.try_recv().is_ok() {}
     }
 
+    /// A netlink overrun's full re-read, the kernel's tables now holding exactly `dump`
+    /// (links, addresses, neighbours and routes, as the dump reads them), then reclaimed.
+    pub fn resync(&mut self, dump: Vec<Event>) {
+        let read = self.control.reread(true, |each| {
+            each(dump);
+            Ok(())
+        });
+        debug_assert!(read.is_ok(), "an offline dump cannot fail");
+        self.control.spec.rib.reclaim();
+        while self.addresses.try_recv().is_ok() {}
+    }
+
+    /// A poller's request to resolve the neighbour behind `dst`, handled as a pass at `now`
+    /// handles it; the count of resolutions asked of the kernel so far (this offline control
+    /// has no socket to send them on).
+    pub fn resolve_at(&mut self, dst: std::net::IpAddr, now: std::time::Instant) -> u64 {
+        let _ = self.control.spec.resolve.push(dst);
+        self.control.resolve_requests_at(true, now);
+        self.control
+            .spec
+            .status
+            .resolve_requests
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The table the pollers would read.
     pub fn table(&self) -> &Arc<Table> {
         self.control.spec.rib.table()

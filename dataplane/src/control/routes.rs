@@ -141,7 +141,12 @@ impl Control {
     /// Asks the kernel to resolve the neighbours behind the destinations the pollers could
     /// not forward (kernel mode; in static mode nothing resolves them).
     pub(super) fn resolve_requests(&mut self, kernel: bool) {
-        let now = Instant::now();
+        self.resolve_requests_at(kernel, Instant::now());
+    }
+
+    /// [`Control::resolve_requests`] at the time `now`: one destination is asked about at
+    /// most once per [`RESOLVE_AGAIN`], and at most 64 a pass.
+    pub(super) fn resolve_requests_at(&mut self, kernel: bool, now: Instant) {
         let mut budget = 64;
         while let Some(dst) = self.spec.resolve.pop() {
             if !kernel || budget == 0 {

@@ -316,6 +316,10 @@ fn reader(
         online.quiescent();
         let rt = online.routes();
         for _ in 0..32 {
+            if rng.gen_ratio(1, 8) {
+                burst_v6(rt, &versions, &dsts, &mut rng, &mut log);
+                continue;
+            }
             let dst = dsts[rng.gen_range(0..dsts.len())];
             let flow = rng.gen::<u32>();
             let from = versions.done.load(Acquire);
@@ -348,6 +352,47 @@ fn reader(
         }
     }
     log
+}
+
+/// The pollers' own IPv6 path (`Forwarder::walk`, then `route_walked_v6` frame by frame):
+/// up to 8 lookups of one burst walked down the trie together, level by level, a yield
+/// between levels (a burst's other work), then each finished with its flow. Logged as one
+/// lookup each, spanning the whole burst.
+fn burst_v6(
+    rt: Routes<'_>,
+    versions: &Versions,
+    dsts: &[IpAddr],
+    rng: &mut SmallRng,
+    log: &mut Vec<Lookup>,
+) {
+    let burst: Vec<(u128, u32)> = (0..8)
+        .filter_map(|_| match dsts[rng.gen_range(0..dsts.len())] {
+            IpAddr::V6(d) => Some((u128::from(d), rng.gen())),
+            IpAddr::V4(_) => None,
+        })
+        .collect();
+    let from = versions.done.load(Acquire);
+    let mut walks: Vec<(u128, dir::Walk)> = burst
+        .iter()
+        .map(|(d, _)| (*d, dir::Walk::default()))
+        .collect();
+    for _ in 0..MAX_LEVELS {
+        let more = rt.step_all_v6(walks.iter_mut().map(|(d, w)| (*d, w)));
+        std::thread::yield_now();
+        if !more {
+            break;
+        }
+    }
+    for ((dst, walk), (_, flow)) in walks.into_iter().zip(&burst) {
+        let got = rt.route_walked_v6(dst, walk, || *flow);
+        let to = versions.started.load(Acquire);
+        log.push(Lookup {
+            dst: IpAddr::V6(dst.into()),
+            from,
+            to,
+            got,
+        });
+    }
 }
 
 /// Destinations inside (and around) the pools' prefixes.

@@ -148,7 +148,10 @@ fn a_reachable_next_hop_never_carries_another_states_mtu() {
 /// it (the group folds and is retired), and adds a prefix elsewhere that reuses the group
 /// once reclaimed. Every answer is a version's; the reused group's new contents are never
 /// seen through the old path. `v6`: the same in the IPv6 trie.
-fn group_fill_publish_fold(v6: bool) {
+/// `walked`: the IPv6 lookup goes the pollers' way (`Forwarder::walk`): one level stepped with
+/// `step_all_v6`, a preemption point, then finished with `route_walked_v6`, so the writer's
+/// changes land between the start of a walk and its end.
+fn group_fill_publish_fold(v6: bool, walked: bool) {
     let (a, b, c) = if v6 {
         ("2000::", "2010::", "2110::")
     } else {
@@ -176,6 +179,16 @@ fn group_fill_publish_fold(v6: bool) {
                     let rt = online.routes();
                     let got = match dst {
                         IpAddr::V4(d) => rt.target_v4(u32::from(d)),
+                        IpAddr::V6(d) if walked => {
+                            let mut lanes = [(u128::from(d), dir::Walk::default())];
+                            rt.step_all_v6(lanes.iter_mut().map(|(k, w)| (*k, w)));
+                            thread::yield_now();
+                            let [(key, walk)] = lanes;
+                            // Hop i has MAC 02:00:00:00:00:0i (writer_with_hops).
+                            rt.route_walked_v6(key, walk, || 0)
+                                .ok()
+                                .map(|h| hops[usize::from(h.mac_bytes()[5]) - 1])
+                        }
                         IpAddr::V6(d) => rt.target_v6(u128::from(d)),
                     };
                     let to = versions.started.load(Acquire);
@@ -204,12 +217,17 @@ fn group_fill_publish_fold(v6: bool) {
 
 #[test]
 fn ipv4_groups_fill_publish_fold_and_reuse() {
-    group_fill_publish_fold(false);
+    group_fill_publish_fold(false, false);
 }
 
 #[test]
 fn ipv6_groups_fill_publish_fold_and_reuse() {
-    group_fill_publish_fold(true);
+    group_fill_publish_fold(true, false);
+}
+
+#[test]
+fn ipv6_walks_begun_before_a_fold_finish_on_a_version_they_spanned() {
+    group_fill_publish_fold(true, true);
 }
 
 /// Multipath groups: members stored before the length, a group's id reused only after the

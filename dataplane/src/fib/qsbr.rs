@@ -68,18 +68,24 @@ impl Qsbr {
     }
 
     /// Takes slot `r` for one reader; None when it is out of range or already taken.
+    ///
+    /// `Acquire`, pairing with [`Qsbr::release_slot`]'s `Release`: the slot's previous
+    /// reader's last store (OFFLINE) happens before anything the new reader stores there, so
+    /// the new reader's generation cannot be ordered before it and be overwritten by it (the
+    /// writer would then take an online reader for offline).
     pub(crate) fn take_slot(&self, r: usize) -> Option<usize> {
         let taken = self.taken.get(r)?;
-        (!taken.swap(true, Relaxed)).then_some(r)
+        (!taken.swap(true, Acquire)).then_some(r)
     }
 
-    /// Gives slot `r` back (its reader went away, offline).
+    /// Gives slot `r` back (its reader went away, offline): OFFLINE stored, then the slot
+    /// freed with `Release` (see [`Qsbr::take_slot`]).
     pub(crate) fn release_slot(&self, r: usize) {
         if let Some(slot) = self.readers.get(r) {
             slot.store(OFFLINE, Release);
         }
         if let Some(t) = self.taken.get(r) {
-            t.store(false, Relaxed);
+            t.store(false, Release);
         }
     }
 

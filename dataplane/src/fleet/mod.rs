@@ -161,6 +161,31 @@ impl Fleet {
         format!("{}-{role}", self.prefix)
     }
 
+    /// How many packets appliance `i`'s kernel has forwarded (`Ip: ForwDatagrams` of its
+    /// namespace's /proc/net/snmp): transit traffic the dataplane did not carry.
+    pub fn kernel_forwarded(&self, i: usize) -> Result<u64, FleetError> {
+        let role = APPLIANCES.get(i).copied().unwrap_or("a");
+        let snmp = run(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.ns(role),
+            "cat",
+            "/proc/net/snmp",
+        ])?;
+        let mut ip = snmp.lines().filter(|l| l.starts_with("Ip:"));
+        let (names, values) = (ip.next().unwrap_or(""), ip.next().unwrap_or(""));
+        names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .find(|(n, _)| *n == "ForwDatagrams")
+            .and_then(|(_, v)| v.parse().ok())
+            .ok_or_else(|| FleetError::Command {
+                cmd: format!("ip netns exec {} cat /proc/net/snmp", self.ns(role)),
+                why: "no Ip: ForwDatagrams counter".into(),
+            })
+    }
+
     /// An interface's name.
     pub fn ifname(&self, short: &str) -> String {
         format!("{}-{short}", self.prefix)

@@ -80,6 +80,10 @@ pub struct Outcome {
     pub return_ms: Option<f64>,
     /// Forwarded pps per appliance over time.
     pub series: Vec<Bin>,
+    /// Packets each appliance's kernel forwarded from the start of the traffic until the
+    /// fault (None: not read). The dataplanes carry the steady state, so 0 and 0: the kernels
+    /// forward only after a dataplane is killed, until its withdrawal lands.
+    pub kernel_forwarded_before: Option<[u64; 2]>,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -252,6 +256,7 @@ impl Outcome {
             withdraw_ms: withdraw_ms(traffic, &on_a, fault),
             return_ms,
             series: series(traffic, schedule.duration),
+            kernel_forwarded_before: None,
         }
     }
 

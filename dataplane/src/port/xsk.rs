@@ -290,7 +290,12 @@ fn bind_one(
     if sizes.tx_kick_budget > 0 {
         let _ = crate::sys::xsk_set_tx_budget(rx.as_raw_fd(), sizes.tx_kick_budget);
     }
-    let copy_mode = !crate::sys::xsk_is_zerocopy(rx.as_raw_fd()).unwrap_or(false);
+    let copy_mode = !crate::sys::xsk_is_zerocopy(rx.as_raw_fd()).map_err(|e| XskError::Setup {
+        step: "getsockopt XDP_OPTIONS",
+        ifname: s.ifname.clone(),
+        queue: s.queue,
+        errno: e.io_error,
+    })?;
     Ok(QueueRings {
         fq_cq,
         rx,
@@ -350,7 +355,7 @@ pub fn open(area: &Area, specs: &[SocketSpec], sizes: RingSizes) -> Result<Socke
     for (i, s) in specs.iter().enumerate() {
         let q = bind_one(&umem, s, sizes, i == 0)?;
         if i == 0 {
-            zerocopy = crate::sys::xsk_is_zerocopy(q.rx.as_raw_fd()).unwrap_or(false);
+            zerocopy = !q.copy_mode;
         }
         queues.push(q);
     }

@@ -120,3 +120,40 @@ pub fn build_rib(cfg: &Config) -> Result<Rib, crate::fib::FibError> {
         &cfg.neighbours,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::topology::Source;
+
+    fn machine(s: &str) -> Machine {
+        Machine::load(&Source::Synthetic(s.into())).expect("valid synthetic topology")
+    }
+
+    #[test]
+    fn remote_memory_is_the_other_node_and_refused_where_there_is_none() {
+        // Two nodes of two single-threaded cores: CPUs 0-1 on node 0, 2-3 on node 1.
+        let two = machine("pack:2 [numa] core:2 pu:1");
+        let remote = |m: &Machine, cpu| memory_policy(m, MemoryPlacement::Remote, cpu);
+        assert_eq!(
+            remote(&two, Some(0)).expect("two nodes"),
+            Some((sys::MemPolicy::Bind(1), vec![1]))
+        );
+        assert_eq!(
+            remote(&two, Some(3)).expect("two nodes"),
+            Some((sys::MemPolicy::Bind(0), vec![0]))
+        );
+        assert_eq!(
+            memory_policy(&two, MemoryPlacement::Local, Some(3)).expect("local"),
+            Some((sys::MemPolicy::Bind(1), vec![1]))
+        );
+        let unpinned = remote(&two, None).expect_err("no node to be remote from");
+        assert!(unpinned.to_string().contains("not pinned"), "{unpinned}");
+        let one = machine("pack:1 [numa] core:2 pu:1");
+        let e = remote(&one, Some(0)).expect_err("one node");
+        assert!(
+            e.to_string().contains("remote") && e.to_string().contains("1 NUMA node"),
+            "{e}"
+        );
+    }
+}

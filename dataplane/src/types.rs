@@ -96,10 +96,10 @@ pub struct Neighbour {
 }
 
 /// Most ports a table (and so a dataplane) handles: a next hop's word has 12 bits for one.
-pub const MAX_PORTS: usize = 1 << 12;
+pub(crate) const MAX_PORTS: usize = 1 << 12;
 
 /// Most next hops in one multipath group.
-pub const MAX_PATHS: usize = 16;
+pub(crate) const MAX_PATHS: usize = 16;
 
 #[cfg(test)]
 mod tests {

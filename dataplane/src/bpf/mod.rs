@@ -126,7 +126,7 @@ impl Steer {
     }
 
     /// Marks an address as the box's own: frames to it are passed to the kernel.
-    pub fn add_local(&mut self, addr: IpAddr) -> Result<(), BpfError> {
+    pub(crate) fn add_local(&mut self, addr: IpAddr) -> Result<(), BpfError> {
         let one = [1u8];
         match addr {
             IpAddr::V4(a) => self
@@ -144,7 +144,7 @@ impl Steer {
     }
 
     /// Forgets an address the box no longer has: frames to it are forwarded again.
-    pub fn remove_local(&mut self, addr: IpAddr) -> Result<(), BpfError> {
+    pub(crate) fn remove_local(&mut self, addr: IpAddr) -> Result<(), BpfError> {
         match addr {
             IpAddr::V4(a) => self.skel.maps.local_v4.delete(&a.octets()),
             IpAddr::V6(a) => self.skel.maps.local_v6.delete(&a.octets()),
@@ -156,7 +156,7 @@ impl Steer {
     /// `Some(true)` passed to the kernel (a route out of an interface the dataplane does not
     /// own), `Some(false)` the dataplane's (a route of its own nested in such a prefix),
     /// `None` neither any more.
-    pub fn set_foreign(
+    pub(crate) fn set_foreign(
         &mut self,
         prefix: IpAddr,
         len: u8,
@@ -181,7 +181,7 @@ impl Steer {
     }
 
     /// Turns the foreign-route lookups on (while a foreign prefix is in the maps) or off.
-    pub fn set_foreign_lookups(&mut self, on: bool) -> Result<(), BpfError> {
+    pub(crate) fn set_foreign_lookups(&mut self, on: bool) -> Result<(), BpfError> {
         self.skel
             .maps
             .foreign_on
@@ -194,7 +194,7 @@ impl Steer {
     }
 
     /// Steers rx queue `queue` to the AF_XDP socket `fd`.
-    pub fn register_socket(&mut self, queue: u32, fd: i32) -> Result<(), BpfError> {
+    pub(crate) fn register_socket(&mut self, queue: u32, fd: i32) -> Result<(), BpfError> {
         self.skel
             .maps
             .xsks
@@ -207,29 +207,24 @@ impl Steer {
     }
 
     /// Attaches to the interface.
-    pub fn attach(&mut self, generic: bool) -> Result<(), BpfError> {
+    pub(crate) fn attach(&mut self, generic: bool) -> Result<(), BpfError> {
         let fd = self.skel.progs.xdp_steer.as_fd().as_raw_fd();
         self.link = Some(attach(fd, &self.ifname, generic)?);
         Ok(())
     }
 
     /// Detaches (closes the link). Idempotent.
-    pub fn detach(&mut self) {
+    pub(crate) fn detach(&mut self) {
         self.link = None;
     }
 
-    /// True while attached.
-    pub fn is_attached(&self) -> bool {
-        self.link.is_some()
-    }
-
     /// Interface name.
-    pub fn ifname(&self) -> &str {
+    pub(crate) fn ifname(&self) -> &str {
         &self.ifname
     }
 
     /// Counters summed over CPUs, in [`STEER_STAT_NAMES`] order.
-    pub fn stats(&self) -> [u64; STEER_STAT_NAMES.len()] {
+    pub(crate) fn stats(&self) -> [u64; STEER_STAT_NAMES.len()] {
         let m = &self.skel.maps.steer_stats;
         std::array::from_fn(|i| {
             sum_percpu_u64(
@@ -318,7 +313,8 @@ impl SinkCounts {
 /// The in-kernel XDP forwarder (bpf_fib_lookup + bpf_redirect), attached to each interface.
 pub struct XdpFwd {
     skel: skel::xdp_fwd::XdpFwdSkel<'static>,
-    links: Vec<OwnedFd>,
+    /// Held, never read: dropping them detaches the program.
+    _links: Vec<OwnedFd>,
 }
 
 impl XdpFwd {
@@ -335,7 +331,10 @@ impl XdpFwd {
             .iter()
             .map(|i| attach(fd, i, generic))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(XdpFwd { skel, links })
+        Ok(XdpFwd {
+            skel,
+            _links: links,
+        })
     }
 
     /// (redirected, passed to the stack), summed over CPUs.
@@ -350,15 +349,10 @@ impl XdpFwd {
         };
         (get(0), get(1))
     }
-
-    /// Interfaces attached.
-    pub fn attached(&self) -> usize {
-        self.links.len()
-    }
 }
 
 /// The live-frames generator program.
-pub struct Gen {
+pub(crate) struct Gen {
     skel: skel::gen::GenSkel<'static>,
 }
 
@@ -367,7 +361,7 @@ const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 
 impl Gen {
     /// Loads the generator with its header template.
-    pub fn load(cfg: GenConfig) -> Result<Gen, BpfError> {
+    pub(crate) fn load(cfg: GenConfig) -> Result<Gen, BpfError> {
         let mut open = skel::gen::GenSkelBuilder::default()
             .open(object_storage())
             .map_err(lb("opening gen.bpf.o"))?;
@@ -380,7 +374,7 @@ impl Gen {
 
     /// Sends `frame` `repeat` times out of `ifindex` (in the caller's netns) as live frames,
     /// from the calling CPU. Returns the kernel's average time per frame.
-    pub fn send(
+    pub(crate) fn send(
         &self,
         frame: &[u8],
         ifindex: u32,
@@ -420,7 +414,7 @@ impl Gen {
     }
 
     /// Frames the program has handled, summed over CPUs.
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         sum_percpu_u64(
             self.skel
                 .maps

@@ -11,8 +11,6 @@ use crate::types::{Neighbour, Route};
 mod routes;
 mod validate;
 
-pub use routes::parse_prefix;
-
 /// A configuration that could not be read or is not valid.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -167,7 +165,7 @@ fn default_align() -> String {
 }
 
 /// Parses `align`: the extra UMEM headroom in bytes (0 for `cacheline`).
-pub fn parse_align(s: &str) -> Option<u32> {
+pub(crate) fn parse_align(s: &str) -> Option<u32> {
     match s {
         "cacheline" => Some(0),
         _ => s
@@ -179,9 +177,9 @@ pub fn parse_align(s: &str) -> Option<u32> {
 }
 
 /// Largest routes file read (a full BGP table in iproute2 form is about 60 MiB).
-pub const ROUTES_FILE_MAX_BYTES: u64 = 256 << 20;
+pub(crate) const ROUTES_FILE_MAX_BYTES: u64 = 256 << 20;
 /// Most lines a routes file may have (1.2M routes is a full IPv4 + IPv6 BGP table).
-pub const ROUTES_FILE_MAX_LINES: usize = 4_000_000;
+pub(crate) const ROUTES_FILE_MAX_LINES: usize = 4_000_000;
 
 fn default_idle_spin_us() -> u32 {
     200
@@ -214,7 +212,7 @@ fn default_tx_budget() -> u32 {
 /// `[[interfaces]]` entry.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct InterfaceSection {
+pub(crate) struct InterfaceSection {
     /// Kernel interface name.
     pub name: String,
     /// For l2fwd/bounce: where frames received here go (default: back out the same one).
@@ -234,7 +232,7 @@ pub struct PollerSection {
 /// `[[routes]]` entry.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RouteSection {
+pub(crate) struct RouteSection {
     /// CIDR prefix, e.g. `198.19.0.0/16` or `2001:2:0:1::/64`; `default` / `0.0.0.0/0` allowed.
     pub prefix: String,
     /// Next-hop address, or a list of them (multipath: flows spread by a hash of their
@@ -247,7 +245,7 @@ pub struct RouteSection {
 /// A string, or a list of strings.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
-pub enum OneOrMany {
+pub(crate) enum OneOrMany {
     /// One.
     One(String),
     /// Several.
@@ -277,7 +275,7 @@ pub enum RouteSource {
 /// `[[neighbours]]` entry: a static ARP/ND entry.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NeighbourSection {
+pub(crate) struct NeighbourSection {
     /// Neighbour address.
     pub ip: String,
     /// Its MAC, `aa:bb:cc:dd:ee:ff`.
@@ -289,7 +287,7 @@ pub struct NeighbourSection {
 /// The file as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ConfigFile {
+pub(crate) struct ConfigFile {
     /// Global settings.
     pub dataplane: DataplaneSection,
     /// Interfaces (order = port index).
@@ -338,7 +336,11 @@ impl Config {
     }
 
     /// As [`Config::parse`], resolving a relative `routes_file` against `base`.
-    pub fn parse_in(text: &str, origin: &str, base: Option<&Path>) -> Result<Config, ConfigError> {
+    pub(crate) fn parse_in(
+        text: &str,
+        origin: &str,
+        base: Option<&Path>,
+    ) -> Result<Config, ConfigError> {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self::parse_for(text, origin, base, cpus)
     }

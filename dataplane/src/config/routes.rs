@@ -34,7 +34,7 @@ fn parse_route_line(line: &str) -> Result<(IpAddr, u8, Vec<IpAddr>, &str), Strin
 }
 
 /// Parses `addr/len`, `addr` (host route) or `default` (both families: use `0.0.0.0/0` or `::/0`).
-pub fn parse_prefix(s: &str) -> Option<(IpAddr, u8)> {
+pub(crate) fn parse_prefix(s: &str) -> Option<(IpAddr, u8)> {
     let (addr, len) = match s.split_once('/') {
         Some((a, l)) => (a.parse::<IpAddr>().ok()?, Some(l.parse::<u8>().ok()?)),
         None => (s.parse::<IpAddr>().ok()?, None),

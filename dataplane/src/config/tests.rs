@@ -2,6 +2,7 @@
 use super::*;
 use crate::fib::Miss;
 use crate::types::parse_mac;
+use routes::parse_prefix;
 
 const GOOD: &str = r#"
 [dataplane]

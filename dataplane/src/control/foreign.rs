@@ -25,7 +25,7 @@ pub enum SteerRoute {
 
 /// What a route is now, for [`Foreign::route_changed`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RouteNow {
+pub(crate) enum RouteNow {
     /// Out of a non-dataplane interface.
     Foreign,
     /// The dataplane's (any other kind).
@@ -36,7 +36,7 @@ pub enum RouteNow {
 
 /// The foreign prefixes and the holes in them.
 #[derive(Debug, Default)]
-pub struct Foreign {
+pub(crate) struct Foreign {
     foreign: BTreeSet<(IpAddr, u8)>,
     holes: HashSet<(IpAddr, u8)>,
 }
@@ -50,12 +50,12 @@ fn inside(inner: (IpAddr, u8), outer: (IpAddr, u8)) -> bool {
 
 impl Foreign {
     /// Number of foreign prefixes.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.foreign.len()
     }
 
     /// True with none.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.foreign.is_empty()
     }
 
@@ -66,7 +66,7 @@ impl Foreign {
     /// Route `prefix/len` (canonical) is now `now`; `dataplane_routes` lists the table's
     /// routes that are not foreign (read only when a foreign prefix appears). Returns the
     /// changes for the maps, in order.
-    pub fn route_changed<'a>(
+    pub(crate) fn route_changed<'a>(
         &mut self,
         prefix: IpAddr,
         len: u8,

@@ -35,12 +35,11 @@ mod links;
 pub mod model;
 pub mod netlink;
 #[cfg(any(test, feature = "testkit"))]
-pub mod offline;
+pub(crate) mod offline;
 mod reload;
 mod routes;
 mod status;
 
-pub use reload::restart_needed;
 pub use status::{AddressChange, ControlReport, ControlStatus, PortBack};
 
 use foreign::{Foreign, RouteNow, SteerRoute};

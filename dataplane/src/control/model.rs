@@ -24,13 +24,13 @@ use crate::fib::{Hop, Miss};
 use crate::forward::port_addrs::Addrs;
 
 /// The ports the events name: `(name, ifindex)`.
-pub const PORTS: [(&str, u32); 3] = [("p0", 10), ("p1", 11), ("p2", 12)];
+pub(crate) const PORTS: [(&str, u32); 3] = [("p0", 10), ("p1", 11), ("p2", 12)];
 /// An interface that is not a dataplane port.
-pub const OTHER_IFINDEX: u32 = 20;
+pub(crate) const OTHER_IFINDEX: u32 = 20;
 
 /// The kernel's state, as the events so far describe it.
 #[derive(Debug, Clone)]
-pub struct KernelModel {
+pub(crate) struct KernelModel {
     /// Each port's ifindex.
     ports: Vec<u32>,
     /// Each port's link: up, MTU.
@@ -45,11 +45,11 @@ pub struct KernelModel {
 type Neighbour = (NeighState, Option<[u8; 6]>);
 
 /// One answer: forwarded (port, MAC, MTU), or why not.
-pub type Answer = Result<(u16, [u8; 6], u32), Miss>;
+pub(crate) type Answer = Result<(u16, [u8; 6], u32), Miss>;
 
 impl KernelModel {
     /// The state after the start's dump of `ports` (up, MTU 1500), as [`Offline::new`].
-    pub fn new(ports: &[(&str, u32)]) -> KernelModel {
+    pub(crate) fn new(ports: &[(&str, u32)]) -> KernelModel {
         KernelModel {
             ports: ports.iter().map(|(_, i)| *i).collect(),
             links: vec![(true, 1500); ports.len()],
@@ -65,7 +65,7 @@ impl KernelModel {
     }
 
     /// Applies one event.
-    pub fn apply(&mut self, e: &Event) {
+    pub(crate) fn apply(&mut self, e: &Event) {
         match e {
             Event::Route {
                 add,
@@ -133,7 +133,7 @@ impl KernelModel {
     }
 
     /// Port `p`'s addresses.
-    pub fn addrs(&self, p: u16) -> Option<&Addrs> {
+    pub(crate) fn addrs(&self, p: u16) -> Option<&Addrs> {
         self.addrs.get(usize::from(p))
     }
 
@@ -152,7 +152,7 @@ impl KernelModel {
 
     /// Every answer the kernel could give for `dst` (several: one per path of a multipath
     /// route).
-    pub fn answers(&self, dst: IpAddr) -> Vec<Answer> {
+    pub(crate) fn answers(&self, dst: IpAddr) -> Vec<Answer> {
         let best = self
             .routes
             .iter()
@@ -183,7 +183,7 @@ impl KernelModel {
 
     /// Destinations worth asking about: each prefix's first, second and last address, each
     /// neighbour and gateway, and the unspecified addresses.
-    pub fn probes(&self) -> Vec<IpAddr> {
+    pub(crate) fn probes(&self) -> Vec<IpAddr> {
         let mut out = vec![
             IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             IpAddr::V6(Ipv6Addr::UNSPECIFIED),
@@ -222,7 +222,7 @@ fn last(ip: IpAddr, len: u8) -> IpAddr {
 /// Holds the offline control's table and port addresses against the model: every probe's
 /// answer, for several flows, must be one the kernel could give. The first difference,
 /// described.
-pub fn check(control: &Offline, model: &KernelModel) -> Result<(), String> {
+pub(crate) fn check(control: &Offline, model: &KernelModel) -> Result<(), String> {
     let table = control.table().clone();
     let mut reader = table
         .reader(0)
@@ -316,7 +316,7 @@ fn ifindex(b: &mut Bytes<'_>) -> u32 {
 /// removed at three metrics (on-link, through one to three gateways of one family, the
 /// three reject types, out of another interface), neighbours learnt, failed and lost,
 /// links going down and up with new MTUs, addresses added and removed.
-pub fn events(data: &[u8], max: usize) -> Vec<Event> {
+pub(crate) fn events(data: &[u8], max: usize) -> Vec<Event> {
     let mut b = Bytes(data);
     let mut out = Vec::new();
     while !b.0.is_empty() && out.len() < max {

@@ -43,7 +43,7 @@ pub enum NetlinkError {
 
 /// A route as the kernel's main table has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KernelRoute {
+pub(crate) enum KernelRoute {
     /// Unicast: one or more `(ifindex, gateway)` paths (no gateway: on-link).
     Unicast(Vec<(u32, Option<IpAddr>)>),
     /// `blackhole`.
@@ -56,7 +56,7 @@ pub enum KernelRoute {
 
 /// A neighbour's state, as far as forwarding cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NeighState {
+pub(crate) enum NeighState {
     /// Has a MAC (reachable, stale, delay, probe, permanent).
     Valid,
     /// Being resolved.
@@ -67,7 +67,7 @@ pub enum NeighState {
 
 /// One change the kernel reported (or one entry of a dump).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
+pub(crate) enum Event {
     /// A main-table route added or replaced (`add`), or removed.
     Route {
         /// Added/replaced, or removed.
@@ -159,7 +159,7 @@ impl Netlink {
     /// A socket that receives route, neighbour, link and address changes. `rcvbuf`: the
     /// receive buffer to ask for (forced past `rmem_max` where CAP_NET_ADMIN allows), so a
     /// storm of changes is not lost while the control thread is busy.
-    pub fn subscribe(rcvbuf: usize) -> Result<Netlink, NetlinkError> {
+    pub(crate) fn subscribe(rcvbuf: usize) -> Result<Netlink, NetlinkError> {
         let nl = Netlink::open()?;
         for g in [
             libc::RTNLGRP_IPV4_ROUTE,
@@ -181,7 +181,7 @@ impl Netlink {
     }
 
     /// The socket's descriptor (to poll on).
-    pub fn fd(&self) -> i32 {
+    pub(crate) fn fd(&self) -> i32 {
         self.socket.as_raw_fd()
     }
 
@@ -201,7 +201,10 @@ impl Netlink {
     /// Every link, address, neighbour and main-table route, handed to `each` a read at a
     /// time (the events of one buffer the kernel filled: a million routes are never held at
     /// once, and the control thread sees a few hundred coming at a time).
-    pub fn dump_all(&mut self, mut each: impl FnMut(Vec<Event>)) -> Result<(), NetlinkError> {
+    pub(crate) fn dump_all(
+        &mut self,
+        mut each: impl FnMut(Vec<Event>),
+    ) -> Result<(), NetlinkError> {
         let link = RouteNetlinkMessage::GetLink(LinkMessage::default());
         self.dump(link, &mut each)?;
         let addr = RouteNetlinkMessage::GetAddress(AddressMessage::default());
@@ -255,7 +258,7 @@ impl Netlink {
     }
 
     /// Reads every pending notification (non-blocking), as events.
-    pub fn events(&mut self, out: &mut Vec<Event>) -> Result<(), NetlinkError> {
+    pub(crate) fn events(&mut self, out: &mut Vec<Event>) -> Result<(), NetlinkError> {
         loop {
             match self.socket.recv(&mut &mut self.buf[..], 0) {
                 Ok(n) => {
@@ -277,7 +280,7 @@ impl Netlink {
     /// Asks the kernel to resolve `ip` on `ifindex` (RTM_NEWNEIGH with NTF_USE, as switch
     /// drivers do): it creates the entry if needed and sends an ARP request / neighbour
     /// solicitation; the answer comes back as a neighbour notification.
-    pub fn resolve(&mut self, ifindex: u32, ip: IpAddr) -> Result<(), NetlinkError> {
+    pub(crate) fn resolve(&mut self, ifindex: u32, ip: IpAddr) -> Result<(), NetlinkError> {
         let mut m = NeighbourMessage::default();
         m.header.family = family(ip);
         m.header.ifindex = ifindex;
@@ -336,7 +339,7 @@ impl Netlink {
     /// with protocol number `protocol`: a marker a routing daemon learns from that table and
     /// announces (the health-coupled announcement, `crate::fleet::announce`). Nothing forwards by it
     /// unless a rule points at the table. Deleting a route that is not there is not an error.
-    pub fn marker_route(
+    pub(crate) fn marker_route(
         &mut self,
         add: bool,
         prefix: IpAddr,
@@ -436,7 +439,7 @@ fn route_ip(a: &RouteAddress) -> Option<IpAddr> {
 }
 
 /// The event a message reports, if it is one the dataplane follows.
-pub fn event(m: RouteNetlinkMessage) -> Option<Event> {
+pub(crate) fn event(m: RouteNetlinkMessage) -> Option<Event> {
     match m {
         RouteNetlinkMessage::NewRoute(r) => route_event(true, &r),
         RouteNetlinkMessage::DelRoute(r) => route_event(false, &r),

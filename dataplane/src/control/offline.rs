@@ -16,7 +16,7 @@ use crate::forward::port_addrs::{Addrs, PortAddrs};
 
 /// Why an offline control could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum OfflineError {
+pub(crate) enum OfflineError {
     /// The table.
     #[error(transparent)]
     Fib(#[from] crate::fib::FibError),
@@ -26,7 +26,7 @@ pub enum OfflineError {
 }
 
 /// A control thread's state, `routes = "kernel"`, driven by hand.
-pub struct Offline {
+pub(crate) struct Offline {
     control: Control,
     port_addrs: Arc<PortAddrs>,
     addresses: Receiver<AddressChange>,
@@ -43,7 +43,7 @@ impl std::fmt::Debug for Offline {
 impl Offline {
     /// Ports named and numbered as given (`(name, ifindex)`), each up with MTU 1500 as the
     /// start's dump of links would leave them, and a table for one reader.
-    pub fn new(ports: &[(&str, u32)]) -> Result<Offline, OfflineError> {
+    pub(crate) fn new(ports: &[(&str, u32)]) -> Result<Offline, OfflineError> {
         let mut text = String::from("[dataplane]\nmode = \"l3fwd\"\nroutes = \"kernel\"\n");
         for (name, _) in ports {
             text.push_str(&format!("[[interfaces]]\nname = \"{name}\"\n"));
@@ -98,7 +98,7 @@ impl Offline {
     }
 
     /// Applies one event as the control thread does, then reclaims as a pass ends.
-    pub fn apply(&mut self, e: Event) {
+    pub(crate) fn apply(&mut self, e: Event) {
         self.control.apply(e, true);
         self.control.spec.rib.reclaim();
         // The steering programs' side of address changes is not modelled here.
@@ -107,7 +107,8 @@ impl Offline {
 
     /// A netlink overrun's full re-read, the kernel's tables now holding exactly `dump`
     /// (links, addresses, neighbours and routes, as the dump reads them), then reclaimed.
-    pub fn resync(&mut self, dump: Vec<Event>) {
+    #[cfg(test)]
+    pub(crate) fn resync(&mut self, dump: Vec<Event>) {
         let read = self.control.reread(true, |each| {
             each(dump);
             Ok(())
@@ -120,7 +121,8 @@ impl Offline {
     /// A poller's request to resolve the neighbour behind `dst`, handled as a pass at `now`
     /// handles it; the count of resolutions asked of the kernel so far (this offline control
     /// has no socket to send them on).
-    pub fn resolve_at(&mut self, dst: std::net::IpAddr, now: std::time::Instant) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn resolve_at(&mut self, dst: std::net::IpAddr, now: std::time::Instant) -> u64 {
         let _ = self.control.spec.resolve.push(dst);
         self.control.resolve_requests_at(true, now);
         self.control
@@ -131,12 +133,12 @@ impl Offline {
     }
 
     /// The table the pollers would read.
-    pub fn table(&self) -> &Arc<Table> {
+    pub(crate) fn table(&self) -> &Arc<Table> {
         self.control.spec.rib.table()
     }
 
     /// Port `p`'s addresses as the pollers would read them.
-    pub fn addrs(&self, p: u16) -> Option<Addrs> {
+    pub(crate) fn addrs(&self, p: u16) -> Option<Addrs> {
         self.port_addrs.with(p, Addrs::clone)
     }
 }

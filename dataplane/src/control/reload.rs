@@ -68,7 +68,7 @@ impl Control {
 
 /// The settings that differ between two configs and cannot change while running (all but
 /// the routes and neighbours).
-pub fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
+pub(crate) fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
     let (a, b) = (&old.dataplane, &new.dataplane);
     let mut out = Vec::new();
     let mut check = |name: &'static str, same: bool| {

@@ -59,12 +59,13 @@ pub mod qsbr;
 pub mod rib;
 pub mod static_routes;
 mod sync;
-pub mod warm_map;
+pub(crate) mod warm_map;
 mod writer;
 
 pub use qsbr::{Online, Qsbr, QsbrOwner, Reader};
 use sync::{AtomicU32, AtomicU64};
-pub use writer::{HopKey, TableSize, TableWriter};
+pub(crate) use writer::TableSize;
+pub use writer::{HopKey, TableWriter};
 
 /// Strides of the tries: 24 then 8 bits (DIR-24-8). Built for the model checker (and Miri)
 /// they are 4 and 4, so a model explores a table of a few dozen entries with the same code.
@@ -74,12 +75,12 @@ const STRIDES: (u32, u32) = (24, 8);
 const STRIDES: (u32, u32) = (4, 4);
 
 /// Most levels a lookup descends (IPv6: the first, then one per stride).
-pub const MAX_LEVELS: usize = 1 + ((128 - STRIDES.0) / STRIDES.1) as usize;
+pub(crate) const MAX_LEVELS: usize = 1 + ((128 - STRIDES.0) / STRIDES.1) as usize;
 
 /// IPv4 longest-prefix match.
-pub type Lpm4 = dir::Dir<{ STRIDES.0 }, { STRIDES.1 }, 32>;
+pub(crate) type Lpm4 = dir::Dir<{ STRIDES.0 }, { STRIDES.1 }, 32>;
 /// IPv6 longest-prefix match.
-pub type Lpm6 = dir::Dir<{ STRIDES.0 }, { STRIDES.1 }, 128>;
+pub(crate) type Lpm6 = dir::Dir<{ STRIDES.0 }, { STRIDES.1 }, 128>;
 type Lpm4Writer = dir::DirWriter<{ STRIDES.0 }, { STRIDES.1 }, 32>;
 type Lpm6Writer = dir::DirWriter<{ STRIDES.0 }, { STRIDES.1 }, 128>;
 pub use static_routes::{build_table, Neighbour, Route};
@@ -108,7 +109,7 @@ pub enum FibError {
     },
 }
 
-pub use crate::types::MAX_PORTS;
+pub(crate) use crate::types::MAX_PORTS;
 
 /// Mask of the top `len` bits of a u32.
 pub fn mask4(len: u8) -> u32 {
@@ -129,18 +130,18 @@ pub fn mask6(len: u8) -> u128 {
 }
 
 /// A target with this bit set is multipath group `target & !GROUP`; otherwise a next hop.
-pub const GROUP: u32 = 1 << 22;
-pub use crate::types::MAX_PATHS;
+pub(crate) const GROUP: u32 = 1 << 22;
+pub(crate) use crate::types::MAX_PATHS;
 
 /// Reserved next hops for the route types that drop: blackhole (silently), unreachable,
 /// prohibit (with the matching ICMP), and routes out of a port the dataplane does not own.
-pub const HOP_BLACKHOLE: u32 = 0;
+pub(crate) const HOP_BLACKHOLE: u32 = 0;
 /// See [`HOP_BLACKHOLE`].
-pub const HOP_UNREACHABLE: u32 = 1;
+pub(crate) const HOP_UNREACHABLE: u32 = 1;
 /// See [`HOP_BLACKHOLE`].
-pub const HOP_PROHIBIT: u32 = 2;
+pub(crate) const HOP_PROHIBIT: u32 = 2;
 /// See [`HOP_BLACKHOLE`].
-pub const HOP_FOREIGN: u32 = 3;
+pub(crate) const HOP_FOREIGN: u32 = 3;
 const FIRST_HOP: u32 = 4;
 
 /// What a next hop does with a packet.
@@ -183,7 +184,7 @@ impl HopState {
 
 /// A MAC as the low 48 bits of a little-endian u64 (the layout of a frame's first 8 bytes).
 #[inline(always)]
-pub fn mac_key(mac: [u8; 6]) -> u64 {
+pub(crate) fn mac_key(mac: [u8; 6]) -> u64 {
     let [a, b, c, d, e, f] = mac;
     u64::from_le_bytes([a, b, c, d, e, f, 0, 0])
 }
@@ -200,7 +201,7 @@ const PORT_BITS: u16 = (MAX_PORTS - 1) as u16;
 
 /// A usable next hop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hop {
+pub(crate) struct Hop {
     /// Egress port.
     pub port: u16,
     /// The neighbour's MAC, low 48 bits (see [`mac_key`]).
@@ -211,7 +212,7 @@ pub struct Hop {
 
 impl Hop {
     /// The neighbour's MAC as bytes.
-    pub fn mac_bytes(&self) -> [u8; 6] {
+    pub(crate) fn mac_bytes(&self) -> [u8; 6] {
         let b = self.mac.to_le_bytes();
         [b[0], b[1], b[2], b[3], b[4], b[5]]
     }
@@ -219,7 +220,7 @@ impl Hop {
 
 /// Why a destination has no usable next hop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Miss {
+pub(crate) enum Miss {
     /// No route.
     NoRoute,
     /// The neighbour is being resolved.
@@ -346,8 +347,6 @@ impl QsbrOwner for Table {
 
 /// A registered reader of a table (a poller's): see [`Table::reader`].
 pub type TableReader = Reader<Arc<Table>>;
-/// An online reader of a table: the token every lookup needs.
-pub type OnlineTable<'a> = Online<'a, Arc<Table>>;
 
 impl Online<'_, Arc<Table>> {
     /// The lookups this online reader may make.
@@ -369,39 +368,44 @@ pub struct Routes<'a> {
 impl Routes<'_> {
     /// Routes an IPv4 destination (host order).
     #[inline(always)]
-    pub fn route_v4(&self, dst: u32, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
+    pub(crate) fn route_v4(&self, dst: u32, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
         self.table.hop_of(self.table.v4.lookup(dst), flow)
     }
 
     /// Routes an IPv6 destination (host order).
     #[inline(always)]
-    pub fn route_v6(&self, dst: u128, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
+    pub(crate) fn route_v6(&self, dst: u128, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
         self.table.hop_of(self.table.v6.lookup(dst), flow)
     }
 
     /// The IPv4 target (next hop or `GROUP | group`) of `dst`, before resolution.
     #[inline(always)]
-    pub fn target_v4(&self, dst: u32) -> Option<u32> {
+    #[cfg(test)]
+    pub(crate) fn target_v4(&self, dst: u32) -> Option<u32> {
         self.table.v4.lookup(dst)
     }
 
     /// The IPv6 target of `dst`, before resolution.
     #[inline(always)]
-    pub fn target_v6(&self, dst: u128) -> Option<u32> {
+    #[cfg(test)]
+    pub(crate) fn target_v6(&self, dst: u128) -> Option<u32> {
         self.table.v6.lookup(dst)
     }
 
     /// One level of each IPv6 lookup of a burst ([`dir::Dir::step_all`]): true while any
     /// has more to come.
     #[inline(always)]
-    pub fn step_all_v6<'w>(&self, lanes: impl Iterator<Item = (u128, &'w mut dir::Walk)>) -> bool {
+    pub(crate) fn step_all_v6<'w>(
+        &self,
+        lanes: impl Iterator<Item = (u128, &'w mut dir::Walk)>,
+    ) -> bool {
         self.table.v6.step_all(lanes)
     }
 
     /// [`Routes::route_v6`] for a lookup already begun with [`Routes::step_all_v6`] (under this
     /// token: no quiescent state between).
     #[inline(always)]
-    pub fn route_walked_v6(
+    pub(crate) fn route_walked_v6(
         &self,
         dst: u128,
         walk: dir::Walk,
@@ -413,13 +417,13 @@ impl Routes<'_> {
     /// Starts loading the first-level entry of an IPv4 destination (a burst's lookups then
     /// overlap their misses).
     #[inline(always)]
-    pub fn prefetch_v4(&self, dst: u32) {
+    pub(crate) fn prefetch_v4(&self, dst: u32) {
         self.table.v4.prefetch(dst);
     }
 
     /// Likewise for IPv6.
     #[inline(always)]
-    pub fn prefetch_v6(&self, dst: u128) {
+    pub(crate) fn prefetch_v6(&self, dst: u128) {
         self.table.v6.prefetch(dst);
     }
 }
@@ -431,7 +435,7 @@ impl Table {
     }
 
     /// The generation of its reclamation (how many retirements so far, plus one).
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.qsbr.generation()
     }
 
@@ -457,14 +461,14 @@ impl Table {
 
     /// True when port `p`'s interface was deleted (its sockets are dead: pollers skip them).
     #[inline(always)]
-    pub fn port_gone(&self, p: u16) -> bool {
+    pub(crate) fn port_gone(&self, p: u16) -> bool {
         self.ports
             .get(usize::from(p))
             .is_some_and(|w| w.load(Relaxed) & PORT_GONE != 0)
     }
 
     /// Port `p`'s MTU and link state.
-    pub fn port(&self, p: u16) -> Option<(u32, bool)> {
+    pub(crate) fn port(&self, p: u16) -> Option<(u32, bool)> {
         let w = self.ports.get(usize::from(p))?.load(Relaxed);
         #[allow(clippy::cast_possible_truncation)]
         Some((w as u32, w & PORT_UP != 0))

@@ -52,7 +52,7 @@ impl std::fmt::Debug for Qsbr {
 
 impl Qsbr {
     /// `readers` slots, all offline.
-    pub fn new(readers: usize) -> Qsbr {
+    pub(crate) fn new(readers: usize) -> Qsbr {
         Qsbr {
             generation: CachePadded::new(AtomicU64::new(1)),
             readers: (0..readers)
@@ -60,11 +60,6 @@ impl Qsbr {
                 .collect(),
             taken: (0..readers).map(|_| AtomicBool::new(false)).collect(),
         }
-    }
-
-    /// Number of reader slots.
-    pub fn slots(&self) -> usize {
-        self.readers.len()
     }
 
     /// Takes slot `r` for one reader; None when it is out of range or already taken.
@@ -117,18 +112,18 @@ impl Qsbr {
     }
 
     /// The current generation.
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Acquire)
     }
 
     /// Writer: everything unpublished so far is tagged with the returned generation; it
     /// may be reused once [`Qsbr::reclaimable`] says so. Starts the next generation.
-    pub fn retire_point(&self) -> u64 {
+    pub(crate) fn retire_point(&self) -> u64 {
         self.generation.fetch_add(1, SeqCst)
     }
 
     /// Writer: true when no reader can still hold a reference retired at `tag`.
-    pub fn reclaimable(&self, tag: u64) -> bool {
+    pub(crate) fn reclaimable(&self, tag: u64) -> bool {
         // Pairs with the fence in `online`: either this sees the reader's generation, or
         // the reader's reads after its fence see what was unpublished before `tag`.
         fence(SeqCst);
@@ -146,19 +141,9 @@ pub struct Reader<T: QsbrOwner> {
 
 impl<T: QsbrOwner> Reader<T> {
     /// Registers reader slot `slot` of `owner`'s QSBR; None when out of range or taken.
-    pub fn register(owner: T, slot: usize) -> Option<Reader<T>> {
+    pub(crate) fn register(owner: T, slot: usize) -> Option<Reader<T>> {
         let slot = owner.qsbr().take_slot(slot)?;
         Some(Reader { owner, slot })
-    }
-
-    /// The slot.
-    pub fn slot(&self) -> usize {
-        self.slot
-    }
-
-    /// What this reader reads.
-    pub fn owner(&self) -> &T {
-        &self.owner
     }
 
     /// Comes online (a full fence); the token is the permission to read until it is dropped
@@ -192,7 +177,7 @@ impl<T: QsbrOwner> Online<'_, T> {
 
     /// What this reader reads.
     #[inline(always)]
-    pub fn owner(&self) -> &T {
+    pub(crate) fn owner(&self) -> &T {
         &self.reader.owner
     }
 }
@@ -207,7 +192,7 @@ impl<T: QsbrOwner> Drop for Online<'_, T> {
 /// Only ids live here (group and next-hop numbers), never memory: dropping the list frees
 /// nothing a reader could still be using.
 #[derive(Debug)]
-pub struct Retired<T: Copy> {
+pub(crate) struct Retired<T: Copy> {
     items: Vec<(u64, T)>,
 }
 
@@ -219,12 +204,12 @@ impl<T: Copy> Default for Retired<T> {
 
 impl<T: Copy> Retired<T> {
     /// Retires `item`, unpublished before the generation `tag` ended.
-    pub fn push(&mut self, tag: u64, item: T) {
+    pub(crate) fn push(&mut self, tag: u64, item: T) {
         self.items.push((tag, item));
     }
 
     /// The items no reader can still see, removed from the list.
-    pub fn collect(&mut self, qsbr: &Qsbr) -> Vec<T> {
+    pub(crate) fn collect(&mut self, qsbr: &Qsbr) -> Vec<T> {
         // Tags only grow along the list: everything up to the first item still held may go.
         let Some(last) = self.items.last().map(|(tag, _)| *tag) else {
             return Vec::new();
@@ -240,13 +225,9 @@ impl<T: Copy> Retired<T> {
         self.items.drain(..upto).map(|(_, item)| item).collect()
     }
 
-    /// Number of items waiting.
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
     /// True when nothing waits.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(all(test, not(feature = "loom")))]
+    pub(crate) fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 }

@@ -35,7 +35,7 @@ pub enum RouteKind {
 }
 
 /// How many coming updates [`Rib::warm_coming`] warms: one per trie level of an IPv6 /48.
-pub const WARM_AHEAD: u32 = 4;
+pub(crate) const WARM_AHEAD: u32 = 4;
 
 /// A neighbour's state as the RIB keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +86,7 @@ fn host_len(ip: IpAddr) -> u8 {
 }
 
 /// The prefix with its host bits cleared.
-pub fn canonical(prefix: IpAddr, len: u8) -> IpAddr {
+pub(crate) fn canonical(prefix: IpAddr, len: u8) -> IpAddr {
     match prefix {
         IpAddr::V4(a) => IpAddr::V4((u32::from(a) & mask4(len)).into()),
         IpAddr::V6(a) => IpAddr::V6((u128::from(a) & mask6(len)).into()),
@@ -140,29 +140,29 @@ impl Rib {
     }
 
     /// What the table holds.
-    pub fn size(&self) -> TableSize {
+    pub(crate) fn size(&self) -> TableSize {
         self.w.size()
     }
 
     /// Route and neighbour changes applied so far.
-    pub fn changes(&self) -> u64 {
+    pub(crate) fn changes(&self) -> u64 {
         self.changes
     }
 
     /// The routes, as configured (not the derived host routes).
-    pub fn routes(&self) -> impl Iterator<Item = (&(IpAddr, u8), &RouteKind)> {
+    pub(crate) fn routes(&self) -> impl Iterator<Item = (&(IpAddr, u8), &RouteKind)> {
         self.routes.iter().map(|(k, (kind, _, _))| (k, kind))
     }
 
     /// The route of exactly this prefix.
-    pub fn route(&self, prefix: IpAddr, len: u8) -> Option<&RouteKind> {
+    pub(crate) fn route(&self, prefix: IpAddr, len: u8) -> Option<&RouteKind> {
         self.routes
             .get(&(canonical(prefix, len), len))
             .map(|(k, _, _)| k)
     }
 
     /// The route of exactly this prefix with its tag.
-    pub fn route_tagged(&self, prefix: IpAddr, len: u8) -> Option<(&RouteKind, u32)> {
+    pub(crate) fn route_tagged(&self, prefix: IpAddr, len: u8) -> Option<(&RouteKind, u32)> {
         self.routes
             .get(&(canonical(prefix, len), len))
             .map(|(k, _, tag)| (k, *tag))
@@ -170,7 +170,7 @@ impl Rib {
 
     /// The neighbour to resolve so that packets to `dst` can go: the gateway of the longest
     /// route covering it, or `dst` itself on a connected route. None: nothing to resolve.
-    pub fn to_resolve(&self, dst: IpAddr) -> Vec<(u16, IpAddr)> {
+    pub(crate) fn to_resolve(&self, dst: IpAddr) -> Vec<(u16, IpAddr)> {
         let max = host_len(dst);
         for len in (0..=max).rev() {
             match self.routes.get(&(canonical(dst, len), len)) {
@@ -195,7 +195,7 @@ impl Rib {
 
     /// The gateways of the routes out of `port` whose neighbour is not reachable (a link that
     /// comes back up has lost them: the kernel flushes a device's neighbours on carrier loss).
-    pub fn unresolved_gateways(&self, port: u16) -> Vec<IpAddr> {
+    pub(crate) fn unresolved_gateways(&self, port: u16) -> Vec<IpAddr> {
         let mut out: Vec<IpAddr> = self
             .routes
             .values()
@@ -291,7 +291,7 @@ impl Rib {
     }
 
     /// [`Rib::set_route`] with a tag kept beside the route (the kernel's metric).
-    pub fn set_route_tagged(
+    pub(crate) fn set_route_tagged(
         &mut self,
         prefix: IpAddr,
         len: u8,
@@ -364,7 +364,7 @@ impl Rib {
     }
 
     /// Sets a neighbour: its MAC and state (`Reachable`, `Incomplete`, `Failed`).
-    pub fn set_neighbour(
+    pub(crate) fn set_neighbour(
         &mut self,
         port: u16,
         ip: IpAddr,
@@ -401,7 +401,7 @@ impl Rib {
     }
 
     /// Forgets a neighbour: routes through it wait for it again.
-    pub fn remove_neighbour(&mut self, port: u16, ip: IpAddr) -> bool {
+    pub(crate) fn remove_neighbour(&mut self, port: u16, ip: IpAddr) -> bool {
         let Some(n) = self.neighbours.remove(&(port, ip)) else {
             return false;
         };
@@ -424,7 +424,7 @@ impl Rib {
     }
 
     /// The neighbours a port has (address, state).
-    pub fn neighbours(&self) -> impl Iterator<Item = (u16, IpAddr, HopState, MacAddr)> + '_ {
+    pub(crate) fn neighbours(&self) -> impl Iterator<Item = (u16, IpAddr, HopState, MacAddr)> + '_ {
         self.neighbours
             .iter()
             .map(|((p, ip), n)| (*p, *ip, n.state, n.mac))

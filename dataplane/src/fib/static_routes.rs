@@ -6,7 +6,7 @@ pub use crate::types::{Neighbour, Route};
 
 impl Route {
     /// What the route does, for the RIB.
-    pub fn kind(&self) -> RouteKind {
+    pub(crate) fn kind(&self) -> RouteKind {
         if self.via.is_empty() {
             RouteKind::Connected { port: self.port }
         } else {
@@ -28,7 +28,11 @@ pub fn build_table(
 }
 
 /// Puts static `routes` and `neighbours` into `rib` (neighbours first, so routes find them).
-pub fn load(rib: &mut Rib, routes: &[Route], neighbours: &[Neighbour]) -> Result<(), FibError> {
+pub(crate) fn load(
+    rib: &mut Rib,
+    routes: &[Route],
+    neighbours: &[Neighbour],
+) -> Result<(), FibError> {
     for n in neighbours {
         rib.set_neighbour(n.port, n.ip, HopState::Reachable, n.mac)?;
     }
@@ -41,7 +45,7 @@ pub fn load(rib: &mut Rib, routes: &[Route], neighbours: &[Neighbour]) -> Result
 /// The routing base for a run: `ports` ports, `readers` pollers, next hops resolved by the
 /// kernel's neighbour table when `kernel_routes` (the control thread then loads the routes),
 /// else the static `routes` and `neighbours` loaded now.
-pub fn rib_for_run(
+pub(crate) fn rib_for_run(
     ports: usize,
     readers: usize,
     kernel_routes: bool,

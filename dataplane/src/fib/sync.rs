@@ -17,7 +17,6 @@ pub(crate) struct Cells {
     map: crate::sys::Mmap,
     #[cfg(any(feature = "loom", miri))]
     cells: Box<[AtomicU32]>,
-    len: usize,
 }
 
 impl Cells {
@@ -34,14 +33,13 @@ impl Cells {
                 crate::sys::Mmap::anonymous_huge(bytes)
             }
             .map_err(|_| FibError::Full(what))?;
-            Ok(Cells { map, len })
+            Ok(Cells { map })
         }
         #[cfg(any(feature = "loom", miri))]
         {
             let _ = (sparse, what);
             Ok(Cells {
                 cells: (0..len).map(|_| AtomicU32::new(0)).collect(),
-                len,
             })
         }
     }
@@ -57,10 +55,5 @@ impl Cells {
         {
             &self.cells
         }
-    }
-
-    /// Bytes reserved (virtual: only touched pages are backed).
-    pub(crate) fn bytes(&self) -> usize {
-        self.len * 4
     }
 }

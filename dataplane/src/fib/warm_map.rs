@@ -16,7 +16,7 @@ const LOAD_DEN: usize = 4;
 
 /// See the module documentation.
 #[derive(Clone)]
-pub struct WarmMap<K, V> {
+pub(crate) struct WarmMap<K, V> {
     /// `slots.len()` is a power of two (or 0 before the first insert).
     slots: Vec<Option<(K, V)>>,
     len: usize,
@@ -33,12 +33,13 @@ impl<K, V> Default for WarmMap<K, V> {
 
 impl<K: Hash + Eq, V> WarmMap<K, V> {
     /// Entries in the map.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     /// True when the map holds nothing.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
@@ -72,7 +73,7 @@ impl<K: Hash + Eq, V> WarmMap<K, V> {
     }
 
     /// Starts loading the slot where the probe for `k` begins: a hint that changes nothing.
-    pub fn warm(&self, k: &K) {
+    pub(crate) fn warm(&self, k: &K) {
         if !self.slots.is_empty() {
             if let Some(s) = self.slots.get(self.home(k)) {
                 crate::sys::prefetch(s);
@@ -81,24 +82,25 @@ impl<K: Hash + Eq, V> WarmMap<K, V> {
     }
 
     /// The value of `k`.
-    pub fn get(&self, k: &K) -> Option<&V> {
+    pub(crate) fn get(&self, k: &K) -> Option<&V> {
         let i = self.find(k)?;
         self.slots.get(i)?.as_ref().map(|(_, v)| v)
     }
 
     /// The value of `k`, to change.
-    pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
+    #[cfg(test)]
+    pub(crate) fn get_mut(&mut self, k: &K) -> Option<&mut V> {
         let i = self.find(k)?;
         self.slots.get_mut(i)?.as_mut().map(|(_, v)| v)
     }
 
     /// Whether `k` is in the map.
-    pub fn contains_key(&self, k: &K) -> bool {
+    pub(crate) fn contains_key(&self, k: &K) -> bool {
         self.find(k).is_some()
     }
 
     /// Sets `k` to `v`; returns the value it replaced.
-    pub fn insert(&mut self, k: K, v: V) -> Option<V> {
+    pub(crate) fn insert(&mut self, k: K, v: V) -> Option<V> {
         if (self.len + 1) * LOAD_DEN > self.slots.len() * LOAD_NUM {
             self.grow();
         }
@@ -120,7 +122,7 @@ impl<K: Hash + Eq, V> WarmMap<K, V> {
     }
 
     /// Removes `k`; returns its value.
-    pub fn remove(&mut self, k: &K) -> Option<V> {
+    pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
         let mut hole = self.find(k)?;
         let (_, v) = self.slots.get_mut(hole)?.take()?;
         self.len -= 1;
@@ -147,14 +149,14 @@ impl<K: Hash + Eq, V> WarmMap<K, V> {
     }
 
     /// Every entry, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.slots
             .iter()
             .filter_map(|s| s.as_ref().map(|(k, v)| (k, v)))
     }
 
     /// Every value, in no particular order.
-    pub fn values(&self) -> impl Iterator<Item = &V> {
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
         self.iter().map(|(_, v)| v)
     }
 

@@ -49,7 +49,7 @@ impl std::fmt::Debug for TableWriter {
 
 /// Counts of what a table holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct TableSize {
+pub(crate) struct TableSize {
     /// IPv4 prefixes.
     pub v4: usize,
     /// IPv6 prefixes.
@@ -123,7 +123,7 @@ impl TableWriter {
     }
 
     /// What the table holds.
-    pub fn size(&self) -> TableSize {
+    pub(crate) fn size(&self) -> TableSize {
         TableSize {
             v4: self.v4.len(),
             v6: self.v6.len(),
@@ -184,7 +184,7 @@ impl TableWriter {
     }
 
     /// Marks port `p`'s interface deleted: down for good, its sockets no longer polled.
-    pub fn set_port_gone(&mut self, p: u16) {
+    pub(crate) fn set_port_gone(&mut self, p: u16) {
         if let Some(w) = self.table.ports.get(usize::from(p)) {
             w.store(PORT_GONE, Release);
         }
@@ -204,7 +204,7 @@ impl TableWriter {
 
     /// Starts loading entry `depth` of the trie path an update of `prefix/len` reads (see
     /// [`dir::DirWriter::warm`]): a hint that changes nothing.
-    pub fn warm(&self, prefix: IpAddr, len: u8, depth: u32) {
+    pub(crate) fn warm(&self, prefix: IpAddr, len: u8, depth: u32) {
         let t = &*self.table;
         match prefix {
             IpAddr::V4(a) => self.v4.warm(&t.v4, u32::from(a).into(), len, depth),
@@ -213,7 +213,7 @@ impl TableWriter {
     }
 
     /// Removes `prefix/len`; returns the target it had.
-    pub fn remove_route(&mut self, prefix: IpAddr, len: u8) -> Option<u32> {
+    pub(crate) fn remove_route(&mut self, prefix: IpAddr, len: u8) -> Option<u32> {
         let t = &*self.table;
         match prefix {
             IpAddr::V4(a) => self.v4.remove(&t.v4, &t.qsbr, u32::from(a).into(), len),
@@ -222,7 +222,8 @@ impl TableWriter {
     }
 
     /// The target `prefix/len` has, if present.
-    pub fn route(&self, prefix: IpAddr, len: u8) -> Option<u32> {
+    #[cfg(test)]
+    pub(crate) fn route(&self, prefix: IpAddr, len: u8) -> Option<u32> {
         let t = &*self.table;
         match prefix {
             IpAddr::V4(a) => self.v4.get(&t.v4, u32::from(a).into(), len),
@@ -254,12 +255,12 @@ impl TableWriter {
     }
 
     /// The id of `key` if allocated, without taking a reference.
-    pub fn hop_id(&self, key: &HopKey) -> Option<u32> {
+    pub(crate) fn hop_id(&self, key: &HopKey) -> Option<u32> {
         self.hop_ids.get(key).map(|(id, _)| *id)
     }
 
     /// Gives back one reference to next hop `id` (reserved ids are not counted).
-    pub fn release_hop(&mut self, id: u32) {
+    pub(crate) fn release_hop(&mut self, id: u32) {
         let Some(key) = self.hop_keys.get(&id).copied() else {
             return;
         };
@@ -287,7 +288,7 @@ impl TableWriter {
     /// A target spreading flows over `hops` (ids with a reference each, which the group now
     /// holds): the one hop itself, or a multipath group shared by routes with the same set.
     /// On an error every reference passed in is given back.
-    pub fn multipath(&mut self, mut hops: Vec<u32>) -> Result<u32, FibError> {
+    pub(crate) fn multipath(&mut self, mut hops: Vec<u32>) -> Result<u32, FibError> {
         hops.sort_unstable();
         // A hop named twice holds two references: the group keeps one.
         let before = hops.clone();
@@ -349,7 +350,7 @@ impl TableWriter {
     }
 
     /// Gives back a route's reference to its target (a hop, or a group and its hops).
-    pub fn release_target(&mut self, target: u32) {
+    pub(crate) fn release_target(&mut self, target: u32) {
         if target & GROUP == 0 {
             self.release_hop(target);
             return;
@@ -373,7 +374,7 @@ impl TableWriter {
     }
 
     /// Frees what no poller can still see. Call after each batch of changes.
-    pub fn reclaim(&mut self) {
+    pub(crate) fn reclaim(&mut self) {
         let q = &self.table.qsbr;
         self.v4.reclaim(q);
         self.v6.reclaim(q);

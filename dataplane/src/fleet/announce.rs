@@ -30,7 +30,7 @@ use crate::telemetry::TelemetryError;
 pub const MARKER_PROTOCOL: u8 = 250;
 
 /// How long the health-check count may stand still (it moves every 250 ms).
-pub const STALE_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const STALE_AFTER: Duration = Duration::from_secs(1);
 
 /// What one probe of the metrics endpoint found.
 #[derive(Debug, Clone, PartialEq)]

@@ -24,11 +24,11 @@ mod wire;
 /// The service prefix both appliances announce.
 pub const SERVICE_PREFIX: &str = "10.9.0.0/24";
 /// The server's service address (on its loopback).
-pub const SERVICE_ADDR: &str = "10.9.0.1";
+pub(crate) const SERVICE_ADDR: &str = "10.9.0.1";
 /// The client's address.
-pub const CLIENT_ADDR: &str = "10.0.1.2";
+pub(crate) const CLIENT_ADDR: &str = "10.0.1.2";
 /// The kernel table the announcers keep the service prefix in (config/fleet/*.bird.conf).
-pub const ANNOUNCE_TABLE: u32 = 100;
+pub(crate) const ANNOUNCE_TABLE: u32 = 100;
 /// Each appliance's metrics endpoint, inside its namespace.
 const METRICS: &str = "127.0.0.1:9100";
 
@@ -46,7 +46,7 @@ const APPLIANCE_ADDRS: [[(&str, &str); 2]; 2] = [
 ];
 
 /// The appliances' names.
-pub const APPLIANCES: [&str; 2] = ["a", "b"];
+pub(crate) const APPLIANCES: [&str; 2] = ["a", "b"];
 
 /// A fleet step failed.
 #[derive(Debug, thiserror::Error)]
@@ -188,18 +188,13 @@ impl Fleet {
     }
 
     /// An interface's name.
-    pub fn ifname(&self, short: &str) -> String {
+    pub(crate) fn ifname(&self, short: &str) -> String {
         format!("{}-{short}", self.prefix)
     }
 
     /// The server's interface from appliance `i`.
     pub fn server_if(&self, i: usize) -> String {
         self.ifname(["s1", "s2"][i])
-    }
-
-    /// Where the configs and logs are.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     fn write(&self, name: &str, text: &str) -> Result<PathBuf, FleetError> {
@@ -293,7 +288,7 @@ impl Fleet {
 
     /// The dataplane config of appliance `i` (config/fleet/appliance.toml with this fleet's
     /// interfaces and one unpinned poller).
-    pub fn dataplane_config(&self, i: usize) -> String {
+    pub(crate) fn dataplane_config(&self, i: usize) -> String {
         let role = APPLIANCES[i];
         format!(
             "# Appliance {role} of fleet `{p}` (written by `dataplane fleet-demo`).\n\
@@ -322,7 +317,7 @@ impl Fleet {
     }
 
     /// The upstream's next hops for the service prefix now (in its kernel's table).
-    pub fn upstream_next_hops(&self) -> Result<Vec<String>, FleetError> {
+    pub(crate) fn upstream_next_hops(&self) -> Result<Vec<String>, FleetError> {
         let out = run(&["ip", "-n", &self.ns("up"), "route", "show", SERVICE_PREFIX])?;
         Ok(out
             .split_whitespace()

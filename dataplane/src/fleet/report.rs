@@ -33,7 +33,7 @@ pub struct Bin {
 }
 
 /// A datagram this late is as good as lost.
-pub const LATE: Duration = Duration::from_secs(1);
+pub(crate) const LATE: Duration = Duration::from_secs(1);
 
 /// How long a bin of the series is.
 const BIN: Duration = Duration::from_millis(100);

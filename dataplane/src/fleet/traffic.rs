@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::FleetError;
 
 /// The UDP port the server listens on.
-pub const PORT: u16 = 5001;
+pub(crate) const PORT: u16 = 5001;
 /// The first flow's source port.
 const FIRST_SRC_PORT: u16 = 20000;
 /// Marks our datagrams.

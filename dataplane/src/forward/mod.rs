@@ -86,18 +86,13 @@ impl Forwarder {
     }
 
     /// Each port's addresses, for the control thread to keep up to date.
-    pub fn addresses(&self) -> &Arc<PortAddrs> {
+    pub(crate) fn addresses(&self) -> &Arc<PortAddrs> {
         &self.addrs
-    }
-
-    /// The mode.
-    pub fn mode(&self) -> Mode {
-        self.mode
     }
 
     /// Whether [`Forwarder::prepare`] reads a frame's bytes (bounce and drop decide without
     /// looking at them, so there is nothing to prefetch).
-    pub fn reads_frames(&self) -> bool {
+    pub(crate) fn reads_frames(&self) -> bool {
         !matches!(self.mode, Mode::Bounce | Mode::Drop)
     }
 
@@ -107,7 +102,7 @@ impl Forwarder {
     }
 
     /// What is known of port `p`.
-    pub fn port(&self, p: PortId) -> Option<&Port> {
+    pub(crate) fn port(&self, p: PortId) -> Option<&Port> {
         self.ports.get(usize::from(p))
     }
 

@@ -17,14 +17,14 @@ use crate::packet::link_local_v6;
 
 /// One port's addresses with their prefix lengths, in the order they were added.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Addrs {
+pub(crate) struct Addrs {
     v4: Vec<(u32, u8)>,
     v6: Vec<(u128, u8)>,
 }
 
 impl Addrs {
     /// Adds `ip/len` (a repeat changes nothing, as the kernel refuses one).
-    pub fn add(&mut self, ip: IpAddr, len: u8) {
+    pub(crate) fn add(&mut self, ip: IpAddr, len: u8) {
         match ip {
             IpAddr::V4(a) => {
                 let a = u32::from(a);
@@ -42,7 +42,7 @@ impl Addrs {
     }
 
     /// Removes `ip`.
-    pub fn remove(&mut self, ip: IpAddr) {
+    pub(crate) fn remove(&mut self, ip: IpAddr) {
         match ip {
             IpAddr::V4(a) => self.v4.retain(|(x, _)| *x != u32::from(a)),
             IpAddr::V6(a) => self.v6.retain(|(x, _)| *x != u128::from(a)),
@@ -50,7 +50,7 @@ impl Addrs {
     }
 
     /// The IPv4 source of an error sent to `to`.
-    pub fn source_v4(&self, to: u32) -> Option<u32> {
+    pub(crate) fn source_v4(&self, to: u32) -> Option<u32> {
         self.v4
             .iter()
             .find(|(a, len)| (a ^ to) & mask4(*len) == 0)
@@ -59,7 +59,7 @@ impl Addrs {
     }
 
     /// The IPv6 source of an error sent to `to`.
-    pub fn source_v6(&self, to: u128) -> Option<u128> {
+    pub(crate) fn source_v6(&self, to: u128) -> Option<u128> {
         let mut best: Option<(u128, u32)> = None;
         for &(a, _) in self.v6.iter().filter(|(a, _)| !link_local_v6(*a)) {
             let common = (a ^ to).leading_zeros();
@@ -79,7 +79,7 @@ pub struct PortAddrs {
 
 impl PortAddrs {
     /// One list per port, as given.
-    pub fn new(ports: Vec<Addrs>) -> PortAddrs {
+    pub(crate) fn new(ports: Vec<Addrs>) -> PortAddrs {
         PortAddrs {
             ports: ports.into_iter().map(ArcSwap::from_pointee).collect(),
         }
@@ -87,12 +87,12 @@ impl PortAddrs {
 
     /// `f` of port `p`'s addresses now (None: no such port). A poller's read: no lock, and
     /// no write to the list's reference count (arc-swap's thread-local debt slots).
-    pub fn with<R>(&self, p: u16, f: impl FnOnce(&Addrs) -> R) -> Option<R> {
+    pub(crate) fn with<R>(&self, p: u16, f: impl FnOnce(&Addrs) -> R) -> Option<R> {
         self.ports.get(usize::from(p)).map(|a| f(&a.load()))
     }
 
     /// Replaces port `p`'s addresses.
-    pub fn set(&self, p: u16, addrs: Addrs) {
+    pub(crate) fn set(&self, p: u16, addrs: Addrs) {
         if let Some(a) = self.ports.get(usize::from(p)) {
             a.store(Arc::new(addrs));
         }

@@ -17,7 +17,7 @@ const LIVE_CHUNK: u64 = 1 << 18;
 const XSK_CHUNK: u64 = 1 << 16;
 
 /// Live frames where the kernel has them, else AF_XDP TX; `note` hears about the fallback.
-pub fn flat_out(
+pub(crate) fn flat_out(
     template: &Template,
     iface: &str,
     limits: Limits<'_>,
@@ -56,7 +56,7 @@ pub fn flat_out(
 }
 
 /// AF_XDP TX from queue 0, one UMEM frame per flow; counts completions.
-pub fn xsk_flat_out(
+pub(crate) fn xsk_flat_out(
     template: &Template,
     iface: &str,
     limits: Limits<'_>,

@@ -9,12 +9,12 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-pub mod live;
-pub mod paced;
+pub(crate) mod live;
+pub(crate) mod paced;
 pub mod template;
 pub mod xsk_tx;
 
-pub use template::{GenError, GenSpec, Template, SPORT_BASE};
+pub use template::{GenError, GenSpec, Template};
 
 /// How the generator sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,17 +7,17 @@ use super::{flow_frames, Limits, SendError, Template};
 use crate::sys::{self, FrameSender, SEND_BATCH_MAX};
 
 /// Frames due by `elapsed` at `rate` frames per second, capped at `limit`.
-pub fn due(elapsed: Duration, rate: u64, limit: u64) -> u64 {
+pub(crate) fn due(elapsed: Duration, rate: u64, limit: u64) -> u64 {
     ((elapsed.as_secs_f64() * rate as f64) as u64).min(limit)
 }
 
 /// When frame number `sent` (0-based) falls due, from the start.
-pub fn next_due(sent: u64, rate: u64) -> Duration {
+pub(crate) fn next_due(sent: u64, rate: u64) -> Duration {
     Duration::from_secs_f64((sent + 1) as f64 / rate.max(1) as f64)
 }
 
 /// Sends at `rate` frames per second (cycling through the flows) until a limit.
-pub fn send(
+pub(crate) fn send(
     template: &Template,
     iface: &str,
     rate: u64,

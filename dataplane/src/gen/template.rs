@@ -48,7 +48,7 @@ pub enum GenError {
 }
 
 /// First UDP source port; flow `k` uses `SPORT_BASE + k`.
-pub const SPORT_BASE: u16 = 10_000;
+pub(crate) const SPORT_BASE: u16 = 10_000;
 
 /// The template and where the per-flow field sits.
 #[derive(Debug, Clone)]
@@ -125,7 +125,7 @@ impl Template {
     }
 
     /// The BPF program's load-time configuration.
-    pub fn config(&self) -> GenConfig {
+    pub(crate) fn config(&self) -> GenConfig {
         let mut hdr = [0u8; 64];
         hdr[..self.hdr_len].copy_from_slice(&self.frame[..self.hdr_len]);
         GenConfig {

@@ -40,7 +40,7 @@ pub enum XskGenError {
 
 /// A bound AF_XDP socket that sends a fixed set of frames. Field order is drop order: the
 /// socket goes before the memory it points into.
-pub struct XskSender {
+pub(crate) struct XskSender {
     sockets: Sockets,
     _area: Area,
     descs: Vec<XdpDesc>,
@@ -50,7 +50,7 @@ pub struct XskSender {
 
 impl XskSender {
     /// Binds to `ifname`/`queue` and writes `frames` (one per flow) into the UMEM.
-    pub fn open(
+    pub(crate) fn open(
         ifname: &str,
         ifindex: u32,
         queue: u32,
@@ -103,7 +103,7 @@ impl XskSender {
 
     /// Sends `n` frames (cycling through the flows) as fast as the kernel takes them, or until
     /// `deadline`; waits for the last completions. Returns the frames the kernel completed.
-    pub fn send(&mut self, n: u64, deadline: Instant) -> u64 {
+    pub(crate) fn send(&mut self, n: u64, deadline: Instant) -> u64 {
         let Some(q) = self.sockets.queues.first_mut() else {
             return 0;
         };

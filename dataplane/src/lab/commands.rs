@@ -11,7 +11,7 @@ use crate::types::Mode;
 
 /// Where a dataplane layout puts things on the testbed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Placement {
+pub(crate) struct Placement {
     /// Arguments for `dataplane run` (`--layout`, `--irq-cpu`).
     pub args: Vec<String>,
     /// The CPU of the DUT interfaces' NAPI threads (None: any).
@@ -20,7 +20,7 @@ pub struct Placement {
 
 /// The placement of `layout` with the generator on `gen_cpu` and the DUT on `dut_cpu`. Err:
 /// the layout is not available on this machine, and why.
-pub fn layout_placement(
+pub(crate) fn layout_placement(
     m: &Machine,
     layout: &str,
     gen_cpu: usize,

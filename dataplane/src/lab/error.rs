@@ -66,7 +66,7 @@ pub enum LabError {
 
 impl LabError {
     /// An I/O error with what was being done.
-    pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LabError {
+    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LabError {
         let what = what.into();
         move |source| LabError::Io { what, source }
     }

@@ -23,7 +23,7 @@ pub enum Dut {
 
 impl Dut {
     /// kebab-case name.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Dut::L3fwd => "l3fwd",
             Dut::L2fwd => "l2fwd",
@@ -36,7 +36,7 @@ impl Dut {
     }
 
     /// True for the dataplane's own modes (the ones layouts and knobs apply to).
-    pub fn is_dataplane(self) -> bool {
+    pub(crate) fn is_dataplane(self) -> bool {
         matches!(self, Dut::L3fwd | Dut::L2fwd | Dut::Bounce | Dut::Drop)
     }
 }
@@ -248,7 +248,7 @@ impl Matrix {
     }
 
     /// Parses and checks matrix text.
-    pub fn parse(text: &str, origin: &str) -> Result<Matrix, MatrixError> {
+    pub(crate) fn parse(text: &str, origin: &str) -> Result<Matrix, MatrixError> {
         let m: Matrix =
             toml::from_str(text).map_err(|e| MatrixError::Parse(origin.into(), e.to_string()))?;
         let bad =

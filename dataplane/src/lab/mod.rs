@@ -16,7 +16,7 @@
 //! (processes in namespaces), `sample` (CPU time, NAPI threads, interface counters),
 //! `commands` (DUT/generator/peer command lines), `run` (a cell's repeats), `zero_loss` (the
 //! RFC 2544 search), [`report`] (JSON, CSV, markdown, SVG).
-pub mod commands;
+pub(crate) mod commands;
 mod error;
 pub mod matrix;
 mod process;
@@ -29,5 +29,5 @@ mod zero_loss;
 
 pub use error::LabError;
 pub use matrix::{Cell, Dut, Matrix, MatrixError};
-pub use record::{median, CellResult, Record, Trial};
+pub use record::{CellResult, Record, Trial};
 pub use run::Lab;

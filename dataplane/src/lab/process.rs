@@ -17,7 +17,7 @@ pub(super) struct Proc {
 
 impl Proc {
     /// Starts `exe args` in namespace `ns`, watching its stderr.
-    pub fn spawn(ns: &str, exe: &Path, args: &[String]) -> Result<Proc, LabError> {
+    pub(crate) fn spawn(ns: &str, exe: &Path, args: &[String]) -> Result<Proc, LabError> {
         let mut child = Command::new("ip")
             .args(["netns", "exec", ns])
             .arg(exe)
@@ -32,7 +32,7 @@ impl Proc {
     }
 
     /// Wraps a started process, collecting the lines of `stream` (its stdout or stderr).
-    pub fn watching(child: Child, stream: Option<impl Read + Send + 'static>) -> Proc {
+    pub(crate) fn watching(child: Child, stream: Option<impl Read + Send + 'static>) -> Proc {
         let (tx, lines) = mpsc::channel();
         if let Some(s) = stream {
             std::thread::spawn(move || {
@@ -45,7 +45,7 @@ impl Proc {
     }
 
     /// Waits for a line containing `marker`; on failure, the error shows the lines seen.
-    pub fn wait_for(&mut self, marker: &str, timeout: Duration) -> Result<(), LabError> {
+    pub(crate) fn wait_for(&mut self, marker: &str, timeout: Duration) -> Result<(), LabError> {
         let deadline = Instant::now() + timeout;
         let mut seen = Vec::new();
         while Instant::now() < deadline {
@@ -63,7 +63,7 @@ impl Proc {
     }
 
     /// SIGTERM, then SIGKILL if it has not ended within 10 s.
-    pub fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
@@ -114,7 +114,7 @@ pub(super) struct NetnsAnchor(Child);
 
 impl NetnsAnchor {
     /// Parks a `sleep` in `ns`.
-    pub fn new(ns: &str) -> Result<NetnsAnchor, LabError> {
+    pub(crate) fn new(ns: &str) -> Result<NetnsAnchor, LabError> {
         Command::new("ip")
             .args(["netns", "exec", ns, "sleep", "3600"])
             .stdin(Stdio::null())
@@ -126,7 +126,7 @@ impl NetnsAnchor {
     }
 
     /// Transmitted packets of `dev` in the anchor's namespace (0 if unreadable).
-    pub fn tx_packets(&self, dev: &str) -> u64 {
+    pub(crate) fn tx_packets(&self, dev: &str) -> u64 {
         std::fs::read_to_string(format!("/proc/{}/net/dev", self.0.id()))
             .ok()
             .and_then(|t| tx_packets_in(&t, dev))

@@ -44,7 +44,7 @@ pub struct Record {
 
 impl Record {
     /// A record of `cell`'s repeat `rep` with no measurement yet, only a status.
-    pub fn blank(matrix: &str, cell: &Cell, rep: u32, status: String) -> Record {
+    pub(crate) fn blank(matrix: &str, cell: &Cell, rep: u32, status: String) -> Record {
         Record {
             matrix: matrix.to_string(),
             cell: cell.clone(),
@@ -111,7 +111,7 @@ impl CellResult {
 /// sorted values split where the gap is largest, each side holding at least two, the gap more
 /// than 10% of the median and over three times the wider side's own spread. Returns the two
 /// sides' medians and sizes: ((low, n_low), (high, n_high)).
-pub fn bimodal(xs: &[f64]) -> Option<((f64, usize), (f64, usize))> {
+pub(crate) fn bimodal(xs: &[f64]) -> Option<((f64, usize), (f64, usize))> {
     let mut v: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite()).collect();
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -134,7 +134,7 @@ pub fn bimodal(xs: &[f64]) -> Option<((f64, usize), (f64, usize))> {
 }
 
 /// Median of a list (None when empty).
-pub fn median(mut xs: Vec<f64>) -> Option<f64> {
+pub(crate) fn median(mut xs: Vec<f64>) -> Option<f64> {
     xs.retain(|x| x.is_finite());
     if xs.is_empty() {
         return None;

@@ -8,7 +8,7 @@ use super::error::LabError;
 use super::record::{median, CellResult, Record};
 
 /// Median and range of the successful runs of a cell, for one field.
-pub fn spread(c: &CellResult, f: impl Fn(&Record) -> f64) -> Option<(f64, f64, f64)> {
+pub(crate) fn spread(c: &CellResult, f: impl Fn(&Record) -> f64) -> Option<(f64, f64, f64)> {
     let xs: Vec<f64> = c
         .runs
         .iter()
@@ -23,7 +23,7 @@ pub fn spread(c: &CellResult, f: impl Fn(&Record) -> f64) -> Option<(f64, f64, f
 }
 
 /// The status line of a cell: "ok" or its reason.
-pub fn status(c: &CellResult) -> String {
+pub(crate) fn status(c: &CellResult) -> String {
     match c.runs.iter().find(|r| r.status != "ok") {
         Some(r) => r.status.clone(),
         None => "ok".into(),
@@ -31,7 +31,7 @@ pub fn status(c: &CellResult) -> String {
 }
 
 /// results.json: one object per run.
-pub fn write_json(dir: &Path, cells: &[CellResult]) -> std::io::Result<()> {
+pub(crate) fn write_json(dir: &Path, cells: &[CellResult]) -> std::io::Result<()> {
     let runs: Vec<&Record> = cells.iter().flat_map(|c| c.runs.iter()).collect();
     std::fs::write(
         dir.join("results.json"),
@@ -40,7 +40,7 @@ pub fn write_json(dir: &Path, cells: &[CellResult]) -> std::io::Result<()> {
 }
 
 /// results.csv: the same runs, one line each.
-pub fn write_csv(dir: &Path, cells: &[CellResult]) -> std::io::Result<()> {
+pub(crate) fn write_csv(dir: &Path, cells: &[CellResult]) -> std::io::Result<()> {
     let mut s = String::from(
         "matrix,dut,layout,pkt_size,flows,batch,memory,align,stats,rep,status,offered_pps,forwarded_pps,sink_packets,dut_tx_packets,suspect,dut_cpu_ns_per_pkt,napi_ns_per_pkt,threads_ns_per_pkt,dut_cpu_util\n",
     );
@@ -74,7 +74,7 @@ pub fn write_csv(dir: &Path, cells: &[CellResult]) -> std::io::Result<()> {
 }
 
 /// The markdown table (also printed at the end of a run).
-pub fn summary(title: &str, description: &str, cells: &[CellResult]) -> String {
+pub(crate) fn summary(title: &str, description: &str, cells: &[CellResult]) -> String {
     let mut s = format!("# {title}\n\n{description}\n\nMedian (min-max) over the repeats; DUT CPU = its threads + its interfaces' NAPI kthreads, per forwarded packet.\n\n");
     s.push_str("| cell | forwarded Mpps | DUT CPU ns/pkt | NAPI / own threads ns | offered Mpps | reps | stable | notes |\n|---|---|---|---|---|---|---|---|\n");
     for c in cells {
@@ -152,7 +152,7 @@ pub fn summary(title: &str, description: &str, cells: &[CellResult]) -> String {
 }
 
 /// A horizontal bar chart of one metric per cell (labels stay readable), with min-max whiskers.
-pub fn bar_chart(
+pub(crate) fn bar_chart(
     path: &Path,
     title: &str,
     x_label: &str,
@@ -212,7 +212,7 @@ pub fn bar_chart(
 }
 
 /// A line chart: x = batch size (log2 axis), one series per DUT label, y = metric.
-pub fn line_chart(
+pub(crate) fn line_chart(
     path: &Path,
     title: &str,
     y_label: &str,

@@ -119,7 +119,7 @@ impl DropReason {
     /// True for the drops a router answers with an ICMP error (RFC 1812 5.2.7, 5.3.1;
     /// RFC 4443 3): time exceeded, no route, no neighbour, too big.
     #[inline(always)]
-    pub fn calls_for_icmp(self) -> bool {
+    pub(crate) fn calls_for_icmp(self) -> bool {
         matches!(
             self,
             DropReason::TtlExceeded

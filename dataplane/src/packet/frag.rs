@@ -51,7 +51,7 @@ impl Plan {
 /// payload). None when it may not or need not be: DF set, options, it fits already, an
 /// MTU too small for 8 bytes of payload, or an offset past the field's range (a malformed
 /// fragment).
-pub fn plan(frame: &[u8], mtu: u32) -> Option<Plan> {
+pub(crate) fn plan(frame: &[u8], mtu: u32) -> Option<Plan> {
     let ip: [u8; IP4_HLEN] = read(frame, eth::HLEN)?;
     if ip[VER_IHL] != VER_IHL_NO_OPTIONS {
         return None;

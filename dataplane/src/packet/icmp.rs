@@ -36,9 +36,9 @@ pub enum IcmpError {
 }
 
 /// Most bytes of an IPv4 ICMP error (RFC 1812 4.3.2.3: at most 576).
-pub const V4_MAX: usize = 576;
+pub(crate) const V4_MAX: usize = 576;
 /// Most bytes of an IPv6 ICMP error (RFC 4443 2.4 (c): the minimum MTU).
-pub const V6_MAX: usize = 1280;
+pub(crate) const V6_MAX: usize = 1280;
 /// IPv4 header + ICMP header.
 const V4_ADDED: usize = ipv4::HLEN + field::icmp::HLEN;
 /// IPv6 header + ICMPv6 header.
@@ -47,7 +47,7 @@ const V6_ADDED: usize = IPV6_HLEN + field::icmp::HLEN;
 const HOPS: u8 = 64;
 
 /// Whether the IP packet in `frame` may be answered with an ICMP error at all.
-pub fn answerable(frame: &[u8]) -> bool {
+pub(crate) fn answerable(frame: &[u8]) -> bool {
     if frame.get(eth::DST).is_none_or(|b| b & 1 != 0)
         || frame.get(eth::SRC).is_none_or(|b| b & 1 != 0)
     {
@@ -109,7 +109,7 @@ fn answerable_v6(ip: &[u8]) -> bool {
 /// Turns the IPv4 frame `frame[..len]` into the ICMP error `err` about it, from `src` (an
 /// address of the ingress port) and `port_mac`, back to the sender; `frame` is the whole room
 /// the buffer has. Returns the new frame length (None: no room, or not IPv4).
-pub fn build_v4(
+pub(crate) fn build_v4(
     frame: &mut [u8],
     len: usize,
     err: IcmpError,
@@ -154,7 +154,7 @@ pub fn build_v4(
 }
 
 /// As [`build_v4`] for IPv6 (ICMPv6, checksum over the pseudo-header).
-pub fn build_v6(
+pub(crate) fn build_v6(
     frame: &mut [u8],
     len: usize,
     err: IcmpError,

@@ -8,7 +8,7 @@
 
 pub mod build;
 mod drop_reason;
-pub mod field;
+pub(crate) mod field;
 pub mod frag;
 pub mod icmp;
 
@@ -16,17 +16,17 @@ pub use drop_reason::DropReason;
 use field::{eth, ipv4, ipv6, ipv6_ext};
 
 /// Ethernet header length (no VLAN tag).
-pub const ETH_HLEN: usize = field::eth::HLEN;
+pub(crate) const ETH_HLEN: usize = field::eth::HLEN;
 /// EtherType of IPv4.
-pub const ETH_P_IPV4: u16 = 0x0800;
+pub(crate) const ETH_P_IPV4: u16 = 0x0800;
 /// EtherType of IPv6.
-pub const ETH_P_IPV6: u16 = 0x86dd;
+pub(crate) const ETH_P_IPV6: u16 = 0x86dd;
 /// EtherType of an 802.1Q VLAN tag.
 pub const ETH_P_8021Q: u16 = 0x8100;
 /// EtherType of an 802.1ad (QinQ) service tag.
-pub const ETH_P_8021AD: u16 = 0x88a8;
+pub(crate) const ETH_P_8021AD: u16 = 0x88a8;
 /// Length of the fixed IPv6 header.
-pub const IPV6_HLEN: usize = field::ipv6::HLEN;
+pub(crate) const IPV6_HLEN: usize = field::ipv6::HLEN;
 
 /// The L3 part of a frame that passed every check needed to route it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +77,7 @@ fn be16(b: &[u8], off: usize) -> Option<u16> {
 /// here (the steering program gives them to the kernel); IPv6 extension headers are walked
 /// ([`ipv6_chain`]) and forwarded unchanged.
 #[inline]
-pub fn parse_l3(frame: &[u8]) -> Result<L3, DropReason> {
+pub(crate) fn parse_l3(frame: &[u8]) -> Result<L3, DropReason> {
     let ethertype = be16(frame, eth::ETHERTYPE).ok_or(DropReason::Truncated)?;
     match ethertype {
         ETH_P_IPV4 => parse_v4(frame),
@@ -91,7 +91,7 @@ pub fn parse_l3(frame: &[u8]) -> Result<L3, DropReason> {
 /// network"), 127/8 (loopback), 224/4 (multicast) and 240/4 (reserved, with the limited
 /// broadcast address).
 #[inline(always)]
-pub fn martian_src_v4(src: u32) -> bool {
+pub(crate) fn martian_src_v4(src: u32) -> bool {
     #[allow(clippy::indexing_slicing)] // src >> 24 < 256, the table's length
     let martian = MARTIAN_V4_FIRST_OCTET[(src >> 24) as usize];
     martian
@@ -113,7 +113,7 @@ static MARTIAN_V4_FIRST_OCTET: [bool; 256] = {
 /// IPv4 destinations this dataplane does not route: 0/8, 127/8, 224/4 (multicast is not
 /// routed here) and 240/4 (reserved, with 255.255.255.255).
 #[inline(always)]
-pub fn martian_dst_v4(dst: u32) -> bool {
+pub(crate) fn martian_dst_v4(dst: u32) -> bool {
     martian_src_v4(dst)
 }
 
@@ -121,13 +121,13 @@ pub fn martian_dst_v4(dst: u32) -> bool {
 /// ff00::/8 (multicast is not routed here) and the IPv4-mapped ::ffff:0:0/96 (RFC 4291
 /// 2.5.2, 2.5.3, 2.5.5.2).
 #[inline(always)]
-pub fn martian_v6(a: u128) -> bool {
+pub(crate) fn martian_v6(a: u128) -> bool {
     a <= 1 || a >> 120 == 0xff || a >> 32 == 0xffff
 }
 
 /// fe80::/10.
 #[inline(always)]
-pub fn link_local_v6(a: u128) -> bool {
+pub(crate) fn link_local_v6(a: u128) -> bool {
     a >> 118 == 0xfe80 >> 6
 }
 
@@ -188,13 +188,13 @@ fn is_ipv6_ext(next: u8) -> bool {
 }
 
 /// Most extension headers the fast path walks.
-pub const IPV6_MAX_EXT_HEADERS: usize = 8;
+pub(crate) const IPV6_MAX_EXT_HEADERS: usize = 8;
 /// The chain must end within this many bytes after the fixed header.
-pub const IPV6_MAX_EXT_BYTES: usize = 256;
+pub(crate) const IPV6_MAX_EXT_BYTES: usize = 256;
 
 /// Where an IPv6 extension header chain ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ipv6Chain {
+pub(crate) struct Ipv6Chain {
     /// The protocol after the last header walked (58: ICMPv6; 50: ESP, opaque; 59: none; or
     /// the next header of a non-first fragment).
     pub upper: u8,
@@ -209,7 +209,7 @@ pub struct Ipv6Chain {
 /// (not type 0), AH and ESP are walked and forwarded unchanged; hop-by-hop is walked when it
 /// comes first (RFC 8200 4.3 lets a router skip its options).
 #[inline]
-pub fn ipv6_chain(ip: &[u8]) -> Result<Ipv6Chain, DropReason> {
+pub(crate) fn ipv6_chain(ip: &[u8]) -> Result<Ipv6Chain, DropReason> {
     let mut next = *ip.get(ipv6::NEXT_HEADER).ok_or(DropReason::Truncated)?;
     let mut off = IPV6_HLEN;
     for i in 0..=IPV6_MAX_EXT_HEADERS {
@@ -344,7 +344,7 @@ pub fn checksum_v4_header(hdr: &[u8; 20]) -> u16 {
 
 /// RFC 1624 eqn. 3 incremental update: `HC' = ~(~HC + ~m + m')` for one 16-bit word `m -> m'`.
 #[inline(always)]
-pub fn checksum_update(hc: u16, old: u16, new: u16) -> u16 {
+pub(crate) fn checksum_update(hc: u16, old: u16, new: u16) -> u16 {
     let mut sum = u32::from(!hc) + u32::from(!old) + u32::from(new);
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
@@ -358,7 +358,7 @@ pub fn checksum_update(hc: u16, old: u16, new: u16) -> u16 {
 /// first two bytes) and a 4-byte store (the rest of the source). A frame shorter than the
 /// 12 bytes is left alone.
 #[inline(always)]
-pub fn set_macs_words(frame: &mut [u8], dst: u64, src: u64) {
+pub(crate) fn set_macs_words(frame: &mut [u8], dst: u64, src: u64) {
     let Some(h) = frame.first_chunk_mut::<12>() else {
         return;
     };
@@ -374,7 +374,7 @@ pub fn set_macs_words(frame: &mut [u8], dst: u64, src: u64) {
 /// and ports when TCP/UDP follows the fixed header (RFC 6438). One flow always hashes the
 /// same, so it keeps its path and its order. Only read for multipath routes.
 #[inline]
-pub fn flow_hash(frame: &[u8]) -> u32 {
+pub(crate) fn flow_hash(frame: &[u8]) -> u32 {
     let word = |at: usize| -> u64 {
         frame
             .get(at..at + 4)
@@ -422,7 +422,7 @@ pub fn flow_hash(frame: &[u8]) -> u32 {
 
 /// Swaps destination and source MAC (the l2fwd rewrite).
 #[inline(always)]
-pub fn swap_macs(frame: &mut [u8]) {
+pub(crate) fn swap_macs(frame: &mut [u8]) {
     if let Some(h) = frame.get_mut(..12) {
         let (dst, src) = h.split_at_mut(6);
         dst.swap_with_slice(src);
@@ -433,7 +433,7 @@ pub fn swap_macs(frame: &mut [u8]) {
 ///
 /// The caller has parsed the frame with [`parse_l3`] (so the header is present and TTL > 1).
 #[inline(always)]
-pub fn decrement_ttl_v4(frame: &mut [u8]) {
+pub(crate) fn decrement_ttl_v4(frame: &mut [u8]) {
     let hdr = frame
         .get_mut(ETH_HLEN..ETH_HLEN + ipv4::HLEN)
         .and_then(|s| <&mut [u8; ipv4::HLEN]>::try_from(s).ok());
@@ -450,7 +450,7 @@ pub fn decrement_ttl_v4(frame: &mut [u8]) {
 
 /// Decrements the IPv6 hop limit (IPv6 has no header checksum).
 #[inline(always)]
-pub fn decrement_hop_limit_v6(frame: &mut [u8]) {
+pub(crate) fn decrement_hop_limit_v6(frame: &mut [u8]) {
     if let Some(h) = frame.get_mut(ETH_HLEN + ipv6::HOP_LIMIT) {
         *h = h.wrapping_sub(1);
     }

@@ -122,7 +122,7 @@ pub struct IrqError {
 
 /// The changes made so far.
 #[derive(Debug, Default)]
-pub struct IrqChanges {
+pub(crate) struct IrqChanges {
     changes: Vec<Change>,
     /// The state file every change is written to before it is made.
     journal: Option<PathBuf>,
@@ -146,7 +146,7 @@ impl IrqChanges {
     /// A set of changes journaled to `path`, which must not exist yet: created exclusively
     /// (never through a symlink), so a stale file from a run that died is refused rather than
     /// overwritten.
-    pub fn journaled(path: &Path) -> Result<IrqChanges, IrqStateError> {
+    pub(crate) fn journaled(path: &Path) -> Result<IrqChanges, IrqStateError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|source| IrqStateError::Read {
                 path: path.to_path_buf(),
@@ -189,7 +189,7 @@ impl IrqChanges {
 
     /// Moves the receive work of `ifname` queue `queue` to `cpu`. For a device without IRQs of
     /// its own (veth), threaded NAPI is switched on first.
-    pub fn apply(&mut self, ifname: &str, queue: u32, cpu: usize) -> Result<(), IrqError> {
+    pub(crate) fn apply(&mut self, ifname: &str, queue: u32, cpu: usize) -> Result<(), IrqError> {
         let err = |why: String| IrqError {
             ifname: ifname.into(),
             queue,
@@ -250,7 +250,7 @@ impl IrqChanges {
     }
 
     /// What was changed, one line each.
-    pub fn describe(&self) -> Vec<String> {
+    pub(crate) fn describe(&self) -> Vec<String> {
         self.changes
             .iter()
             .map(|c| match c {
@@ -277,13 +277,13 @@ impl IrqChanges {
     }
 
     /// The recorded changes.
-    pub fn changes(&self) -> &[Change] {
+    pub(crate) fn changes(&self) -> &[Change] {
         &self.changes
     }
 
     /// Undoes every change, newest first; returns one line per restored item with what was
     /// read back.
-    pub fn restore(&mut self) -> Vec<String> {
+    pub(crate) fn restore(&mut self) -> Vec<String> {
         let mut out = Vec::new();
         while let Some(c) = self.changes.pop() {
             out.push(match c {

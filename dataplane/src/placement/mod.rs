@@ -11,5 +11,5 @@
 //!   undone at stop or by `dataplane irq restore`.
 pub mod affinity;
 pub mod plan;
-pub mod queue_irqs;
+pub(crate) mod queue_irqs;
 pub mod topology;

@@ -16,7 +16,7 @@
 
 /// One line of `/proc/interrupts`: the IRQ number and its action name (the last column).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IrqLine {
+pub(crate) struct IrqLine {
     /// IRQ number.
     pub irq: u32,
     /// The name its handler registered.
@@ -24,7 +24,7 @@ pub struct IrqLine {
 }
 
 /// Parses `/proc/interrupts` (numbered lines only; NMI, LOC and friends are skipped).
-pub fn parse_interrupts(text: &str) -> Vec<IrqLine> {
+pub(crate) fn parse_interrupts(text: &str) -> Vec<IrqLine> {
     text.lines()
         .filter_map(|l| {
             let (num, rest) = l.trim_start().split_once(':')?;
@@ -37,7 +37,7 @@ pub fn parse_interrupts(text: &str) -> Vec<IrqLine> {
 
 /// What sysfs says of an interface's device.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Device {
+pub(crate) struct Device {
     /// Driver name (`device/driver` link), None for virtual interfaces (veth).
     pub driver: Option<String>,
     /// The device's own name: `virtio3` for virtio_net, the PCI address `0000:03:00.0` for a
@@ -48,7 +48,7 @@ pub struct Device {
 }
 
 /// Reads `/sys/class/net/IFACE/device`.
-pub fn device(ifname: &str) -> Device {
+pub(crate) fn device(ifname: &str) -> Device {
     let base = std::path::Path::new("/sys/class/net")
         .join(ifname)
         .join("device");
@@ -96,7 +96,7 @@ fn numbered(name: &str, prefix: &str, suffix: &str) -> Option<u32> {
 /// Per RX queue (0..`queues`), the IRQ that serves it, from the driver's naming; a queue the
 /// driver's scheme does not name gets None. Unknown drivers fall back to vectors whose name
 /// starts with the interface name, in the order listed (most drivers number them by queue).
-pub fn rx_queue_irqs(
+pub(crate) fn rx_queue_irqs(
     ifname: &str,
     dev: &Device,
     lines: &[IrqLine],

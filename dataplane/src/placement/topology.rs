@@ -132,12 +132,12 @@ impl Machine {
     }
 
     /// The hardware thread with this CPU number.
-    pub fn pu(&self, cpu: usize) -> Option<&Pu> {
+    pub(crate) fn pu(&self, cpu: usize) -> Option<&Pu> {
         self.pus.iter().find(|p| p.cpu == cpu)
     }
 
     /// The other hardware threads of `cpu`'s core.
-    pub fn siblings(&self, cpu: usize) -> Vec<usize> {
+    pub(crate) fn siblings(&self, cpu: usize) -> Vec<usize> {
         let Some(me) = self.pu(cpu) else {
             return Vec::new();
         };
@@ -149,7 +149,7 @@ impl Machine {
     }
 
     /// True when some core has more than one hardware thread.
-    pub fn has_smt(&self) -> bool {
+    pub(crate) fn has_smt(&self) -> bool {
         let mut per_core: BTreeMap<usize, usize> = BTreeMap::new();
         for p in &self.pus {
             *per_core.entry(p.core).or_default() += 1;
@@ -158,7 +158,7 @@ impl Machine {
     }
 
     /// Number of cores.
-    pub fn cores(&self) -> usize {
+    pub(crate) fn cores(&self) -> usize {
         let mut c: Vec<usize> = self.pus.iter().map(|p| p.core).collect();
         c.sort_unstable();
         c.dedup();
@@ -235,7 +235,7 @@ pub enum IrqSource {
 }
 
 /// Parses a cpu list like `0-3,8,10-11`.
-pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+pub(crate) fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
     let mut out = Vec::new();
     for part in s.trim().split(',').filter(|p| !p.is_empty()) {
         match part.split_once('-') {
@@ -249,7 +249,7 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
 }
 
 /// A thread's name (`/proc/TID/comm`).
-pub fn thread_name(tid: u32) -> Option<String> {
+pub(crate) fn thread_name(tid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{tid}/comm"))
         .ok()
         .map(|s| s.trim().to_string())
@@ -317,7 +317,7 @@ pub fn queue_irq(ifname: &str, queue: u32) -> Option<IrqSource> {
 }
 
 /// The interface's driver (None for a virtual interface such as veth).
-pub fn interface_driver(ifname: &str) -> Option<String> {
+pub(crate) fn interface_driver(ifname: &str) -> Option<String> {
     crate::placement::queue_irqs::device(ifname).driver
 }
 

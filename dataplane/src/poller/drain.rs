@@ -29,7 +29,7 @@ impl FrameCount {
     }
     /// Frames taken from a fill ring that the kernel has not handed back (its pool cache, or
     /// lost). Zero after a clean drain.
-    pub fn held_by_kernel(&self) -> u64 {
+    pub(crate) fn held_by_kernel(&self) -> u64 {
         self.total.saturating_sub(self.accounted())
     }
 }

@@ -57,11 +57,6 @@ impl MemPoller {
         &self.inner.queues
     }
 
-    /// NUMA nodes of the UMEM's pages (node, sampled pages).
-    pub fn umem_nodes(&self) -> Vec<(i32, usize)> {
-        self.inner.area.page_nodes()
-    }
-
     /// Drains the rings and accounts for every frame, as a stopping poller does.
     pub fn finish(&mut self) -> PollerReport {
         let id = self.inner.id;

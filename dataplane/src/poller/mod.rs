@@ -40,12 +40,14 @@ use ratelimit::TokenBucket;
 pub use drain::{FrameCount, PollerReport, SocketStats};
 #[cfg(any(test, feature = "testkit"))]
 pub use emulated::MemPoller;
-pub use reopen::{Registration, ReopenQueue, ReopenRequest, Reopened, ReopenedTx};
+pub(crate) use reopen::Registration;
+pub use reopen::{ReopenQueue, ReopenRequest, Reopened, ReopenedTx};
 use setup::setup;
-pub use setup::{PollerError, PollerSpec, Ready};
+pub(crate) use setup::Ready;
+pub use setup::{PollerError, PollerSpec};
 
 /// Largest burst a poller takes from one RX ring.
-pub const MAX_BATCH: usize = 256;
+pub(crate) const MAX_BATCH: usize = 256;
 /// Most TX kicks per ring per pass (copy mode sends at most 32 frames per kick).
 const MAX_KICKS: u64 = 8;
 
@@ -94,7 +96,7 @@ struct Poller<Q: RingIo> {
 }
 
 /// Starts a poller thread. It reports on `ready`, then waits for `go` (true: run, false: quit).
-pub fn spawn(
+pub(crate) fn spawn(
     spec: PollerSpec,
     fwd: Arc<Forwarder>,
     stats: Arc<PollerStats>,

@@ -8,7 +8,7 @@ const TOKEN: u128 = 1_000_000_000;
 
 /// `rate` tokens per second, at most `burst` saved up; starts full.
 #[derive(Debug, Clone)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     rate: u128,
     cap: u128,
     credit: u128,
@@ -17,7 +17,7 @@ pub struct TokenBucket {
 
 impl TokenBucket {
     /// A full bucket; `rate` 0 never gives a token.
-    pub fn new(rate: u32, burst: u32) -> Self {
+    pub(crate) fn new(rate: u32, burst: u32) -> Self {
         let cap = u128::from(burst) * TOKEN;
         TokenBucket {
             rate: u128::from(rate),
@@ -28,7 +28,7 @@ impl TokenBucket {
     }
 
     /// Takes a token at `now`, if there is one.
-    pub fn take(&mut self, now: Instant) -> bool {
+    pub(crate) fn take(&mut self, now: Instant) -> bool {
         if let Some(last) = self.last {
             let ns = now.saturating_duration_since(last).as_nanos();
             self.credit = self

@@ -17,7 +17,7 @@ use crate::port::xsk::{self, QueueRings, SocketSpec};
 use crate::sys;
 
 /// What keeps a poller's rings' memory registered, and binds a new socket on it.
-pub trait Registration<Q> {
+pub(crate) trait Registration<Q> {
     /// A socket of `spec` on the poller's UMEM.
     fn reopen(&self, spec: &SocketSpec) -> Result<Q, String>;
 }

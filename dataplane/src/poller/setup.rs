@@ -95,7 +95,7 @@ impl PollerSpec {
 
 /// Sent by a poller once its setup is done (or failed).
 #[derive(Debug)]
-pub struct Ready {
+pub(crate) struct Ready {
     /// Poller number.
     pub id: usize,
     /// (port, queue, socket fd) for the XSKMAPs.

@@ -62,7 +62,7 @@ pub enum Counter {
 }
 
 /// Number of [`Counter`] slots.
-pub const COUNTERS: usize = 19;
+pub(crate) const COUNTERS: usize = 19;
 /// Names of the [`Counter`] slots, in order.
 pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "rx_packets",
@@ -86,7 +86,7 @@ pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "tx_lost",
 ];
 /// One line on what each [`Counter`] counts, in order (the metrics' help texts).
-pub const COUNTER_HELP: [&str; COUNTERS] = [
+pub(crate) const COUNTER_HELP: [&str; COUNTERS] = [
     "Frames taken from AF_XDP RX rings.",
     "Bytes taken from AF_XDP RX rings.",
     "Frames put on AF_XDP TX rings (forwarded, fragments, and ICMP errors sent).",
@@ -109,16 +109,16 @@ pub const COUNTER_HELP: [&str; COUNTERS] = [
 ];
 /// RX burst-size buckets: bucket `b` counts bursts of `2^b ..= 2^(b+1) - 1` frames (the last,
 /// 256). VPP's "vectors per call", as a distribution.
-pub const BURST_BUCKETS: usize = 9;
+pub(crate) const BURST_BUCKETS: usize = 9;
 /// The upper bound of each burst bucket (`le` in the metrics).
-pub const BURST_BUCKET_LE: [u32; BURST_BUCKETS] = [1, 3, 7, 15, 31, 63, 127, 255, 256];
+pub(crate) const BURST_BUCKET_LE: [u32; BURST_BUCKETS] = [1, 3, 7, 15, 31, 63, 127, 255, 256];
 const BURSTS: usize = COUNTERS + DropReason::COUNT;
 /// The gauge of free frames (the poller's own free list), set every 256 loop passes.
 const FREE: usize = BURSTS + BURST_BUCKETS;
 const SLOTS: usize = FREE + 1;
 
 /// Per-socket counters: RX packets, RX bytes, TX packets, TX bytes.
-pub const QUEUE_COUNTERS: usize = 4;
+pub(crate) const QUEUE_COUNTERS: usize = 4;
 
 /// The counter block of one poller (or, in the `shared` ablation, of all of them).
 pub struct PollerStats {
@@ -156,7 +156,7 @@ impl PollerStats {
     /// Adds a burst to socket `i`'s counters: `rx` (true) or TX, packets and bytes. Only the
     /// owning poller calls this; a block without per-socket counters ignores it.
     #[inline(always)]
-    pub fn add_queue(&self, i: usize, rx: bool, packets: u64, bytes: u64) {
+    pub(crate) fn add_queue(&self, i: usize, rx: bool, packets: u64, bytes: u64) {
         if let Some(q) = self.queues.get(i) {
             let base = if rx { 0 } else { 2 };
             for (k, v) in [(base, packets), (base + 1, bytes)] {
@@ -168,7 +168,7 @@ impl PollerStats {
     }
 
     /// Each socket's counters: RX packets, RX bytes, TX packets, TX bytes.
-    pub fn queue_snapshot(&self) -> Vec<[u64; QUEUE_COUNTERS]> {
+    pub(crate) fn queue_snapshot(&self) -> Vec<[u64; QUEUE_COUNTERS]> {
         self.queues
             .iter()
             .map(|q| std::array::from_fn(|k| q.get(k).map_or(0, |s| s.load(Relaxed))))
@@ -188,19 +188,19 @@ impl PollerStats {
 
     /// Adds to a counter. Only the owning poller may call this (single writer), unless shared.
     #[inline(always)]
-    pub fn add(&self, c: Counter, v: u64) {
+    pub(crate) fn add(&self, c: Counter, v: u64) {
         self.bump(c as usize, v);
     }
 
     /// Adds to a drop reason. Only the owning poller may call this, unless shared.
     #[inline(always)]
-    pub fn add_drop(&self, r: DropReason, v: u64) {
+    pub(crate) fn add_drop(&self, r: DropReason, v: u64) {
         self.bump(COUNTERS + r as usize, v);
     }
 
     /// Counts frames the kernel refused on a TX kick (usually none: one branch).
     #[inline(always)]
-    pub fn add_tx_refused(&self, n: u32) {
+    pub(crate) fn add_tx_refused(&self, n: u32) {
         if n > 0 {
             self.add(Counter::TxLost, u64::from(n));
             self.add_drop(DropReason::TxRefused, u64::from(n));
@@ -209,7 +209,7 @@ impl PollerStats {
 
     /// Counts one RX burst of `n` frames (1..=256) in its size bucket.
     #[inline(always)]
-    pub fn add_burst(&self, n: usize) {
+    pub(crate) fn add_burst(&self, n: usize) {
         let bucket = (usize::BITS - 1 - (n | 1).leading_zeros()) as usize;
         self.bump(BURSTS + bucket.min(BURST_BUCKETS - 1), 1);
     }
@@ -217,7 +217,7 @@ impl PollerStats {
     /// Sets the free-frames gauge (only the owning poller; never in the shared ablation,
     /// where it would mean nothing).
     #[inline]
-    pub fn set_free_frames(&self, n: u64) {
+    pub(crate) fn set_free_frames(&self, n: u64) {
         if let Some(s) = self.slots.get(FREE) {
             if !self.shared {
                 s.store(n, Relaxed);
@@ -266,7 +266,7 @@ impl Snapshot {
     }
 
     /// One drop reason.
-    pub fn drop_count(&self, r: DropReason) -> u64 {
+    pub(crate) fn drop_count(&self, r: DropReason) -> u64 {
         self.drops.get(r as usize).copied().unwrap_or(0)
     }
 
@@ -276,7 +276,7 @@ impl Snapshot {
     }
 
     /// Element-wise sum.
-    pub fn sum<'a>(it: impl IntoIterator<Item = &'a Snapshot>) -> Snapshot {
+    pub(crate) fn sum<'a>(it: impl IntoIterator<Item = &'a Snapshot>) -> Snapshot {
         let mut out = Snapshot::default();
         for s in it {
             for (o, v) in out.counters.iter_mut().zip(s.counters) {
@@ -294,7 +294,7 @@ impl Snapshot {
     }
 
     /// `self - earlier`, per counter.
-    pub fn delta(&self, earlier: &Snapshot) -> Snapshot {
+    pub(crate) fn delta(&self, earlier: &Snapshot) -> Snapshot {
         let mut out = *self;
         for (o, e) in out.counters.iter_mut().zip(earlier.counters) {
             *o = o.wrapping_sub(e);
@@ -309,7 +309,7 @@ impl Snapshot {
     }
 
     /// Non-zero drop reasons as `name=count`, comma separated ("none" if there are none).
-    pub fn drops_line(&self) -> String {
+    pub(crate) fn drops_line(&self) -> String {
         let parts: Vec<String> = DropReason::ALL
             .iter()
             .filter(|r| self.drop_count(**r) > 0)
@@ -323,7 +323,7 @@ impl Snapshot {
     }
 
     /// Multi-line report of every counter and drop reason.
-    pub fn report(&self) -> String {
+    pub(crate) fn report(&self) -> String {
         let mut s = String::new();
         for (name, v) in COUNTER_NAMES.iter().zip(self.counters) {
             s.push_str(&format!("  {name:<22} {v}\n"));

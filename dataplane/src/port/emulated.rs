@@ -21,7 +21,7 @@ use crate::port::umem::Area;
 
 /// Where the emulated port puts a received frame in its buffer: after the same 256-byte
 /// headroom the kernel leaves (XDP_PACKET_HEADROOM).
-pub const RX_HEADROOM: u32 = 256;
+pub(crate) const RX_HEADROOM: u32 = 256;
 
 /// A single-threaded ring of a power-of-two size: producer and consumer are on one core, so
 /// plain indices do (they wrap as u32, as the kernel's do).
@@ -127,7 +127,7 @@ impl Traffic {
 
 /// Faults the emulated port can inject (tests).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Faults {
+pub(crate) struct Faults {
     /// Never take frames off the TX ring: it fills up, as behind a stuck link.
     pub tx_stalled: bool,
     /// Every n-th received descriptor is bad (0: none). They alternate between a length that
@@ -211,13 +211,15 @@ impl MemQueue {
     }
 
     /// Injects `faults`.
-    pub fn with_faults(mut self, faults: Faults) -> MemQueue {
+    #[cfg(test)]
+    pub(crate) fn with_faults(mut self, faults: Faults) -> MemQueue {
         self.faults = faults;
         self
     }
 
     /// Keeps a copy of the first `frames` transmitted frames (tests; it allocates per frame).
-    pub fn capture(mut self, frames: usize) -> MemQueue {
+    #[cfg(test)]
+    pub(crate) fn capture(mut self, frames: usize) -> MemQueue {
         self.capture = frames;
         self
     }

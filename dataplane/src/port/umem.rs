@@ -15,7 +15,7 @@ use crate::sys::{MemPolicy, Mmap, SyscallError};
 /// the list (a double free), an address that is not a frame base of this UMEM, or a push past
 /// the capacity trips a `debug_assert!`. Release builds do none of that per packet; a frame
 /// lost there shows in the frame accounting at stop (`PollerReport::frames`).
-pub struct FreeList {
+pub(crate) struct FreeList {
     buf: Box<[u64]>,
     len: usize,
     /// Debug builds: log2 of the frame size (frame number = address >> shift).
@@ -28,7 +28,7 @@ pub struct FreeList {
 
 impl FreeList {
     /// An empty list for a UMEM of `frames` frames of `frame_size` bytes (a power of two).
-    pub fn new(frames: usize, frame_size: u32) -> Self {
+    pub(crate) fn new(frames: usize, frame_size: u32) -> Self {
         debug_assert!(frame_size.is_power_of_two(), "frame size {frame_size}");
         FreeList {
             buf: vec![0; frames].into_boxed_slice(),
@@ -43,7 +43,7 @@ impl FreeList {
     /// Adds a frame by its base address. Over capacity nothing is stored (a double free that
     /// release builds do not otherwise detect; debug builds assert first).
     #[inline(always)]
-    pub fn push(&mut self, addr: u64) {
+    pub(crate) fn push(&mut self, addr: u64) {
         #[cfg(debug_assertions)]
         self.debug_check_push(addr);
         if let Some(slot) = self.buf.get_mut(self.len) {
@@ -75,7 +75,7 @@ impl FreeList {
 
     /// Takes a frame.
     #[inline(always)]
-    pub fn pop(&mut self) -> Option<u64> {
+    pub(crate) fn pop(&mut self) -> Option<u64> {
         self.len = self.len.checked_sub(1)?;
         let addr = self.buf.get(self.len).copied();
         #[cfg(debug_assertions)]
@@ -89,14 +89,8 @@ impl FreeList {
 
     /// Frames held.
     #[inline(always)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
-    }
-
-    /// True when no frame is held.
-    #[inline(always)]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 }
 
@@ -144,32 +138,32 @@ impl Area {
     }
 
     /// Where the area's pages are: (NUMA node, sampled pages); a negative node is an errno.
-    pub fn page_nodes(&self) -> Vec<(i32, usize)> {
+    pub(crate) fn page_nodes(&self) -> Vec<(i32, usize)> {
         crate::sys::page_nodes(&self.map, 64).unwrap_or_default()
     }
 
     /// True when the area sits on 2 MiB hugetlb pages.
-    pub fn on_hugepages(&self) -> bool {
+    pub(crate) fn on_hugepages(&self) -> bool {
         self.on_hugepages
     }
 
     /// The mapping (to register it as the UMEM).
-    pub fn map(&self) -> &Mmap {
+    pub(crate) fn map(&self) -> &Mmap {
         &self.map
     }
 
     /// Frame size in bytes.
-    pub fn frame_size(&self) -> u32 {
+    pub(crate) fn frame_size(&self) -> u32 {
         self.frame_size
     }
 
     /// Number of frames.
-    pub fn frames(&self) -> u32 {
+    pub(crate) fn frames(&self) -> u32 {
         self.frames
     }
 
     /// A free list holding every frame's base address.
-    pub fn full_free_list(&self) -> FreeList {
+    pub(crate) fn full_free_list(&self) -> FreeList {
         let mut f = FreeList::new(self.frames as usize, self.frame_size);
         for i in (0..self.frames).rev() {
             f.push(u64::from(i) * u64::from(self.frame_size));
@@ -181,7 +175,7 @@ impl Area {
     /// Descriptors come from rings the kernel writes, so they are checked before any slice is
     /// made (a bad one is dropped as `invalid_descriptor`).
     #[inline(always)]
-    pub fn check(&self, addr: u64, len: u32) -> Option<usize> {
+    pub(crate) fn check(&self, addr: u64, len: u32) -> Option<usize> {
         let fs = u64::from(self.frame_size);
         let in_frame = (addr & (fs - 1)) + u64::from(len) <= fs;
         let end = addr.checked_add(u64::from(len))?;
@@ -192,7 +186,7 @@ impl Area {
     /// Bytes from `addr` to the end of its frame: the room a frame's contents may grow into
     /// (an ICMP error built in place of the packet it answers).
     #[inline(always)]
-    pub fn room(&self, addr: u64) -> u32 {
+    pub(crate) fn room(&self, addr: u64) -> u32 {
         let fs = u64::from(self.frame_size);
         #[allow(clippy::cast_possible_truncation)] // below frame_size, a u32
         let room = (fs - (addr & (fs - 1))) as u32;
@@ -207,7 +201,7 @@ impl Area {
     /// off the free list) and not yet given to a fill or TX ring. Otherwise the kernel may
     /// write the bytes while the slice is alive, a data race.
     #[inline(always)]
-    pub unsafe fn frame(&self, off: usize, len: u32) -> &[u8] {
+    pub(crate) unsafe fn frame(&self, off: usize, len: u32) -> &[u8] {
         let len = len as usize;
         if off.checked_add(len).is_none_or(|end| end > self.map.len()) {
             return &[];
@@ -226,7 +220,7 @@ impl Area {
     /// or off the free list, and not yet given back), so neither the kernel nor anyone else
     /// reads or writes it meanwhile. `&mut self` keeps two views from being alive at once.
     #[inline(always)]
-    pub unsafe fn frame_mut(&mut self, off: usize, len: u32) -> &mut [u8] {
+    pub(crate) unsafe fn frame_mut(&mut self, off: usize, len: u32) -> &mut [u8] {
         let len = len as usize;
         if off.checked_add(len).is_none_or(|end| end > self.map.len()) {
             return &mut [];
@@ -244,7 +238,7 @@ impl Area {
     ///
     /// As for [`Area::frame_mut`], for both frames: each must be in the caller's hands.
     #[inline]
-    pub unsafe fn frame_and_frame_mut(
+    pub(crate) unsafe fn frame_and_frame_mut(
         &mut self,
         src: (usize, u32),
         dst: (usize, u32),

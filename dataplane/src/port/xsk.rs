@@ -35,7 +35,7 @@ pub enum XskError {
 }
 
 /// One bound socket: the rings of an (interface, queue).
-pub struct QueueRings {
+pub(crate) struct QueueRings {
     /// Fill and completion rings.
     pub fq_cq: DeviceQueue,
     /// Receive ring.
@@ -53,12 +53,12 @@ pub struct QueueRings {
 
 impl QueueRings {
     /// The socket's descriptor, for the XSKMAP and poll().
-    pub fn raw_fd(&self) -> i32 {
+    pub(crate) fn raw_fd(&self) -> i32 {
         self.rx.as_raw_fd()
     }
 
     /// Kernel statistics (XDP_STATISTICS) of this socket.
-    pub fn kernel_stats(&self) -> Option<xdpilone::xdp::XdpStatisticsV2> {
+    pub(crate) fn kernel_stats(&self) -> Option<xdpilone::xdp::XdpStatisticsV2> {
         self.fq_cq.statistics_v2().ok()
     }
 }
@@ -202,7 +202,7 @@ pub struct SocketSpec {
 
 /// Ring sizes.
 #[derive(Debug, Clone, Copy)]
-pub struct RingSizes {
+pub(crate) struct RingSizes {
     /// RX/TX/fill/completion entries.
     pub entries: u32,
     /// Frames per copy-mode TX kick (0: kernel default).
@@ -214,7 +214,7 @@ pub struct RingSizes {
 
 /// The UMEM and its sockets, in drop order: rings, then the UMEM registration. The area itself
 /// is owned by the caller and must outlive this value (the poller struct declares it after).
-pub struct Sockets {
+pub(crate) struct Sockets {
     /// Bound sockets, in `specs` order.
     pub queues: Vec<QueueRings>,
     /// Kept alive for the rings, and to bind more.
@@ -225,14 +225,14 @@ pub struct Sockets {
 
 impl Sockets {
     /// The rings, and what must outlive them (the UMEM registration; drop it after the rings).
-    pub fn into_parts(self) -> (Vec<QueueRings>, Registration) {
+    pub(crate) fn into_parts(self) -> (Vec<QueueRings>, Registration) {
         (self.queues, self.registration)
     }
 }
 
 /// A poller's UMEM registration: what its rings need alive, and what binds a new socket on
 /// it (an interface deleted and created again: a new device, the same UMEM).
-pub struct Registration {
+pub(crate) struct Registration {
     umem: Umem,
     sizes: RingSizes,
 }
@@ -240,7 +240,7 @@ pub struct Registration {
 impl Registration {
     /// Binds one more socket on this UMEM (its own fill and completion rings, as the kernel
     /// requires for another device). Creating an AF_XDP socket needs CAP_NET_RAW.
-    pub fn open(&self, spec: &SocketSpec) -> Result<QueueRings, XskError> {
+    pub(crate) fn open(&self, spec: &SocketSpec) -> Result<QueueRings, XskError> {
         bind_one(&self.umem, spec, self.sizes, false)
     }
 }
@@ -332,7 +332,11 @@ fn bind_when_free(umem: &Umem, user: &xdpilone::User) -> Result<(), xdpilone::Er
 /// Registers `area` as a UMEM and binds one socket per spec.
 ///
 /// `area` must outlive the returned [`Sockets`] (see the struct docs).
-pub fn open(area: &Area, specs: &[SocketSpec], sizes: RingSizes) -> Result<Sockets, XskError> {
+pub(crate) fn open(
+    area: &Area,
+    specs: &[SocketSpec],
+    sizes: RingSizes,
+) -> Result<Sockets, XskError> {
     let first = specs.first().ok_or_else(|| XskError::Setup {
         step: "setup (no queues)",
         ifname: String::new(),

@@ -12,11 +12,11 @@
 use std::time::{Duration, Instant};
 
 /// How long a fill ring must stay empty before it counts.
-pub const FILL_EMPTY_FOR: Duration = Duration::from_secs(1);
+pub(crate) const FILL_EMPTY_FOR: Duration = Duration::from_secs(1);
 
 /// What one check saw of one poller.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PollerSample {
+pub(crate) struct PollerSample {
     /// Frames it took from its RX rings, in total.
     pub rx_packets: u64,
     /// The kernel's rx_ring_full over its sockets, in total.
@@ -35,7 +35,7 @@ struct PollerState {
 
 /// A health check changing state.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HealthEvent {
+pub(crate) enum HealthEvent {
     /// Poller `poller`'s `check` ("stalled", "fill_empty") started (`failing`) or stopped
     /// failing.
     Poller {
@@ -57,7 +57,7 @@ pub enum HealthEvent {
 
 /// The checks' state between samples.
 #[derive(Debug, Default)]
-pub struct Health {
+pub(crate) struct Health {
     pollers: Vec<PollerState>,
     links_down: Vec<bool>,
     started: bool,
@@ -65,7 +65,7 @@ pub struct Health {
 
 impl Health {
     /// Each poller's failing checks (stalled, fill_empty) and each port's link down.
-    pub fn state(&self) -> (Vec<(bool, bool)>, Vec<bool>) {
+    pub(crate) fn state(&self) -> (Vec<(bool, bool)>, Vec<bool>) {
         (
             self.pollers
                 .iter()
@@ -76,7 +76,7 @@ impl Health {
     }
 
     /// Takes one sample of every poller and port; returns the checks that changed state.
-    pub fn check(
+    pub(crate) fn check(
         &mut self,
         now: Instant,
         pollers: &[PollerSample],

@@ -26,7 +26,7 @@ use crate::sys::privilege;
 
 mod attach;
 mod check;
-pub mod health;
+pub(crate) mod health;
 mod recreate;
 mod report;
 mod spawn;

@@ -169,14 +169,14 @@ fn poller_spec(
 
 impl Pollers {
     /// Lets every poller start forwarding.
-    pub fn go(&self) {
+    pub(crate) fn go(&self) {
         for g in &self.go {
             let _ = g.send(true);
         }
     }
 
     /// Stops pollers that never got (or will never get) the go signal, and joins them.
-    pub fn abort(self, stop: &AtomicBool) {
+    pub(crate) fn abort(self, stop: &AtomicBool) {
         stop.store(true, Ordering::Relaxed);
         for g in &self.go {
             let _ = g.send(false);
@@ -188,7 +188,7 @@ impl Pollers {
 
     /// Asks every poller to reopen its sockets of `port` on the interface now at `ifindex`;
     /// returns how many answers to expect (one per socket).
-    pub fn reopen(&self, port: u16, ifname: &str, ifindex: u32) -> usize {
+    pub(crate) fn reopen(&self, port: u16, ifname: &str, ifindex: u32) -> usize {
         let mut expected = 0;
         for (q, n) in self.reopen.iter().zip(&self.sockets_per_port) {
             let req = poller::ReopenRequest {
@@ -204,17 +204,17 @@ impl Pollers {
     }
 
     /// The pollers' answers so far.
-    pub fn reopened(&self) -> Vec<poller::Reopened> {
+    pub(crate) fn reopened(&self) -> Vec<poller::Reopened> {
         self.reopened.try_iter().collect()
     }
 
     /// True when a poller thread has ended (it should run until the stop flag).
-    pub fn any_finished(&self) -> bool {
+    pub(crate) fn any_finished(&self) -> bool {
         self.handles.iter().any(|h| h.is_finished())
     }
 
     /// Every poller's per-socket counters (empty in the shared ablation).
-    pub fn queue_snapshots(&self) -> Vec<Vec<[u64; crate::poller::stats::QUEUE_COUNTERS]>> {
+    pub(crate) fn queue_snapshots(&self) -> Vec<Vec<[u64; crate::poller::stats::QUEUE_COUNTERS]>> {
         match self.stats_mode {
             StatsMode::Percpu => self.stats.iter().map(|s| s.queue_snapshot()).collect(),
             StatsMode::Shared => Vec::new(),
@@ -223,7 +223,7 @@ impl Pollers {
 
     /// Each poller's counters now; in the shared-counter ablation every poller holds the same
     /// block, so it is counted once.
-    pub fn snapshots(&self) -> Vec<Snapshot> {
+    pub(crate) fn snapshots(&self) -> Vec<Snapshot> {
         match self.stats_mode {
             StatsMode::Percpu => self.stats.iter().map(|s| s.snapshot()).collect(),
             StatsMode::Shared => vec![self.shared_stats.snapshot()],
@@ -231,7 +231,7 @@ impl Pollers {
     }
 
     /// Joins every poller (after the stop flag is set): their frame reports and final counters.
-    pub fn join(mut self) -> Result<(Vec<PollerReport>, Vec<Snapshot>), RunError> {
+    pub(crate) fn join(mut self) -> Result<(Vec<PollerReport>, Vec<Snapshot>), RunError> {
         let mut reports = Vec::new();
         for h in std::mem::take(&mut self.handles) {
             match h.join() {

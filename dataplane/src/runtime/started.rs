@@ -140,7 +140,7 @@ pub(super) struct Stopped {
 impl Started {
     /// Holds the control thread, the loaded (not yet attached) steering programs and the
     /// interrupt journal.
-    pub fn new(irq: IrqChanges, steers: Vec<Steer>, control: ControlThread) -> Started {
+    pub(crate) fn new(irq: IrqChanges, steers: Vec<Steer>, control: ControlThread) -> Started {
         Started {
             irq,
             steers,
@@ -153,7 +153,7 @@ impl Started {
     /// The orderly stop: the steering counters read, interrupts restored (each change
     /// logged), programs detached, then the pollers stopped, drained and joined, and the
     /// control thread last (no poller reads the table any more, so what it frees is free).
-    pub fn finish(mut self, log: &mut impl FnMut(&str)) -> Stopped {
+    pub(crate) fn finish(mut self, log: &mut impl FnMut(&str)) -> Stopped {
         let steer = self
             .steers
             .iter()

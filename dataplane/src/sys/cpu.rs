@@ -2,7 +2,7 @@
 
 /// Hints the CPU to start loading the cache line holding `r` (no-op off x86_64).
 #[inline(always)]
-pub fn prefetch<T>(r: &T) {
+pub(crate) fn prefetch<T>(r: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: PREFETCHT0 never faults and has no architectural effect; SSE is part of the
     // x86_64 baseline, so the instruction always exists; `r` is a valid reference anyway.

@@ -1,11 +1,13 @@
 //! Memory: anonymous and huge-page mappings, NUMA policy (mbind) and where pages landed
 //! (move_pages).
+// Under loom the table's cells are a Box, not a mapping: the huge-page constructors go unused.
+#![cfg_attr(feature = "loom", allow(dead_code))]
 use std::ptr::NonNull;
 
 use super::SyscallError;
 
 /// An anonymous, page-aligned, private mapping, unmapped on drop.
-pub struct Mmap {
+pub(crate) struct Mmap {
     ptr: NonNull<u8>,
     len: usize,
 }
@@ -21,7 +23,7 @@ unsafe impl Sync for Mmap {}
 
 impl Mmap {
     /// Maps `len` bytes of zeroed anonymous memory.
-    pub fn anonymous(len: usize) -> Result<Mmap, SyscallError> {
+    pub(crate) fn anonymous(len: usize) -> Result<Mmap, SyscallError> {
         Self::map_private(len, 0, "mmap")
     }
 
@@ -51,7 +53,7 @@ impl Mmap {
 
     /// Maps `len` bytes (rounded up to 2 MiB) on reserved 2 MiB hugetlb pages
     /// (MAP_HUGETLB). Fails (ENOMEM) when too few are reserved (`vm.nr_hugepages`).
-    pub fn anonymous_hugetlb(len: usize) -> Result<Mmap, SyscallError> {
+    pub(crate) fn anonymous_hugetlb(len: usize) -> Result<Mmap, SyscallError> {
         const HUGE: usize = 2 << 20;
         const MAP_HUGE_2MB: libc::c_int = 21 << libc::MAP_HUGE_SHIFT;
         let len = len.max(1).div_ceil(HUGE) * HUGE;
@@ -61,7 +63,7 @@ impl Mmap {
     /// Maps `len` bytes aligned to 2 MiB and asks for transparent huge pages (MADV_HUGEPAGE),
     /// for large tables read at random (one TLB entry per 2 MiB instead of per 4 KiB). Falls
     /// back to small pages silently where THP is off; the memory is valid either way.
-    pub fn anonymous_huge(len: usize) -> Result<Mmap, SyscallError> {
+    pub(crate) fn anonymous_huge(len: usize) -> Result<Mmap, SyscallError> {
         Self::huge_with(len, 0)
     }
 
@@ -69,7 +71,7 @@ impl Mmap {
     /// is written gets backed (the forwarding table's extension groups), not counted against
     /// the commit limit when mapped, so a small machine can map it too. Running out of memory
     /// then shows when a page is first written, not here.
-    pub fn anonymous_huge_sparse(len: usize) -> Result<Mmap, SyscallError> {
+    pub(crate) fn anonymous_huge_sparse(len: usize) -> Result<Mmap, SyscallError> {
         Self::huge_with(len, libc::MAP_NORESERVE)
     }
 
@@ -98,7 +100,7 @@ impl Mmap {
 
     /// The mapping as zero-initialised `AtomicU32`s: tables one thread updates in place while
     /// others read them.
-    pub fn as_atomic_u32s(&self) -> &[std::sync::atomic::AtomicU32] {
+    pub(crate) fn as_atomic_u32s(&self) -> &[std::sync::atomic::AtomicU32] {
         // SAFETY: the mapping is page-aligned (so 4-byte aligned), `len / 4` cells fit inside
         // it, zeroed memory is a valid AtomicU32, `&self` keeps it mapped, and every access
         // through the result is atomic, so shared references may write.
@@ -111,28 +113,23 @@ impl Mmap {
     }
 
     /// Base address.
-    pub fn as_ptr(&self) -> NonNull<u8> {
+    pub(crate) fn as_ptr(&self) -> NonNull<u8> {
         self.ptr
     }
 
     /// Length in bytes.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    /// True for a zero-length mapping.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// The whole mapping as a raw slice pointer (for registering it as a UMEM).
-    pub fn as_raw_slice(&self) -> NonNull<[u8]> {
+    pub(crate) fn as_raw_slice(&self) -> NonNull<[u8]> {
         NonNull::slice_from_raw_parts(self.ptr, self.len)
     }
 
     /// Writes one byte per page so every page is faulted in by the calling thread (first touch
     /// places it on that thread's NUMA node).
-    pub fn touch_pages(&mut self) {
+    pub(crate) fn touch_pages(&mut self) {
         let page = 4096;
         let mut off = 0;
         while off < self.len {
@@ -153,7 +150,7 @@ impl Drop for Mmap {
 
 /// The NUMA node of each sampled page of `[ptr, ptr + len)` (move_pages with no target: a
 /// query), as (node, pages) counts. Negative nodes are errnos (e.g. -14 EFAULT: not present).
-pub fn page_nodes(map: &Mmap, samples: usize) -> Result<Vec<(i32, usize)>, SyscallError> {
+pub(crate) fn page_nodes(map: &Mmap, samples: usize) -> Result<Vec<(i32, usize)>, SyscallError> {
     let page = 4096usize;
     let pages = (map.len() / page).max(1);
     let step = (pages / samples.max(1)).max(1);
@@ -196,7 +193,7 @@ pub enum MemPolicy {
 }
 
 /// Binds a mapping's pages (before first touch) to a node, or interleaves them over `nodes`.
-pub fn mbind(map: &Mmap, policy: MemPolicy, nodes: &[usize]) -> Result<(), SyscallError> {
+pub(crate) fn mbind(map: &Mmap, policy: MemPolicy, nodes: &[usize]) -> Result<(), SyscallError> {
     const MPOL_BIND: libc::c_int = 2;
     const MPOL_INTERLEAVE: libc::c_int = 3;
     let mut mask = [0u64; 16];

@@ -11,23 +11,22 @@ mod cpu;
 mod mmap;
 mod netif;
 mod packet_socket;
-pub mod privilege;
+pub(crate) mod privilege;
 mod thread;
 mod udp;
 mod xdp;
 
-pub use cpu::prefetch;
-pub use mmap::{mbind, page_nodes, MemPolicy, Mmap};
-pub use netif::{
-    enter_netns, if_index, interface_mac, interface_mtu, local_addresses, rx_queue_count,
-};
-pub use packet_socket::{FrameSender, PacketSocket, SEND_BATCH_MAX};
-pub use thread::{
-    current_thread_affinity, gettid, pin_current_thread, set_fifo, set_sched_idle,
-    set_thread_affinity, set_timer_slack, thread_cpu_ns,
-};
-pub use udp::{enable_pktinfo, recv_with_ifindex};
-pub use xdp::{
+pub(crate) use cpu::prefetch;
+pub use mmap::MemPolicy;
+pub(crate) use mmap::{mbind, page_nodes, Mmap};
+pub use netif::{enter_netns, if_index};
+pub(crate) use netif::{interface_mac, interface_mtu, local_addresses, rx_queue_count};
+pub use packet_socket::PacketSocket;
+pub(crate) use packet_socket::{FrameSender, SEND_BATCH_MAX};
+pub(crate) use thread::{current_thread_affinity, set_fifo, set_thread_affinity, set_timer_slack};
+pub use thread::{gettid, pin_current_thread, set_sched_idle, thread_cpu_ns};
+pub(crate) use udp::{enable_pktinfo, recv_with_ifindex};
+pub(crate) use xdp::{
     force_rcvbuf, poll_readable, pollfd_in, xdp_link_create, xsk_is_zerocopy, xsk_set_tx_budget,
     xsk_statistics,
 };
@@ -50,7 +49,7 @@ impl SyscallError {
         }
     }
     /// The raw errno, if any.
-    pub fn errno(&self) -> Option<i32> {
+    pub(crate) fn errno(&self) -> Option<i32> {
         self.io_error.raw_os_error()
     }
 }
@@ -62,7 +61,7 @@ pub fn is_root() -> bool {
 }
 
 /// Lifts RLIMIT_MEMLOCK (older kernels charge BPF maps and UMEM registration to it).
-pub fn raise_memlock_limit() -> Result<(), SyscallError> {
+pub(crate) fn raise_memlock_limit() -> Result<(), SyscallError> {
     let r = libc::rlimit {
         rlim_cur: libc::RLIM_INFINITY,
         rlim_max: libc::RLIM_INFINITY,

@@ -20,7 +20,7 @@ pub fn if_index(name: &str) -> Result<u32, SyscallError> {
 }
 
 /// Every (interface name, address) configured in the current network namespace (getifaddrs).
-pub fn local_addresses() -> Result<Vec<(String, std::net::IpAddr)>, SyscallError> {
+pub(crate) fn local_addresses() -> Result<Vec<(String, std::net::IpAddr)>, SyscallError> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: `head` is a valid out-pointer; the list is freed below.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
@@ -60,13 +60,13 @@ pub fn local_addresses() -> Result<Vec<(String, std::net::IpAddr)>, SyscallError
 }
 
 /// An interface's MAC address from sysfs.
-pub fn interface_mac(ifname: &str) -> Option<[u8; 6]> {
+pub(crate) fn interface_mac(ifname: &str) -> Option<[u8; 6]> {
     let s = std::fs::read_to_string(format!("/sys/class/net/{ifname}/address")).ok()?;
     crate::types::parse_mac(&s)
 }
 
 /// An interface's MTU from sysfs.
-pub fn interface_mtu(ifname: &str) -> Option<u32> {
+pub(crate) fn interface_mtu(ifname: &str) -> Option<u32> {
     std::fs::read_to_string(format!("/sys/class/net/{ifname}/mtu"))
         .ok()?
         .trim()
@@ -75,7 +75,7 @@ pub fn interface_mtu(ifname: &str) -> Option<u32> {
 }
 
 /// Number of RX queues an interface has (sysfs `queues/rx-N`).
-pub fn rx_queue_count(ifname: &str) -> Option<u32> {
+pub(crate) fn rx_queue_count(ifname: &str) -> Option<u32> {
     let dir = std::fs::read_dir(format!("/sys/class/net/{ifname}/queues")).ok()?;
     Some(
         dir.filter_map(|e| e.ok())

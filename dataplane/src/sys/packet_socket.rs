@@ -34,19 +34,19 @@ fn bound_packet_socket(ifindex: i32, proto: u16) -> Result<OwnedFd, SyscallError
 }
 
 /// Most frames one [`FrameSender::send_batch`] call hands to the kernel.
-pub const SEND_BATCH_MAX: usize = 64;
+pub(crate) const SEND_BATCH_MAX: usize = 64;
 
 /// A send-only AF_PACKET socket on one interface for paced generators: protocol 0 (it
 /// receives nothing, so its own frames are not looped back to it), the qdisc bypassed
 /// (PACKET_QDISC_BYPASS: straight to the driver, as pktgen and trafgen do), and up to
 /// [`SEND_BATCH_MAX`] frames per sendmmsg() call.
-pub struct FrameSender {
+pub(crate) struct FrameSender {
     fd: OwnedFd,
 }
 
 impl FrameSender {
     /// Opens the socket on `ifname` (in the caller's namespace).
-    pub fn bind(ifname: &str) -> Result<FrameSender, SyscallError> {
+    pub(crate) fn bind(ifname: &str) -> Result<FrameSender, SyscallError> {
         let fd = bound_packet_socket(if_index(ifname)? as i32, 0)?;
         setsockopt_int(
             fd.as_raw_fd(),
@@ -60,7 +60,7 @@ impl FrameSender {
 
     /// Sends up to [`SEND_BATCH_MAX`] of `frames` with one sendmmsg(); returns how many the
     /// kernel took (fewer when the device pushes back).
-    pub fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, SyscallError> {
+    pub(crate) fn send_batch(&self, frames: &[&[u8]]) -> Result<usize, SyscallError> {
         let n = frames.len().min(SEND_BATCH_MAX);
         // SAFETY: all-zero iovec and mmsghdr values are valid (null pointers, zero lengths).
         let mut iov: [libc::iovec; SEND_BATCH_MAX] = unsafe { std::mem::zeroed() };

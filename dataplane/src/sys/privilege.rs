@@ -12,7 +12,7 @@ pub use caps::Capability as Cap;
 /// The capabilities `dataplane run` needs to set up: attach XDP and change interfaces
 /// (NET_ADMIN), open AF_XDP sockets (NET_RAW), load BPF programs and maps (BPF), and register
 /// UMEM memory beyond RLIMIT_MEMLOCK (IPC_LOCK).
-pub const SETUP: [Capability; 4] = [
+pub(crate) const SETUP: [Capability; 4] = [
     Capability::CAP_NET_ADMIN,
     Capability::CAP_NET_RAW,
     Capability::CAP_BPF,
@@ -23,7 +23,7 @@ pub const SETUP: [Capability; 4] = [
 /// programs' per-CPU counters (a map lookup needs it where unprivileged BPF is disabled,
 /// the kernel's default), and with `--apply-irq` CAP_NET_ADMIN and CAP_SYS_NICE to put the
 /// interrupts back at stop (the `threaded` switch, NAPI kthread affinity).
-pub fn after_setup(apply_irq: bool) -> Vec<Capability> {
+pub(crate) fn after_setup(apply_irq: bool) -> Vec<Capability> {
     let mut keep = vec![Capability::CAP_BPF];
     if apply_irq {
         keep.extend([Capability::CAP_NET_ADMIN, Capability::CAP_SYS_NICE]);
@@ -32,7 +32,7 @@ pub fn after_setup(apply_irq: bool) -> Vec<Capability> {
 }
 
 /// Which of `wanted` the calling thread lacks in its effective set (root has them all).
-pub fn missing(wanted: &[Capability]) -> Vec<Capability> {
+pub(crate) fn missing(wanted: &[Capability]) -> Vec<Capability> {
     let have = caps::read(None, CapSet::Effective).unwrap_or_default();
     wanted
         .iter()
@@ -44,7 +44,7 @@ pub fn missing(wanted: &[Capability]) -> Vec<Capability> {
 /// Reduces the calling thread's effective, permitted and inheritable sets to `keep` (the
 /// ambient set is cleared, and the bounding set too where allowed: that needs CAP_SETPCAP),
 /// and sets no-new-privs, so nothing it executes can gain privileges.
-pub fn keep_only(keep: &[Capability]) -> Result<(), SyscallError> {
+pub(crate) fn keep_only(keep: &[Capability]) -> Result<(), SyscallError> {
     keep_with_spare(keep, &[])
 }
 
@@ -58,7 +58,10 @@ fn caps_error(call: &'static str, e: caps::errors::CapsError) -> SyscallError {
 /// [`keep_only`] `keep` in the effective set, and `spare` too in the permitted set only:
 /// not in force until [`raised`] for one call (a poller binding a socket on a recreated
 /// interface).
-pub fn keep_with_spare(keep: &[Capability], spare: &[Capability]) -> Result<(), SyscallError> {
+pub(crate) fn keep_with_spare(
+    keep: &[Capability],
+    spare: &[Capability],
+) -> Result<(), SyscallError> {
     let fail = caps_error;
     let set: caps::CapsHashSet = keep.iter().copied().collect();
     let permitted: caps::CapsHashSet = keep.iter().chain(spare).copied().collect();
@@ -78,7 +81,7 @@ pub fn keep_with_spare(keep: &[Capability], spare: &[Capability]) -> Result<(), 
 
 /// Runs `f` with `cap` in the calling thread's effective set (it must be permitted), and
 /// takes it out again afterwards. Where the thread already has it in force, `f` just runs.
-pub fn raised<R>(cap: Capability, f: impl FnOnce() -> R) -> Result<R, SyscallError> {
+pub(crate) fn raised<R>(cap: Capability, f: impl FnOnce() -> R) -> Result<R, SyscallError> {
     if caps::has_cap(None, CapSet::Effective, cap).unwrap_or(false) {
         return Ok(f());
     }

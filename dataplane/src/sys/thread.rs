@@ -16,7 +16,7 @@ pub fn pin_current_thread(cpu: usize) -> Result<(), SyscallError> {
 }
 
 /// The CPUs the calling thread may run on.
-pub fn current_thread_affinity() -> Result<Vec<usize>, SyscallError> {
+pub(crate) fn current_thread_affinity() -> Result<Vec<usize>, SyscallError> {
     // SAFETY: an all-zero cpu_set_t is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
@@ -38,7 +38,7 @@ pub fn gettid() -> i32 {
 }
 
 /// Sets the CPUs a thread (any thread, e.g. a NAPI kthread) may run on.
-pub fn set_thread_affinity(tid: u32, cpus: &[usize]) -> Result<(), SyscallError> {
+pub(crate) fn set_thread_affinity(tid: u32, cpus: &[usize]) -> Result<(), SyscallError> {
     // SAFETY: an all-zero cpu_set_t is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &c in cpus {
@@ -72,7 +72,7 @@ pub fn set_sched_idle() -> Result<(), SyscallError> {
 }
 
 /// Runs a thread (e.g. a NAPI kthread) under SCHED_FIFO at `priority`.
-pub fn set_fifo(tid: u32, priority: i32) -> Result<(), SyscallError> {
+pub(crate) fn set_fifo(tid: u32, priority: i32) -> Result<(), SyscallError> {
     let p = libc::sched_param {
         sched_priority: priority,
     };
@@ -84,7 +84,7 @@ pub fn set_fifo(tid: u32, priority: i32) -> Result<(), SyscallError> {
 }
 /// Asks for sleeps accurate to `ns` nanoseconds (the default slack is 50 us, too coarse for a
 /// pacer that sleeps a few microseconds at a time).
-pub fn set_timer_slack(ns: u64) {
+pub(crate) fn set_timer_slack(ns: u64) {
     // SAFETY: PR_SET_TIMERSLACK takes a plain integer argument; failure leaves the default.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
 }

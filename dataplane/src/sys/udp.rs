@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 use super::{setsockopt_int, SyscallError};
 
 /// Asks the kernel for each datagram's arrival interface (IP_PKTINFO) on `sock`.
-pub fn enable_pktinfo(sock: &UdpSocket) -> Result<(), SyscallError> {
+pub(crate) fn enable_pktinfo(sock: &UdpSocket) -> Result<(), SyscallError> {
     setsockopt_int(
         sock.as_raw_fd(),
         libc::IPPROTO_IP,
@@ -19,7 +19,7 @@ pub fn enable_pktinfo(sock: &UdpSocket) -> Result<(), SyscallError> {
 
 /// Receives one datagram into `buf` (honouring the socket's read timeout): its length and
 /// the index of the interface it arrived on (0 when the kernel attached none: IP_PKTINFO off).
-pub fn recv_with_ifindex(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, u32)> {
+pub(crate) fn recv_with_ifindex(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, u32)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),

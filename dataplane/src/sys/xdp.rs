@@ -9,7 +9,7 @@ const XDP_OPTIONS: libc::c_int = 8;
 const XDP_OPTIONS_ZEROCOPY: u32 = 1;
 
 /// Whether a bound AF_XDP socket runs in zero-copy mode (XDP_OPTIONS).
-pub fn xsk_is_zerocopy(fd: RawFd) -> Result<bool, SyscallError> {
+pub(crate) fn xsk_is_zerocopy(fd: RawFd) -> Result<bool, SyscallError> {
     let mut opts: u32 = 0;
     let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
     // SAFETY: `opts`/`len` are valid writable buffers of the sizes given.
@@ -34,7 +34,7 @@ const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
 
 /// Raises how many frames one copy-mode TX kick sends. Fails with ENOPROTOOPT on kernels
 /// without the option (they keep 32).
-pub fn xsk_set_tx_budget(fd: RawFd, frames: u32) -> Result<(), SyscallError> {
+pub(crate) fn xsk_set_tx_budget(fd: RawFd, frames: u32) -> Result<(), SyscallError> {
     setsockopt_int(
         fd,
         SOL_XDP,
@@ -45,13 +45,13 @@ pub fn xsk_set_tx_budget(fd: RawFd, frames: u32) -> Result<(), SyscallError> {
 }
 
 /// Waits up to `timeout_ms` for any of `fds` to become readable. Interruptions are not errors.
-pub fn poll_readable(fds: &mut [libc::pollfd], timeout_ms: i32) {
+pub(crate) fn poll_readable(fds: &mut [libc::pollfd], timeout_ms: i32) {
     // SAFETY: `fds` is a valid, writable array of pollfd of the length given.
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
 }
 
 /// A pollfd waiting for input on `fd`.
-pub fn pollfd_in(fd: RawFd) -> libc::pollfd {
+pub(crate) fn pollfd_in(fd: RawFd) -> libc::pollfd {
     libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -65,7 +65,7 @@ const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 
 /// Attaches an XDP program to an interface through a bpf_link, so the program is detached when
 /// the returned descriptor is closed or the process dies.
-pub fn xdp_link_create(
+pub(crate) fn xdp_link_create(
     prog_fd: RawFd,
     ifindex: u32,
     generic: bool,
@@ -99,7 +99,7 @@ pub fn xdp_link_create(
 
 /// Sets a socket's receive buffer to `bytes` past `net.core.rmem_max` (SO_RCVBUFFORCE, which
 /// needs CAP_NET_ADMIN). False when refused.
-pub fn force_rcvbuf(fd: i32, bytes: usize) -> bool {
+pub(crate) fn force_rcvbuf(fd: i32, bytes: usize) -> bool {
     let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     // SAFETY: setsockopt with a c_int option value and its exact size; a bad fd only fails.
     let r = unsafe {
@@ -116,7 +116,7 @@ pub fn force_rcvbuf(fd: i32, bytes: usize) -> bool {
 
 /// An AF_XDP socket's kernel counters (XDP_STATISTICS), read with getsockopt: safe from any
 /// thread (it does not touch the rings). None when the socket refuses (closed, not AF_XDP).
-pub fn xsk_statistics(fd: i32) -> Option<libc::xdp_statistics> {
+pub(crate) fn xsk_statistics(fd: i32) -> Option<libc::xdp_statistics> {
     // SAFETY: an all-zero xdp_statistics (plain u64 fields) is valid.
     let mut st: libc::xdp_statistics = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;

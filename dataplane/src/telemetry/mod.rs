@@ -54,7 +54,7 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, TelemetryError> {
 }
 
 /// Installs the process-wide Prometheus recorder and starts its HTTP listener on `addr`.
-pub fn install(addr: SocketAddr) -> Result<(), TelemetryError> {
+pub(crate) fn install(addr: SocketAddr) -> Result<(), TelemetryError> {
     metrics_exporter_prometheus::PrometheusBuilder::new()
         .with_http_listener(addr)
         .install()
@@ -203,7 +203,7 @@ fn describe() {
 
 /// What the publisher knows of one poller.
 #[derive(Debug, Clone)]
-pub struct PollerInfo {
+pub(crate) struct PollerInfo {
     /// Its CPU (None: unpinned, labelled `any`).
     pub cpu: Option<usize>,
     /// UMEM frames it owns.
@@ -214,7 +214,7 @@ pub struct PollerInfo {
 
 /// Publishes each poller's counters (and what the run knows besides) to the recorder.
 #[derive(Debug, Clone)]
-pub struct Publisher {
+pub(crate) struct Publisher {
     /// Per poller (in snapshot order): its labels `poller` and `cpu`.
     pollers: Vec<(String, String)>,
     info: Vec<PollerInfo>,
@@ -224,7 +224,7 @@ pub struct Publisher {
 
 impl Publisher {
     /// A publisher for these pollers.
-    pub fn new(info: Vec<PollerInfo>) -> Publisher {
+    pub(crate) fn new(info: Vec<PollerInfo>) -> Publisher {
         Publisher {
             pollers: info
                 .iter()
@@ -238,7 +238,10 @@ impl Publisher {
 
     /// Each socket's packets and bytes (the pollers' own per-socket counters), per poller,
     /// port and queue.
-    pub fn publish_queues(&self, per_poller: &[Vec<[u64; crate::poller::stats::QUEUE_COUNTERS]>]) {
+    pub(crate) fn publish_queues(
+        &self,
+        per_poller: &[Vec<[u64; crate::poller::stats::QUEUE_COUNTERS]>],
+    ) {
         for (((poller, cpu), info), queues) in self.pollers.iter().zip(&self.info).zip(per_poller) {
             for ((port, queue, _), c) in info.sockets.iter().zip(queues) {
                 for (name, v) in [
@@ -262,7 +265,7 @@ impl Publisher {
 
     /// The kernel's counters of every socket (XDP_STATISTICS, a getsockopt each: never a
     /// poller's work), per poller, port and queue.
-    pub fn publish_sockets(&self) {
+    pub(crate) fn publish_sockets(&self) {
         for ((poller, cpu), info) in self.pollers.iter().zip(&self.info) {
             for (port, queue, fd) in &info.sockets {
                 let Some(st) = crate::sys::xsk_statistics(*fd) else {
@@ -292,7 +295,7 @@ impl Publisher {
 
     /// Sets every counter to the pollers' current values. `snapshots` holds one per poller,
     /// or a single one for all of them (the shared-counter ablation, labelled `all`).
-    pub fn publish(&self, snapshots: &[Snapshot]) {
+    pub(crate) fn publish(&self, snapshots: &[Snapshot]) {
         for (i, s) in snapshots.iter().enumerate() {
             let (poller, cpu) = match (snapshots.len(), self.pollers.get(i)) {
                 (1, _) if self.pollers.len() > 1 => ("all".to_string(), "any".to_string()),
@@ -354,7 +357,7 @@ impl Publisher {
 
     /// Sets the steering program's counters of each interface (`result`: redirected,
     /// pass_local, ...).
-    pub fn publish_steering(&self, per_port: &[(String, Vec<u64>)], names: &[&'static str]) {
+    pub(crate) fn publish_steering(&self, per_port: &[(String, Vec<u64>)], names: &[&'static str]) {
         for (port, values) in per_port {
             for (name, v) in names.iter().zip(values) {
                 counter!("dataplane_steer_frames_total", "port" => port.clone(), "result" => *name)
@@ -364,7 +367,7 @@ impl Publisher {
     }
 
     /// Sets the forwarding table's size and the control plane's progress.
-    pub fn publish_control(&self, s: &crate::control::ControlStatus) {
+    pub(crate) fn publish_control(&self, s: &crate::control::ControlStatus) {
         let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         gauge!("dataplane_fib_prefixes", "family" => "ipv4").set(get(&s.v4) as f64);
         gauge!("dataplane_fib_prefixes", "family" => "ipv6").set(get(&s.v6) as f64);

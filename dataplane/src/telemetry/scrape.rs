@@ -28,7 +28,7 @@ pub fn fetch(addr: SocketAddr) -> Result<String, TelemetryError> {
 /// GET /metrics from `addr`, giving up on connecting after `connect` and on each read after
 /// `read` (a stopped process's listener still accepts: the kernel completes the handshake,
 /// nobody answers). Nothing listening is its own error, [`TelemetryError::NotListening`].
-pub fn fetch_within(
+pub(crate) fn fetch_within(
     addr: SocketAddr,
     connect: Duration,
     read: Duration,

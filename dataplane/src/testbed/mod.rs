@@ -100,7 +100,7 @@ struct End {
 
 /// Whether `prefix` can name namespaces and interfaces: 1-10 characters of [a-z0-9] (an
 /// interface name `PREFIX-xx` stays within the kernel's 15).
-pub fn prefix_ok(prefix: &str) -> bool {
+pub(crate) fn prefix_ok(prefix: &str) -> bool {
     !prefix.is_empty()
         && prefix.len() <= 10
         && prefix

@@ -38,7 +38,7 @@ const EXT: u32 = 1 << 31;
 const DEPTH_SHIFT: u32 = 23;
 const VALUE_MASK: u32 = (1 << DEPTH_SHIFT) - 1;
 /// Largest target a table holds (the value field stores target + 1; 0 is "no route").
-pub const MAX_TARGET: u32 = VALUE_MASK - 1;
+pub(crate) const MAX_TARGET: u32 = VALUE_MASK - 1;
 
 /// A leaf for `target` painted by a prefix of length `len`.
 #[inline(always)]
@@ -54,7 +54,7 @@ fn depth(e: u32) -> u8 {
 }
 
 /// A key the trie is indexed by: IPv4 (u32) or IPv6 (u128) addresses, host order.
-pub trait Key: Copy {
+pub(crate) trait Key: Copy {
     /// `width` bits of the key starting `shift` bits above its lowest.
     fn field(self, shift: u32, width: u32) -> usize;
 }
@@ -93,7 +93,7 @@ pub struct Walk {
 
 /// The trie the pollers read: `BITS`-bit keys, a first level of `2^FIRST` entries, groups of
 /// `2^STRIDE`.
-pub struct Dir<const FIRST: u32, const STRIDE: u32, const BITS: u32> {
+pub(crate) struct Dir<const FIRST: u32, const STRIDE: u32, const BITS: u32> {
     top: Cells,
     groups: Cells,
     capacity: u32,
@@ -115,7 +115,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     };
 
     /// An empty trie with room for `groups` groups (the first level always exists).
-    pub fn new(groups: u32) -> Result<Self, FibError> {
+    pub(crate) fn new(groups: u32) -> Result<Self, FibError> {
         let groups = groups.clamp(1, EXT - 1);
         Ok(Dir {
             top: Cells::new(1 << FIRST, false, "memory for the first-level table")?,
@@ -134,7 +134,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     /// Longest-prefix match: the target, or None. At most `1 + (BITS - FIRST) / STRIDE`
     /// dependent loads.
     #[inline(always)]
-    pub fn lookup<K: Key>(&self, key: K) -> Option<u32> {
+    pub(crate) fn lookup<K: Key>(&self, key: K) -> Option<u32> {
         let mut e = self
             .top
             .get()
@@ -161,14 +161,14 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     /// whether another level is to come. A burst's lookups take their steps in turn, so their
     /// misses overlap instead of queueing (see [`Dir::step_all`]).
     #[inline(always)]
-    pub fn step<K: Key>(&self, key: K, w: &mut Walk) -> bool {
+    pub(crate) fn step<K: Key>(&self, key: K, w: &mut Walk) -> bool {
         Self::step_in(self.top.get(), self.groups.get(), key, w)
     }
 
     /// [`Dir::step`] for every lookup of `lanes` in turn: one level of a burst's lookups.
     /// Returns whether any has another level to come.
     #[inline(always)]
-    pub fn step_all<'w, K: Key + 'w>(
+    pub(crate) fn step_all<'w, K: Key + 'w>(
         &self,
         lanes: impl Iterator<Item = (K, &'w mut Walk)>,
     ) -> bool {
@@ -208,7 +208,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
 
     /// The rest of a lookup begun with [`Dir::step`]: the target, or None.
     #[inline(always)]
-    pub fn finish<K: Key>(&self, key: K, mut w: Walk) -> Option<u32> {
+    pub(crate) fn finish<K: Key>(&self, key: K, mut w: Walk) -> Option<u32> {
         // Bounded: each step that returns true went one level deeper.
         while self.step(key, &mut w) {}
         if w.entry & EXT != 0 {
@@ -219,7 +219,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
 
     /// Starts loading the first-level entry for `key` into the cache.
     #[inline(always)]
-    pub fn prefetch<K: Key>(&self, key: K) {
+    pub(crate) fn prefetch<K: Key>(&self, key: K) {
         if let Some(e) = self.top.get().get(key.field(BITS - FIRST, FIRST)) {
             crate::sys::prefetch(e);
         }
@@ -231,11 +231,6 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
         let start = (g as usize) << STRIDE;
         &self.groups.get()[start..start + (1 << STRIDE)]
     }
-
-    /// Bytes reserved for the table (virtual; pages are backed as they are first written).
-    pub fn reserved_bytes(&self) -> usize {
-        self.top.bytes() + self.groups.bytes()
-    }
 }
 
 /// Levels a path can have: 1 + (128 - 24) / 8 = 14 for IPv6; 32 with the model checker's
@@ -243,4 +238,4 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
 const MAX_LEVELS: usize = 32;
 
 mod writer;
-pub use writer::DirWriter;
+pub(crate) use writer::DirWriter;

@@ -56,7 +56,7 @@ struct GroupMeta {
 /// The single writer's bookkeeping: the rules (prefix -> target: those of the first level per
 /// length, the others in their group) and the groups.
 #[derive(Debug)]
-pub struct DirWriter<const FIRST: u32, const STRIDE: u32, const BITS: u32> {
+pub(crate) struct DirWriter<const FIRST: u32, const STRIDE: u32, const BITS: u32> {
     /// Per length up to `FIRST`: prefix -> target (FxHash: the writer hashes a key per change).
     top_rules: Vec<rustc_hash::FxHashMap<u128, u32>>,
     free_groups: Vec<u32>,
@@ -111,27 +111,24 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
     }
 
     /// Number of prefixes in the table.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.routes
     }
 
-    /// True when the table holds no prefix.
-    pub fn is_empty(&self) -> bool {
-        self.routes == 0
-    }
-
     /// Groups in use (linked, or retired and not yet reusable).
-    pub fn groups_in_use(&self) -> usize {
+    #[cfg(all(test, not(feature = "loom")))]
+    pub(crate) fn groups_in_use(&self) -> usize {
         self.next_group as usize - self.free_groups.len()
     }
 
     /// Bytes the table uses: the first level and the groups handed out so far.
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         ((1usize << FIRST) + ((self.next_group as usize) << STRIDE)) * 4
     }
 
     /// The target of exactly this prefix, if present.
-    pub fn get(&self, t: &Dir<FIRST, STRIDE, BITS>, prefix: u128, len: u8) -> Option<u32> {
+    #[cfg(test)]
+    pub(crate) fn get(&self, t: &Dir<FIRST, STRIDE, BITS>, prefix: u128, len: u8) -> Option<u32> {
         if u32::from(len) > BITS {
             return None;
         }
@@ -206,7 +203,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
     /// The bookkeeping of each group on the way is loaded too (at the prefix's level: its
     /// rules), and where the path stops above the prefix's level, the group the update will
     /// fill. Only loads: a path that changes in between only makes the hint miss.
-    pub fn warm(&self, t: &Dir<FIRST, STRIDE, BITS>, prefix: u128, len: u8, depth: u32) {
+    pub(crate) fn warm(&self, t: &Dir<FIRST, STRIDE, BITS>, prefix: u128, len: u8, depth: u32) {
         // Bounds the walk to the trie's levels whatever the entries say (a valid trie stops
         // it sooner: the last level holds only leaves).
         #[allow(clippy::cast_possible_truncation)] // 32 or 128
@@ -239,7 +236,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
     }
 
     /// Adds `prefix/len -> target`, or replaces its target.
-    pub fn insert(
+    pub(crate) fn insert(
         &mut self,
         t: &Dir<FIRST, STRIDE, BITS>,
         qsbr: &Qsbr,
@@ -326,7 +323,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
 
     /// Removes `prefix/len`; its addresses fall back to the next shorter covering prefix.
     /// Returns its target, or None if it was not there.
-    pub fn remove(
+    pub(crate) fn remove(
         &mut self,
         t: &Dir<FIRST, STRIDE, BITS>,
         qsbr: &Qsbr,
@@ -521,7 +518,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> DirWriter<FIRST, STRI
     }
 
     /// Returns groups retired long enough ago to the free pool.
-    pub fn reclaim(&mut self, qsbr: &Qsbr) {
+    pub(crate) fn reclaim(&mut self, qsbr: &Qsbr) {
         let back = self.retired.collect(qsbr);
         self.free_groups.extend(back);
     }

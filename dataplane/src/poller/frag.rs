@@ -100,3 +100,75 @@ pub(super) fn fragment(
     stage.len += n;
     Ok(n)
 }
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::cast_possible_truncation)] // tests may panic
+#[allow(unsafe_code)] // writes the packet into the test's own UMEM frame
+mod tests {
+    use super::*;
+    use crate::packet::build::{udp_v4, FrameSpec};
+    use crate::packet::checksum;
+    use crate::packet::field::{eth, ipv4};
+    use crate::types::Mode;
+
+    const FRAME: u32 = 2048;
+
+    fn empty_stage() -> Stage {
+        Stage {
+            descs: [XdpDesc {
+                addr: 0,
+                len: 0,
+                options: 0,
+            }; MAX_BATCH],
+            len: 0,
+        }
+    }
+
+    /// Fragments a 1228-byte IPv4 packet without DF (three fragments at the test forwarder's
+    /// 576-byte egress MTU) from frame 0, with `spare` frames (1, 2, ...) on the free list:
+    /// the result, what the free list holds after, and how many descriptors were staged.
+    fn fragment_with(spare: u64) -> (Result<usize, DropReason>, usize, usize) {
+        let fwd = crate::forward::tests::fwd_with_egress_mtu(Mode::L3fwd, 576);
+        let mut area = Area::new(8, FRAME, None, false).expect("area");
+        let mut f = udp_v4(&FrameSpec {
+            payload_len: 1200,
+            ..FrameSpec::default()
+        });
+        let (flags, sum) = (eth::HLEN + ipv4::FLAGS_FRAG, eth::HLEN + ipv4::CHECKSUM);
+        f[flags] = 0;
+        f[sum..sum + 2].fill(0);
+        let c = checksum(&f[eth::HLEN..eth::HLEN + ipv4::HLEN]);
+        f[sum..sum + 2].copy_from_slice(&c.to_be_bytes());
+        // SAFETY: frame 0 of an area this test alone holds; no other view of it exists.
+        unsafe { area.frame_mut(0, f.len() as u32) }.copy_from_slice(&f);
+        let mut free = FreeList::new(8, FRAME);
+        for k in 1..=spare {
+            free.push(k * u64::from(FRAME));
+        }
+        let mut stages = [empty_stage(), empty_stage()];
+        let mut reader = fwd.table().reader(0).expect("reader slot");
+        let online = reader.online();
+        let d = XdpDesc {
+            addr: 0,
+            len: f.len() as u32,
+            options: 0,
+        };
+        let got = fragment(&mut area, &mut free, &mut stages, &fwd, online.routes(), &d);
+        (got, free.len(), stages[1].len)
+    }
+
+    #[test]
+    fn a_packet_is_staged_as_all_its_fragments_or_not_at_all() {
+        // Two more frames are needed: with fewer, nothing is staged and every frame taken
+        // goes back to the free list.
+        for spare in [0, 1] {
+            assert_eq!(
+                fragment_with(spare),
+                (Err(DropReason::TooBig), spare as usize, 0),
+                "{spare} spare frame(s)"
+            );
+        }
+        assert_eq!(fragment_with(2), (Ok(3), 0, 3), "enough frames: all three");
+        assert_eq!(fragment_with(5), (Ok(3), 3, 3), "the rest stay free");
+    }
+}

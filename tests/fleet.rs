@@ -84,6 +84,13 @@ fn check(v: &serde_json::Value, fault: &str) {
     for key in ["lost_before", "lost_recovery"] {
         assert_eq!(f(v, key), 0.0, "{fault}: {key}");
     }
+    // A lower bound too: the announcer takes a dataplane back only after a second of good
+    // health (the damping), so nothing sent sooner after the return can go through it.
+    assert!(
+        f(v, "return_ms") >= 1000.0,
+        "{fault}: a announced again {} ms after its return, within the 1 s damping",
+        f(v, "return_ms")
+    );
     assert!(
         f(v, "return_ms") < 4000.0,
         "{fault}: a carried traffic again only after {} ms",

@@ -339,7 +339,8 @@ fn vlan_frames_are_left_to_the_kernel() {
     } else {
         let _ = writeln!(
             std::io::stderr(),
-            "vlan: this kernel has no 802.1Q devices (CONFIG_VLAN_8021Q): sub-interface ping not run"
+            "vlan: this kernel has no 802.1Q devices (CONFIG_VLAN_8021Q): the sub-interface ping \
+             runs in the guest instead (make vmtest, scripts/vmtest/guest.py: vlan_test)"
         );
     }
     let s = dut.stop();

@@ -69,7 +69,8 @@ add() {
     esac
     order+=("$name")
 }
-for m in netfs 9pnet 9pnet_virtio 9p failover net_failover virtio_net; do add "$m"; done
+# 8021q: the VLAN sub-interface check (the host running the tests may lack the module).
+for m in netfs 9pnet 9pnet_virtio 9p failover net_failover virtio_net 8021q; do add "$m"; done
 printf '%s\n' "${order[@]}" >"$root/lib/modules/order"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$OUT/initramfs.gz.new"
 mv "$OUT/vmlinuz.new" "$OUT/vmlinuz"

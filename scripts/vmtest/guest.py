@@ -346,6 +346,43 @@ def layout_test(ctl, dp, ports, irqs, layout, cfg_path, topo):
     return s, modes
 
 
+# Index of pass_vlan in the steering program's counters (bpf::STEER_STAT_NAMES).
+PASS_VLAN = 6
+
+
+def vlan_test(ctl, dp, ports, cfg_path, topo):
+    """A VLAN sub-interface on a dataplane port: the steering program hands tagged frames to
+    the kernel (`pass_vlan`), whose 802.1Q device answers a ping tagged from the host. The host
+    has no 802.1Q module, so the test is here, where the guest kernel has one."""
+    port = ports[0]
+    r = subprocess.run(["ip", "link", "add", "link", port, "name", "vl10", "type", "vlan", "id", "10"],
+                       capture_output=True, text=True)
+    if not ctl.check("vlan: an 802.1Q sub-interface can be made in the guest", r.returncode == 0,
+                     r.stderr.strip()):
+        return
+    sh("ip", "addr", "add", "10.10.0.2/24", "dev", "vl10")
+    sh("ip", "link", "set", "vl10", "up")
+    sh("ip", "neigh", "replace", "10.10.0.1", "lladdr", HOST_MACS[0], "dev", "vl10", "nud", "permanent")
+    proc, summary_path = start_run(dp, "unpinned", cfg_path, topo, "vlan")
+    if proc is None:
+        sh("ip", "link", "del", "vl10", check=False)
+        return ctl.check("vlan: the dataplane starts", False, summary_path)
+    ctl.send("VLAN 10 10.10.0.1 10.10.0.2")
+    replies = int(ctl.recv(60).split()[1])
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    sh("ip", "link", "del", "vl10", check=False)
+    ctl.check("vlan: the sub-interface answered pings tagged 10 with the dataplane attached",
+              replies >= 3, f"{replies} of 5 echo replies")
+    s = json.load(open(summary_path))
+    passed = s["steer"][0][1][PASS_VLAN]
+    ctl.check("vlan: the steering program passed the tagged frames to the kernel", passed >= 5,
+              f"pass_vlan {passed}")
+
+
 def cpu_irq_ns():
     """Time all CPUs spent in hard and soft interrupts (ns, from /proc/stat)."""
     hz = os.sysconf("SC_CLK_TCK")
@@ -435,6 +472,10 @@ def main():
                     modes |= r[1]
             except Exception as e:
                 ctl.check(f"{layout}: ran", False, repr(e))
+        try:
+            vlan_test(ctl, dp, ports, cfg_path, topo)
+        except Exception as e:
+            ctl.check("vlan: ran", False, repr(e))
         mode = 'zero-copy' if modes == {True} else 'copy' if modes == {False} else modes
         ctl.send(f"LOG AF_XDP bind mode: {mode}")
         # virtio_net on 6.12 binds AF_XDP in copy mode, and says why: it does not offer the

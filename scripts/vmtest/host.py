@@ -120,6 +120,16 @@ class Bed:
         for ns in (self.gen, self.sink):
             run("ip", "netns", "del", ns, check=False)
 
+    def vlan_ping(self, vid, src, dst):
+        """Pings `dst` over VLAN `vid` from the generator's tap; the echo replies seen."""
+        out = run(sys.executable, "-c", VLAN_PING, self.taps[0], GUEST_MACS[0], HOST_MACS[0],
+                  str(vid), src, dst, ns=self.gen, check=False)
+        try:
+            return int(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            print(f"vmtest: vlan ping printed {out!r}", file=sys.stderr)
+            return 0
+
     def burst(self, count, flows, rate=2000):
         """Sends `count` frames over `flows` flows at `rate` frames/s into the guest; returns
         (sent, received)."""
@@ -145,6 +155,45 @@ class Bed:
         if received < 0:
             print(f"vmtest: sink failed: {err}", file=sys.stderr)
         return sent, received
+
+
+# Sends 5 ICMP echo requests tagged with VLAN `vid` from `src` to `dst` on the interface, and
+# counts the echo replies (the tag inline, or taken into the packet's metadata on the way in).
+VLAN_PING = r"""
+import socket, struct, sys, time
+ifname, dst_mac, src_mac, vid, src, dst = sys.argv[1:7]
+def csum(b):
+    b += b"\0" * (len(b) % 2)
+    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
+    while s >> 16:
+        s = (s & 0xffff) + (s >> 16)
+    return ~s & 0xffff
+mac = lambda m: bytes.fromhex(m.replace(":", ""))
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind((ifname, 0))
+s.settimeout(0.2)
+got = set()
+for seq in range(5):
+    icmp = struct.pack("!BBHHH", 8, 0, 0, 0x7a10, seq) + b"vmtest-vlan"
+    icmp = icmp[:2] + struct.pack("!H", csum(icmp)) + icmp[4:]
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(icmp), seq, 0, 64, 1, 0,
+                     socket.inet_aton(src), socket.inet_aton(dst))
+    ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
+    s.send(mac(dst_mac) + mac(src_mac) + struct.pack("!HH", 0x8100, int(vid)) + struct.pack("!H", 0x0800) + ip + icmp)
+    end = time.time() + 1.0
+    while time.time() < end:
+        try:
+            f = s.recv(2048)
+        except socket.timeout:
+            continue
+        at = 18 if f[12:14] == b"\x81\x00" else 14
+        if f[at - 2:at] != b"\x08\x00" or len(f) < at + 28:
+            continue
+        if f[at + 9] == 1 and f[at + 12:at + 16] == socket.inet_aton(dst) and f[at + 20] == 0 \
+                and struct.unpack("!H", f[at + 24:at + 26])[0] == 0x7a10:
+            got.add(struct.unpack("!H", f[at + 26:at + 28])[0])
+print(len(got))
+"""
 
 
 def serve(bed, timeout, ran, rows):
@@ -192,6 +241,11 @@ def serve(bed, timeout, ran, rows):
                 sent, received = bed.burst(count, 64, int(rate))
                 print(f"vmtest: {name}: offered {sent} at {rate}/s, the sink received {received}", flush=True)
                 sock.sendall(f"SENT {sent} {received}\n".encode())
+            elif word == "VLAN":
+                _, vid, src, dst = line.split()
+                replies = bed.vlan_ping(int(vid), src, dst)
+                print(f"vmtest: vlan {vid}: {replies} of 5 echo replies from {dst}", flush=True)
+                sock.sendall(f"REPLIES {replies}\n".encode())
             elif word == "ROW":
                 rows.append(line[4:])
             elif word == "RAN":

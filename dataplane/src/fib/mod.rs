@@ -212,6 +212,7 @@ pub(crate) struct Hop {
 
 impl Hop {
     /// The neighbour's MAC as bytes.
+    #[cfg(any(test, feature = "testkit"))]
     pub(crate) fn mac_bytes(&self) -> [u8; 6] {
         let b = self.mac.to_le_bytes();
         [b[0], b[1], b[2], b[3], b[4], b[5]]

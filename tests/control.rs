@@ -367,6 +367,30 @@ fn multipath_spreads_flows_and_keeps_each_on_one_path() {
     let _ = dut.stop();
 }
 
+/// SIGHUP, then waits for the reload it asks for to be applied (one more "reloaded" line).
+fn hup_applied(dut: &mut Dut) {
+    let applied = |dut: &mut Dut| {
+        dut.log_lines()
+            .iter()
+            .filter(|l| l.contains("reloaded"))
+            .count()
+    };
+    let before = applied(dut);
+    Command::new("kill")
+        .args(["-HUP", &dut.pid().to_string()])
+        .status()
+        .expect("kill");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while applied(dut) == before {
+        assert!(
+            Instant::now() < deadline,
+            "reload not applied: {:?}",
+            dut.log_lines()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn sighup_reloads_static_routes_and_refuses_a_bad_file() {
     if !root_or_skip("reload") {
@@ -452,16 +476,16 @@ fn sighup_reloads_static_routes_and_refuses_a_bad_file() {
         c
     };
     std::fs::write(&path, via_99(true)).expect("write");
-    hup(&dut);
+    hup_applied(&mut dut);
     assert!(until_forwarded(&gen, &sink, &v4_to(far, 6), Duration::from_secs(2)).is_some());
     std::fs::write(&path, via_99(false)).expect("write");
-    hup(&dut);
+    hup_applied(&mut dut);
     assert!(
         until_stopped(&gen, &sink, |s| v4_to(far, s), 10, Duration::from_secs(2)).is_some(),
         "the neighbour taken out of the file is gone from the table"
     );
     std::fs::write(&path, via_99(true)).expect("write");
-    hup(&dut);
+    hup_applied(&mut dut);
     assert!(
         until_forwarded(&gen, &sink, &v4_to(far, 7), Duration::from_secs(2)).is_some(),
         "the neighbour put back"

@@ -331,7 +331,6 @@ fn steering_counter_names_match_the_bpf_map() {
     );
 }
 
-/// Runs the DUT with `keys` added to `[dataplane]`, sends 100 frames, captures them at the
 /// Where the DUT's metrics are served, inside its namespace (each testbed has its own).
 const METRICS_PORT: u16 = 9460;
 
@@ -517,6 +516,8 @@ fn a_run_that_fails_after_its_pollers_started_leaves_nothing_behind() {
         err.contains("attaching XDP") && err.contains(&t.dut_out()),
         "the egress port's attach failed: {err}"
     );
+    // (The kernel also drops a process's bpf_links when it exits: what only the guard does
+    // is stop and join in order, which the bounded exit above shows.)
     assert!(
         !has_xdp(&t.dut_ns(), &t.dut_in()),
         "the ingress port's program detached"

@@ -367,14 +367,16 @@ def vlan_test(ctl, dp, ports, cfg_path, topo):
     if proc is None:
         sh("ip", "link", "del", "vl10", check=False)
         return ctl.check("vlan: the dataplane starts", False, summary_path)
-    ctl.send("VLAN 10 10.10.0.1 10.10.0.2")
-    replies = int(ctl.recv(60).split()[1])
-    proc.send_signal(signal.SIGINT)
     try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    sh("ip", "link", "del", "vl10", check=False)
+        ctl.send("VLAN 10 10.10.0.1 10.10.0.2")
+        replies = int(ctl.recv(60).split()[1])
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        sh("ip", "link", "del", "vl10", check=False)
     ctl.check("vlan: the sub-interface answered pings tagged 10 with the dataplane attached",
               replies >= 3, f"{replies} of 5 echo replies")
     s = json.load(open(summary_path))

@@ -141,10 +141,14 @@ class Bed:
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         # Its counting starts when it says so (attached, counters read): only then may the
         # generator send, or frames that arrive first are not counted.
-        first = sink.stderr.readline()
-        if "window open" not in first:
-            sink.kill()
-            raise RuntimeError(f"vmtest: the sink did not open its window: {first!r}")
+        # (It ends by itself after --duration, so this read ends too.)
+        seen = []
+        while not seen or "window open" not in seen[-1]:
+            line = sink.stderr.readline()
+            if not line:
+                sink.kill()
+                raise RuntimeError(f"vmtest: the sink did not open its window: {seen!r}")
+            seen.append(line)
         run(DATAPLANE, "gen", "--iface", self.taps[0], "--count", str(count), "--rate", str(rate),
             "--flows", str(flows), "--dst-mac", GUEST_MACS[0], "--src-mac", HOST_MACS[0],
             "--src", "198.18.0.1", "--dst", "198.19.0.100", "--duration", str(int(count / rate) + 5),
@@ -171,6 +175,7 @@ def csum(b):
 mac = lambda m: bytes.fromhex(m.replace(":", ""))
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
 s.bind((ifname, 0))
+s.setsockopt(263, 8, 1)  # SOL_PACKET, PACKET_AUXDATA: a tag taken off on receive is there
 s.settimeout(0.2)
 got = set()
 for seq in range(5):
@@ -183,8 +188,19 @@ for seq in range(5):
     end = time.time() + 1.0
     while time.time() < end:
         try:
-            f = s.recv(2048)
+            f, anc, _, _ = s.recvmsg(2048, socket.CMSG_SPACE(32))
         except socket.timeout:
+            continue
+        # The reply's VLAN: inline, or in tpacket_auxdata (status bit 0x10: tci valid).
+        tag = None
+        if f[12:14] == b"\x81\x00":
+            tag = struct.unpack("!H", f[14:16])[0] & 0xfff
+        for level, kind, data in anc:
+            if level == 263 and kind == 8 and len(data) >= 20:
+                status, _, _, _, _, tci = struct.unpack("IIIHHH", data[:18])
+                if status & 0x10:
+                    tag = tci & 0xfff
+        if tag != int(vid):
             continue
         at = 18 if f[12:14] == b"\x81\x00" else 14
         if f[at - 2:at] != b"\x08\x00" or len(f) < at + 28:

@@ -139,8 +139,10 @@ fn run(
         Duration::from_millis(300),
         |start| {
             let until = |d: Duration| std::thread::sleep(d.saturating_sub(start.elapsed()));
-            until(fault_at);
+            // Read just before the fault (two short commands), so the fault lands on time.
+            until(fault_at.saturating_sub(Duration::from_millis(200)));
             at_fault = forwarded(fleet)?;
+            until(fault_at);
             eprintln!(
                 "fleet: {:.1} s: appliance a: {}",
                 fault_at.as_secs_f64(),

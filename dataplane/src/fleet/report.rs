@@ -80,8 +80,8 @@ pub struct Outcome {
     pub return_ms: Option<f64>,
     /// Forwarded pps per appliance over time.
     pub series: Vec<Bin>,
-    /// Packets each appliance's kernel forwarded from the start of the traffic until the
-    /// fault (None: not read). The dataplanes carry the steady state, so 0 and 0: the kernels
+    /// Packets each appliance's kernel forwarded from the start of the traffic until 0.2 s
+    /// before the fault (None: not read). The dataplanes carry the steady state, so 0 and 0: the kernels
     /// forward only after a dataplane is killed, until its withdrawal lands.
     pub kernel_forwarded_before: Option<[u64; 2]>,
 }

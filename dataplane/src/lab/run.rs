@@ -279,8 +279,8 @@ impl Lab<'_> {
         }
         tasks.extend(napi_tasks.iter().copied());
         // 2. The load.
-        let (mut sink, mut gen, sink_json, gen_json) = self.start_load(cell, bed, &tag, &all)?;
-        let setup_s = t0.elapsed().as_secs_f64();
+        let (mut sink, mut gen, sink_json, gen_json, setup_s) =
+            self.start_load(cell, bed, &tag, &all, t0)?;
         // 3. The window: opened and closed by the sink.
         sink.wait_for(
             "window open",
@@ -316,14 +316,16 @@ impl Lab<'_> {
     }
 
     /// Sink (its NAPI on the generator's CPU at SCHED_FIFO, so it keeps up and its work is
-    /// not the DUT's), then the generator at SCHED_IDLE; both write their JSON summaries.
+    /// not the DUT's), then the generator at SCHED_IDLE; both write their JSON summaries. Also
+    /// returns the setup time since `t0`, taken before the generator starts.
     fn start_load(
         &self,
         cell: &Cell,
         bed: &Testbed,
         tag: &str,
         all: &[usize],
-    ) -> Result<(Proc, Proc, PathBuf, PathBuf), LabError> {
+        t0: Instant,
+    ) -> Result<(Proc, Proc, PathBuf, PathBuf, f64), LabError> {
         let mx = self.matrix;
         let sink_ns = bed.sink_ns();
         let gen_ns = bed.gen_ns();
@@ -351,6 +353,7 @@ impl Lab<'_> {
         let sink = Proc::spawn(&sink_ns, &self.exe, &s_args)?;
         std::thread::sleep(Duration::from_millis(300));
         napi(&sink_ns, &bed.sink_if(), Some(mx.gen_cpu), all, true)?;
+        let setup_s = t0.elapsed().as_secs_f64();
         let mut g_args = gen_args(cell, bed, mx.gen_cpu);
         g_args.extend(argv(
             &[
@@ -362,7 +365,7 @@ impl Lab<'_> {
             &gen_json,
         ));
         let gen = Proc::spawn(&gen_ns, &self.exe, &g_args)?;
-        Ok((sink, gen, sink_json, gen_json))
+        Ok((sink, gen, sink_json, gen_json, setup_s))
     }
 
     /// Repeat `rep`'s record from the sink's, the generator's and the DUT's summaries and

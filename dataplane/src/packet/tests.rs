@@ -386,13 +386,23 @@ fn random_bytes_get_the_answer_their_bytes_call_for() {
             let len = rng.gen_range(0..128);
             let mut f: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
             if len > 14 && rng.gen_bool(0.5) {
-                f[12..14].copy_from_slice(&ETH_P_IPV4.to_be_bytes());
+                let et = [ETH_P_IPV4, ETH_P_IPV4, ETH_P_IPV4, ETH_P_8021Q][rng.gen_range(0..4)];
+                f[12..14].copy_from_slice(&et.to_be_bytes());
             }
             f
         } else {
             let v6 = i / 2 % 2 == 1;
             let mut f = templates[usize::from(v6)].clone();
-            if rng.gen_ratio(1, 10) {
+            if !v6 && rng.gen_ratio(1, 10) {
+                // Options (IHL 6: one word of no-operations), the checksum fixed.
+                f.splice(34..34, [1, 1, 1, 0]);
+                f[14] = 0x46;
+                let total = u16::from_be_bytes([f[16], f[17]]) + 4;
+                f[16..18].copy_from_slice(&total.to_be_bytes());
+                f[24..26].fill(0);
+                let c = checksum(&f[14..38]);
+                f[24..26].copy_from_slice(&c.to_be_bytes());
+            } else if rng.gen_ratio(1, 10) {
                 // Out of hops, everything else right (IPv4's checksum fixed).
                 f[if v6 { 21 } else { 22 }] = rng.gen_range(0..=1);
                 if !v6 {
@@ -453,8 +463,12 @@ fn random_bytes_get_the_answer_their_bytes_call_for() {
         "v6",
         "truncated",
         "not_ip",
+        "vlan_tagged",
         "bad_version",
+        "bad_ihl",
+        "bad_length",
         "bad_checksum",
+        "ipv4_options",
         "ttl_exceeded",
     ] {
         assert!(

@@ -154,7 +154,21 @@ mod tests {
             options: 0,
         };
         let got = fragment(&mut area, &mut free, &mut stages, &fwd, online.routes(), &d);
-        (got, free.len(), stages[1].len)
+        let staged: Vec<u64> = stages[1].descs[..stages[1].len]
+            .iter()
+            .map(|d| d.addr)
+            .collect();
+        let mut kept: Vec<u64> = std::iter::from_fn(|| free.pop()).collect();
+        // Every frame is either staged or back on the free list, once: none lost, none twice.
+        let mut all: Vec<u64> = kept.iter().chain(&staged).copied().collect();
+        all.sort_unstable();
+        let mut want: Vec<u64> = (0..=spare).map(|k| k * u64::from(FRAME)).collect();
+        if got.is_err() {
+            want.remove(0); // the packet's own frame is the caller's to drop
+        }
+        assert_eq!(all, want, "frames staged {staged:?}, free {kept:?}");
+        kept.clear();
+        (got, all.len() - staged.len(), staged.len())
     }
 
     #[test]

@@ -1292,3 +1292,105 @@ fn a_netlink_overrun_rereads_the_kernels_tables() {
         s["control"]
     );
 }
+
+/// A third port, deleted and created again five times, while the other two forward paced
+/// traffic: nothing sent between those two is lost, and each recreation is picked up.
+#[test]
+fn a_port_recreated_again_and_again_leaves_the_other_ports_forwarding() {
+    if !root_or_skip("a third port recreated while the others forward") {
+        return;
+    }
+    let bed = Bed::up("tpx", 1);
+    let t = &bed.0;
+    let (x0, x1) = (format!("{}-x0", t.prefix), format!("{}-x1", t.prefix));
+    let make_x = || {
+        dut_ip(
+            t,
+            &["link", "add", &x0, "type", "veth", "peer", "name", &x1],
+        );
+        dut_ip(t, &["link", "set", &x1, "up"]);
+        dut_ip(t, &["link", "set", &x0, "up"]);
+    };
+    make_x();
+    let cfg = format!("{}\n[[interfaces]]\nname = \"{x0}\"\n", kernel_config(t));
+    let mut dut = Dut::start(&bed, &cfg);
+    let gen = Arc::new(packet_socket(&t.gen_ns(), &t.gen_if()));
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    assert!(until_forwarded(
+        &gen,
+        &sink,
+        &v4_to(testbed::SINK_V4, 1),
+        Duration::from_secs(2)
+    )
+    .is_some());
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (gen, stop) = (gen.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut sent = 0u16;
+            while !stop.load(Ordering::Relaxed) && sent < 30_000 {
+                sent += 1;
+                gen.send(&v4_to(testbed::SINK_V4, 1000 + sent))
+                    .expect("send");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            sent
+        })
+    };
+    let mut got: BTreeSet<u16> = BTreeSet::new();
+    let reopened = |dut: &mut Dut| {
+        dut.log_lines()
+            .iter()
+            .filter(|l| l.contains(&format!("port {x0} exists again")))
+            .count()
+    };
+    for round in 1..=5 {
+        dut_ip(t, &["link", "del", &x0]);
+        got.extend(
+            marked(&capture(
+                &sink,
+                Duration::from_millis(100),
+                Duration::from_millis(200),
+            ))
+            .into_iter()
+            .map(|(_, s)| s),
+        );
+        make_x();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while reopened(&mut dut) < round {
+            assert!(
+                Instant::now() < deadline,
+                "recreation {round} not picked up: {:?}",
+                dut.log_lines()
+            );
+            got.extend(
+                marked(&capture(
+                    &sink,
+                    Duration::from_millis(20),
+                    Duration::from_millis(50),
+                ))
+                .into_iter()
+                .map(|(_, s)| s),
+            );
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let sent = sender.join().expect("sender");
+    got.extend(
+        marked(&capture(
+            &sink,
+            Duration::from_millis(300),
+            Duration::from_secs(2),
+        ))
+        .into_iter()
+        .map(|(_, s)| s),
+    );
+    got.remove(&1); // the readiness probe
+    let s = dut.stop();
+    assert!(sent > 100, "sent {sent}");
+    assert_eq!(
+        got.len() as u64,
+        u64::from(sent),
+        "every frame between the other two ports arrived, while the third was recreated: {s}"
+    );
+}

@@ -367,6 +367,53 @@ fn multipath_spreads_flows_and_keeps_each_on_one_path() {
     let _ = dut.stop();
 }
 
+/// The source ports of our marked frames the sink captures (see `capture`).
+fn sink_ports(sink: &PacketSocket, quiet: Duration, max: Duration) -> Vec<u16> {
+    marked(&capture(sink, quiet, max))
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect()
+}
+
+/// Paced traffic to the sink from another thread: one frame a millisecond, source ports 1001
+/// on, until `stop` or `max` frames; the thread returns how many it sent.
+fn paced_to_sink(
+    gen: &Arc<PacketSocket>,
+    stop: &Arc<AtomicBool>,
+    max: u16,
+) -> std::thread::JoinHandle<u16> {
+    let (gen, stop) = (gen.clone(), stop.clone());
+    std::thread::spawn(move || {
+        let mut sent = 0u16;
+        while !stop.load(Ordering::Relaxed) && sent < max {
+            sent += 1;
+            gen.send(&v4_to(testbed::SINK_V4, 1000 + sent))
+                .expect("send");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        sent
+    })
+}
+
+/// Stops [`paced_to_sink`]'s thread and adds what the sink still gets (quiet for 300 ms) to
+/// `got`, less the readiness probe (source port 1); returns how many frames were sent.
+fn stop_paced(
+    stop: &AtomicBool,
+    sender: std::thread::JoinHandle<u16>,
+    sink: &PacketSocket,
+    got: &mut BTreeSet<u16>,
+) -> u16 {
+    stop.store(true, Ordering::Relaxed);
+    let sent = sender.join().expect("sender");
+    got.extend(sink_ports(
+        sink,
+        Duration::from_millis(300),
+        Duration::from_secs(2),
+    ));
+    got.remove(&1);
+    sent
+}
+
 /// SIGHUP, then waits for the reload it asks for to be applied (one more "reloaded" line).
 fn hup_applied(dut: &mut Dut) {
     let applied = |dut: &mut Dut| {
@@ -518,41 +565,24 @@ fn a_deleted_port_is_survived_and_forwards_again_once_recreated() {
     .is_some());
     // Paced traffic to the sink, one frame a millisecond, each with its own source port.
     let stop = Arc::new(AtomicBool::new(false));
-    let sender = {
-        let (gen, stop) = (gen.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut sent = 0u16;
-            while !stop.load(Ordering::Relaxed) && sent < 60_000 {
-                sent += 1;
-                gen.send(&v4_to(testbed::SINK_V4, 1000 + sent))
-                    .expect("send");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            sent
-        })
-    };
+    let sender = paced_to_sink(&gen, &stop, 60_000);
     // What reaches the sink before the deletion.
-    let mut got: BTreeSet<u16> = marked(&capture(
+    let mut got: BTreeSet<u16> = sink_ports(
         &sink,
         Duration::from_millis(300),
         Duration::from_millis(300),
-    ))
+    )
     .into_iter()
-    .map(|(_, s)| s)
     .collect();
     assert!(!got.is_empty(), "forwarding before the deletion");
     let deleted = Instant::now();
     t.recreate_egress().expect("recreate the egress veth");
     // What the old link delivered up to its deletion, still queued on the old socket.
-    got.extend(
-        marked(&capture(
-            &sink,
-            Duration::from_millis(50),
-            Duration::from_millis(500),
-        ))
-        .into_iter()
-        .map(|(_, s)| s),
-    );
+    got.extend(sink_ports(
+        &sink,
+        Duration::from_millis(50),
+        Duration::from_millis(500),
+    ));
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());
     t.sink_up().expect("sink up");
     let recreated = Instant::now();
@@ -575,27 +605,12 @@ fn a_deleted_port_is_survived_and_forwards_again_once_recreated() {
         resumed <= Duration::from_secs(2),
         "forwarding resumed after {resumed:?}"
     );
-    got.extend(
-        marked(&capture(
-            &sink,
-            Duration::from_millis(500),
-            Duration::from_millis(500),
-        ))
-        .into_iter()
-        .map(|(_, s)| s),
-    );
-    stop.store(true, Ordering::Relaxed);
-    let sent = sender.join().expect("sender");
-    got.extend(
-        marked(&capture(
-            &sink,
-            Duration::from_millis(300),
-            Duration::from_secs(2),
-        ))
-        .into_iter()
-        .map(|(_, s)| s),
-    );
-    got.remove(&1); // the readiness probe
+    got.extend(sink_ports(
+        &sink,
+        Duration::from_millis(500),
+        Duration::from_millis(500),
+    ));
+    let sent = stop_paced(&stop, sender, &sink, &mut got);
     assert!(
         dut.wait_log("reopening its sockets", Duration::from_secs(1)),
         "{:?}",
@@ -1324,19 +1339,7 @@ fn a_port_recreated_again_and_again_leaves_the_other_ports_forwarding() {
     )
     .is_some());
     let stop = Arc::new(AtomicBool::new(false));
-    let sender = {
-        let (gen, stop) = (gen.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut sent = 0u16;
-            while !stop.load(Ordering::Relaxed) && sent < 30_000 {
-                sent += 1;
-                gen.send(&v4_to(testbed::SINK_V4, 1000 + sent))
-                    .expect("send");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            sent
-        })
-    };
+    let sender = paced_to_sink(&gen, &stop, 30_000);
     let mut got: BTreeSet<u16> = BTreeSet::new();
     let reopened = |dut: &mut Dut| {
         dut.log_lines()
@@ -1346,15 +1349,11 @@ fn a_port_recreated_again_and_again_leaves_the_other_ports_forwarding() {
     };
     for round in 1..=5 {
         dut_ip(t, &["link", "del", &x0]);
-        got.extend(
-            marked(&capture(
-                &sink,
-                Duration::from_millis(100),
-                Duration::from_millis(200),
-            ))
-            .into_iter()
-            .map(|(_, s)| s),
-        );
+        got.extend(sink_ports(
+            &sink,
+            Duration::from_millis(100),
+            Duration::from_millis(200),
+        ));
         make_x();
         let deadline = Instant::now() + Duration::from_secs(5);
         while reopened(&mut dut) < round {
@@ -1363,29 +1362,14 @@ fn a_port_recreated_again_and_again_leaves_the_other_ports_forwarding() {
                 "recreation {round} not picked up: {:?}",
                 dut.log_lines()
             );
-            got.extend(
-                marked(&capture(
-                    &sink,
-                    Duration::from_millis(20),
-                    Duration::from_millis(50),
-                ))
-                .into_iter()
-                .map(|(_, s)| s),
-            );
+            got.extend(sink_ports(
+                &sink,
+                Duration::from_millis(20),
+                Duration::from_millis(50),
+            ));
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let sent = sender.join().expect("sender");
-    got.extend(
-        marked(&capture(
-            &sink,
-            Duration::from_millis(300),
-            Duration::from_secs(2),
-        ))
-        .into_iter()
-        .map(|(_, s)| s),
-    );
-    got.remove(&1); // the readiness probe
+    let sent = stop_paced(&stop, sender, &sink, &mut got);
     let s = dut.stop();
     assert!(sent > 100, "sent {sent}");
     assert_eq!(

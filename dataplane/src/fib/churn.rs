@@ -372,10 +372,8 @@ fn burst_v6(
         })
         .collect();
     let from = versions.done.load(Acquire);
-    let mut walks: Vec<(u128, dir::Walk)> = burst
-        .iter()
-        .map(|(d, _)| (*d, dir::Walk::default()))
-        .collect();
+    let mut walks: Vec<(u128, dir::Walk<'_>)> =
+        burst.iter().map(|(d, _)| (*d, rt.walk())).collect();
     for _ in 0..MAX_LEVELS {
         let more = rt.step_all_v6(walks.iter_mut().map(|(d, w)| (*d, w)));
         std::thread::yield_now();

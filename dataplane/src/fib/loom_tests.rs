@@ -180,7 +180,7 @@ fn group_fill_publish_fold(v6: bool, walked: bool) {
                     let got = match dst {
                         IpAddr::V4(d) => rt.target_v4(u32::from(d)),
                         IpAddr::V6(d) if walked => {
-                            let mut lanes = [(u128::from(d), dir::Walk::default())];
+                            let mut lanes = [(u128::from(d), rt.walk())];
                             rt.step_all_v6(lanes.iter_mut().map(|(k, w)| (*k, w)));
                             thread::yield_now();
                             let [(key, walk)] = lanes;

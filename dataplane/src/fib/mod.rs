@@ -366,7 +366,7 @@ pub struct Routes<'a> {
     table: &'a Table,
 }
 
-impl Routes<'_> {
+impl<'a> Routes<'a> {
     /// Routes an IPv4 destination (host order).
     #[inline(always)]
     pub(crate) fn route_v4(&self, dst: u32, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
@@ -393,23 +393,33 @@ impl Routes<'_> {
         self.table.v6.lookup(dst)
     }
 
+    /// A lookup to take a level at a time ([`Routes::step_all_v6`]), under this token: it
+    /// borrows the token, so the reader cannot pass a quiescent state while it lives.
+    #[inline(always)]
+    pub(crate) fn walk(&self) -> dir::Walk<'a> {
+        dir::Walk::begin()
+    }
+
     /// One level of each IPv6 lookup of a burst ([`dir::Dir::step_all`]): true while any
     /// has more to come.
     #[inline(always)]
     pub(crate) fn step_all_v6<'w>(
         &self,
-        lanes: impl Iterator<Item = (u128, &'w mut dir::Walk)>,
-    ) -> bool {
+        lanes: impl Iterator<Item = (u128, &'w mut dir::Walk<'a>)>,
+    ) -> bool
+    where
+        'a: 'w,
+    {
         self.table.v6.step_all(lanes)
     }
 
-    /// [`Routes::route_v6`] for a lookup already begun with [`Routes::step_all_v6`] (under this
-    /// token: no quiescent state between).
+    /// [`Routes::route_v6`] for a lookup begun with [`Routes::walk`] under this token and
+    /// taken on with [`Routes::step_all_v6`].
     #[inline(always)]
     pub(crate) fn route_walked_v6(
         &self,
         dst: u128,
-        walk: dir::Walk,
+        walk: dir::Walk<'a>,
         flow: impl FnOnce() -> u32,
     ) -> Result<Hop, Miss> {
         self.table.hop_of(self.table.v6.finish(dst, walk), flow)

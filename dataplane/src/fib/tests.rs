@@ -101,7 +101,7 @@ fn ipv4_matches_brute_force_through_adds_and_removes() {
                 want,
                 "step {step}, dst {dst:#010x}"
             );
-            let mut walk = dir::Walk::default();
+            let mut walk = dir::Walk::begin();
             w.table().v4.step(dst, &mut walk);
             assert_eq!(
                 w.table().v4.finish(dst, walk),
@@ -148,10 +148,10 @@ fn ipv6_matches_brute_force_through_adds_and_removes() {
         // A burst of lookups, as a poller takes them: a level of every lookup at a time
         // (lookups of different depths, so some are done while others go on), for a random
         // number of rounds, then each finished on its own.
-        let mut burst: Vec<(u128, dir::Walk)> = (0..10)
+        let mut burst: Vec<(u128, dir::Walk<'_>)> = (0..10)
             .map(|_| {
                 let dst = top | (u128::from(rng.gen::<u16>()) << 64) | u128::from(rng.gen::<u8>());
-                (dst, dir::Walk::default())
+                (dst, dir::Walk::begin())
             })
             .collect();
         for _ in 0..rng.gen_range(0..=crate::fib::MAX_LEVELS + 1) {

@@ -135,12 +135,12 @@ impl Forwarder {
     ///
     /// [`finish`]: Forwarder::finish
     #[inline(always)]
-    pub fn prepare(
+    pub fn prepare<'r>(
         &self,
-        rt: Routes<'_>,
+        rt: Routes<'r>,
         ingress: Ingress,
         frame: &[u8],
-    ) -> Result<Parsed, DropReason> {
+    ) -> Result<Parsed<'r>, DropReason> {
         match self.mode {
             Mode::L3fwd => {
                 // RFC 1812 5.3.4: a router forwards only link-layer unicast addressed to it.
@@ -162,7 +162,7 @@ impl Forwarder {
                     L3::V4 { dst, .. } => rt.prefetch_v4(dst),
                     L3::V6 { dst, .. } => rt.prefetch_v6(dst),
                 }
-                Ok(Parsed::L3(l3, Walk::default()))
+                Ok(Parsed::L3(l3, rt.walk()))
             }
             Mode::L2fwd if frame.len() < packet::ETH_HLEN => Err(DropReason::Truncated),
             Mode::L2fwd | Mode::Bounce => Ok(Parsed::L2),
@@ -173,11 +173,11 @@ impl Forwarder {
     /// Second half: look up, rewrite in place, and return the egress port or the drop reason.
     /// `parsed` must come from [`Forwarder::prepare`] on the same, unmodified frame.
     #[inline(always)]
-    pub fn finish(
+    pub fn finish<'r>(
         &self,
-        rt: Routes<'_>,
+        rt: Routes<'r>,
         in_port: PortId,
-        parsed: Parsed,
+        parsed: Parsed<'r>,
         frame: &mut [u8],
     ) -> Result<PortId, DropReason> {
         match parsed {
@@ -210,7 +210,7 @@ impl Forwarder {
     /// than /24, where a pass of its own cost more instructions (fwd-micro, callgrind: +53 per
     /// packet) than it saved.
     #[inline(always)]
-    pub fn walk(&self, rt: Routes<'_>, burst: &mut [Result<Parsed, DropReason>]) {
+    pub fn walk<'r>(&self, rt: Routes<'r>, burst: &mut [Result<Parsed<'r>, DropReason>]) {
         for _ in 0..crate::fib::MAX_LEVELS {
             let lanes = burst.iter_mut().filter_map(|p| match p {
                 Ok(Parsed::L3(L3::V6 { dst, .. }, w)) => Some((*dst, w)),
@@ -355,15 +355,44 @@ pub struct Ingress {
 }
 
 /// What [`Forwarder::prepare`] learned about a frame.
+///
+/// `'r`: the borrow of the online reader token its lookup was begun under ([`Walk`]). While
+/// it lives the reader cannot pass a quiescent state, after which the trie groups the walk
+/// links into may be reused. Finishing a frame before the quiescent state compiles:
+///
+/// ```no_run
+/// # use dataplane::{fib::TableReader, forward::{Forwarder, Ingress}};
+/// fn burst(fwd: &Forwarder, reader: &mut TableReader, ingress: Ingress, frame: &mut [u8]) {
+///     let mut online = reader.online();
+///     if let Ok(p) = fwd.prepare(online.routes(), ingress, frame) {
+///         let _ = fwd.finish(online.routes(), 0, p, frame);
+///     }
+///     online.quiescent();
+/// }
+/// ```
+///
+/// Keeping it past one does not:
+///
+/// ```compile_fail,E0502
+/// # use dataplane::{fib::TableReader, forward::{Forwarder, Ingress}};
+/// fn burst(fwd: &Forwarder, reader: &mut TableReader, ingress: Ingress, frame: &mut [u8]) {
+///     let mut online = reader.online();
+///     let parsed = fwd.prepare(online.routes(), ingress, frame);
+///     online.quiescent();
+///     if let Ok(p) = parsed {
+///         let _ = fwd.finish(online.routes(), 0, p, frame);
+///     }
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Parsed {
+pub enum Parsed<'r> {
     /// Forward at layer 2 (l2fwd, bounce).
     L2,
     /// Route this destination (the network header's facts), with its lookup in progress.
-    L3(L3, Walk),
+    L3(L3, Walk<'r>),
 }
 
-impl Parsed {
+impl Parsed<'_> {
     /// Whether [`Forwarder::walk`] has a lookup to take for it (IPv6).
     #[inline(always)]
     pub fn walks(&self) -> bool {

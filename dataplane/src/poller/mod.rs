@@ -16,7 +16,7 @@ use crossbeam_queue::ArrayQueue;
 use xdpilone::xdp::XdpDesc;
 
 use crate::fib::TableReader;
-use crate::forward::{Forwarder, Parsed};
+use crate::forward::Forwarder;
 use crate::packet::DropReason;
 use crate::poller::stats::{Counter, PollerStats};
 use crate::port::rings::RingIo;
@@ -71,7 +71,6 @@ struct Poller<Q: RingIo> {
     free: FreeList,
     stages: Box<[Stage]>,
     burst: Box<[XdpDesc; MAX_BATCH]>,
-    parsed: Box<[Result<Parsed, DropReason>; MAX_BATCH]>,
     fwd: Arc<Forwarder>,
     stats: Arc<PollerStats>,
     ports: usize,

@@ -13,19 +13,25 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
+use arrayvec::ArrayVec;
 use crossbeam_queue::ArrayQueue;
 use xdpilone::xdp::XdpDesc;
 
 use super::icmp::{icmp_reply, IcmpReply};
 use super::ratelimit::TokenBucket;
 use super::stats::Counter;
-use super::{frag, Poller, Stage};
+use super::{frag, Poller, Stage, MAX_BATCH};
 use crate::fib::Routes;
 use crate::forward::{Forwarder, Parsed};
 use crate::packet::{DropReason, L3};
 use crate::port::rings::RingIo;
 use crate::port::umem::{Area, FreeList};
 use crate::sys;
+
+/// A burst's parse results ([`Forwarder::prepare`]), on the stack for that burst only: each
+/// holds a route lookup begun under the burst's online token (`'r`), so none can be kept
+/// past a quiescent state (the borrow checker refuses it). Not initialised until pushed.
+type ParsedBurst<'r> = ArrayVec<Result<Parsed<'r>, DropReason>, MAX_BATCH>;
 
 /// What one burst counted, added to the poller's counters once at its end.
 struct Tally {
@@ -190,10 +196,11 @@ impl<Q: RingIo> Poller<Q> {
             return 0;
         }
         self.prefetch_pass(n);
-        let (bytes, walks) = self.parse_pass(n, in_port, rt);
+        let mut parsed = ParsedBurst::new();
+        let (bytes, walks) = self.parse_pass(n, in_port, rt, &mut parsed);
         // Pass 1b: the burst's IPv6 route lookups, a trie level at a time across the burst.
-        if let Some(parsed) = self.parsed.get_mut(..n).filter(|_| walks) {
-            self.fwd.walk(rt, parsed);
+        if walks {
+            self.fwd.walk(rt, &mut parsed);
         }
         let mut tally = Tally {
             drops: [0; DropReason::COUNT],
@@ -201,7 +208,7 @@ impl<Q: RingIo> Poller<Q> {
             fragmented: [0; 2],
             now: None,
         };
-        self.decide_pass(n, i, in_port, rt, &mut tally);
+        self.decide_pass(i, in_port, rt, &parsed, &mut tally);
         self.count_burst(i, n, bytes, &tally);
         n
     }
@@ -227,11 +234,17 @@ impl<Q: RingIo> Poller<Q> {
     /// route entries, so the burst's table misses overlap. Returns the burst's bytes and
     /// whether any lookup walks the IPv6 trie.
     #[inline(always)]
-    fn parse_pass(&mut self, n: usize, in_port: u16, rt: Routes<'_>) -> (u64, bool) {
+    fn parse_pass<'r>(
+        &self,
+        n: usize,
+        in_port: u16,
+        rt: Routes<'r>,
+        out: &mut ParsedBurst<'r>,
+    ) -> (u64, bool) {
         let ingress = self.fwd.ingress(in_port);
         let mut walks = false;
         let mut bytes = 0u64;
-        for (d, p) in self.burst.iter().zip(self.parsed.iter_mut()).take(n) {
+        for d in self.burst.iter().take(n) {
             bytes += u64::from(d.len);
             let parsed = match self.area.check(d.addr, d.len) {
                 // SAFETY: as in pass 0, a frame received in this burst, not yet handed on.
@@ -241,18 +254,28 @@ impl<Q: RingIo> Poller<Q> {
                 None => Err(DropReason::InvalidDescriptor),
             };
             walks |= parsed.as_ref().is_ok_and(Parsed::walks);
-            *p = parsed;
+            // Never full: a burst is at most `MAX_BATCH` descriptors, its capacity. Were it
+            // full, pass 2 would leave the rest undecided, not decide them wrongly.
+            if out.try_push(parsed).is_err() {
+                break;
+            }
         }
         (bytes, walks)
     }
 
     /// Pass 2: route, rewrite, stage for TX; everything else through [`Refusal::refused`].
     #[inline(always)]
-    fn decide_pass(&mut self, n: usize, i: usize, in_port: u16, rt: Routes<'_>, t: &mut Tally) {
+    fn decide_pass<'r>(
+        &mut self,
+        i: usize,
+        in_port: u16,
+        rt: Routes<'r>,
+        parsed: &ParsedBurst<'r>,
+        t: &mut Tally,
+    ) {
         let queue_base = (i / self.ports) * self.ports;
         let Poller {
             burst,
-            parsed,
             area,
             free,
             stages,
@@ -267,7 +290,7 @@ impl<Q: RingIo> Poller<Q> {
         let stages = stages
             .get_mut(queue_base..queue_base + *ports)
             .unwrap_or_default();
-        for (d, p) in burst.iter().zip(parsed.iter()).take(n) {
+        for (d, p) in burst.iter().zip(parsed.iter()) {
             let verdict = match *p {
                 Ok(parsed) => {
                     // Pass 1 parsed only frames whose descriptor `Area::check` passed, and its

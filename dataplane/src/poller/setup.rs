@@ -12,7 +12,6 @@ use xdpilone::xdp::XdpDesc;
 use super::ratelimit::TokenBucket;
 use super::{Poller, Stage, MAX_BATCH};
 use crate::forward::Forwarder;
-use crate::packet::DropReason;
 use crate::poller::stats::PollerStats;
 use crate::port::rings::RingIo;
 use crate::port::umem::Area;
@@ -250,7 +249,6 @@ impl<Q: RingIo> Poller<Q> {
             free: area.full_free_list(),
             stages,
             burst: Box::new([XdpDesc::default(); MAX_BATCH]),
-            parsed: Box::new([Err(DropReason::Truncated); MAX_BATCH]),
             fwd,
             stats,
             ports: spec.ports.max(1),

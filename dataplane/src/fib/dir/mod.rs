@@ -26,6 +26,7 @@
 //!
 //! So every lookup returns the longest match of a table version that existed while it ran:
 //! model-checked in `fib::loom_tests`, raced by the churn oracle in `fib::churn`.
+use std::marker::PhantomData;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::qsbr::{Qsbr, Retired};
@@ -84,11 +85,29 @@ impl Key for u128 {
 /// A lookup in progress, taken one level at a time ([`Dir::step`]): the entry read last, the
 /// key bits it consumed (0: not begun), and, while it links on, the index of the entry to read
 /// next (computed once, when that entry's prefetch is issued).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Walk {
+///
+/// `'r` is the borrow of the online reader token it was begun under (`Routes::walk`): a
+/// group it links into may be reclaimed and reused once the reader passes a quiescent state,
+/// so a walk must not outlive the token. The borrow makes that a compile error, not a rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Walk<'r> {
     entry: u32,
     end: u32,
     next: usize,
+    token: PhantomData<&'r ()>,
+}
+
+impl Walk<'_> {
+    /// A lookup not yet begun. Only `fib` makes one: `Routes::walk` ties it to its token.
+    #[inline(always)]
+    pub(super) fn begin() -> Self {
+        Walk {
+            entry: 0,
+            end: 0,
+            next: 0,
+            token: PhantomData,
+        }
+    }
 }
 
 /// The trie the pollers read: `BITS`-bit keys, a first level of `2^FIRST` entries, groups of
@@ -161,16 +180,16 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     /// whether another level is to come. A burst's lookups take their steps in turn, so their
     /// misses overlap instead of queueing (see [`Dir::step_all`]).
     #[inline(always)]
-    pub(crate) fn step<K: Key>(&self, key: K, w: &mut Walk) -> bool {
+    pub(crate) fn step<K: Key>(&self, key: K, w: &mut Walk<'_>) -> bool {
         Self::step_in(self.top.get(), self.groups.get(), key, w)
     }
 
     /// [`Dir::step`] for every lookup of `lanes` in turn: one level of a burst's lookups.
     /// Returns whether any has another level to come.
     #[inline(always)]
-    pub(crate) fn step_all<'w, K: Key + 'w>(
+    pub(crate) fn step_all<'w, 'r: 'w, K: Key + 'w>(
         &self,
-        lanes: impl Iterator<Item = (K, &'w mut Walk)>,
+        lanes: impl Iterator<Item = (K, &'w mut Walk<'r>)>,
     ) -> bool {
         // The two levels' slices are loaded once per round, not once per lookup.
         let (top, groups) = (self.top.get(), self.groups.get());
@@ -182,7 +201,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     }
 
     #[inline(always)]
-    fn step_in<K: Key>(top: &[AtomicU32], groups: &[AtomicU32], key: K, w: &mut Walk) -> bool {
+    fn step_in<K: Key>(top: &[AtomicU32], groups: &[AtomicU32], key: K, w: &mut Walk<'_>) -> bool {
         if w.end == 0 {
             w.entry = top
                 .get(key.field(BITS - FIRST, FIRST))
@@ -208,7 +227,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
 
     /// The rest of a lookup begun with [`Dir::step`]: the target, or None.
     #[inline(always)]
-    pub(crate) fn finish<K: Key>(&self, key: K, mut w: Walk) -> Option<u32> {
+    pub(crate) fn finish<K: Key>(&self, key: K, mut w: Walk<'_>) -> Option<u32> {
         // Bounded: each step that returns true went one level deeper.
         while self.step(key, &mut w) {}
         if w.entry & EXT != 0 {

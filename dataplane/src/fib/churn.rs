@@ -89,36 +89,37 @@ impl Model {
             .find_map(|(&(_, l), _)| self.routes.get(&(rib::canonical(dst, l), l)))
     }
 
-    /// Every answer the table may give for a destination whose longest match is `route`,
-    /// with this version's neighbours and ports (a multipath route: any of its paths; which
-    /// one a flow takes depends on next-hop ids the model does not know).
-    fn resolve(&self, route: Option<&RouteKind>) -> Vec<Outcome> {
+    /// The answer the table must give flow `flow` to a destination whose longest match is
+    /// `route`, with this version's neighbours and ports. A multipath route's paths are in
+    /// the order of the group's members (by next-hop id, as the writer recorded them: see
+    /// [`member_order`]), and a flow takes path `flow % paths`, as `Table::hop_of` does.
+    fn resolve(&self, route: Option<&RouteKind>, flow: u32) -> Outcome {
         match route {
-            None => vec![Err(Miss::NoRoute)],
-            Some(RouteKind::Blackhole) => vec![Err(Miss::Blackhole)],
-            Some(RouteKind::Unreachable) => vec![Err(Miss::Unreachable)],
-            Some(RouteKind::Prohibit) => vec![Err(Miss::Prohibit)],
-            Some(RouteKind::Foreign) => vec![Err(Miss::Foreign)],
+            None => Err(Miss::NoRoute),
+            Some(RouteKind::Blackhole) => Err(Miss::Blackhole),
+            Some(RouteKind::Unreachable) => Err(Miss::Unreachable),
+            Some(RouteKind::Prohibit) => Err(Miss::Prohibit),
+            Some(RouteKind::Foreign) => Err(Miss::Foreign),
             Some(RouteKind::Connected { .. }) => unreachable!("the stream has none"),
-            Some(RouteKind::Via(paths)) => paths
-                .iter()
-                .map(|(port, gw)| {
-                    if !self.ports.get(port).is_some_and(|p| p.1) {
-                        return Err(Miss::LinkDown);
-                    }
-                    match self.neighbours.get(&(*port, *gw)) {
-                        Some((HopState::Reachable, mac)) => Ok((*port, mac_key(*mac))),
-                        Some((HopState::Failed, _)) => Err(Miss::Failed),
-                        _ => Err(Miss::Resolving),
-                    }
-                })
-                .collect(),
+            Some(RouteKind::Via(paths)) => {
+                let Some((port, gw)) = paths.get(flow as usize % paths.len().max(1)) else {
+                    return Err(Miss::NoRoute);
+                };
+                if !self.ports.get(port).is_some_and(|p| p.1) {
+                    return Err(Miss::LinkDown);
+                }
+                match self.neighbours.get(&(*port, *gw)) {
+                    Some((HopState::Reachable, mac)) => Ok((*port, mac_key(*mac))),
+                    Some((HopState::Failed, _)) => Err(Miss::Failed),
+                    _ => Err(Miss::Resolving),
+                }
+            }
         }
     }
 
-    /// Every answer for `dst` at this version.
-    fn answers(&self, dst: IpAddr) -> Vec<Outcome> {
-        self.resolve(self.longest(dst))
+    /// The answer for `dst` and `flow` at this version.
+    fn answer(&self, dst: IpAddr, flow: u32) -> Outcome {
+        self.resolve(self.longest(dst), flow)
     }
 }
 
@@ -265,6 +266,34 @@ fn apply(rib: &mut Rib, u: &Update) {
     }
 }
 
+/// `u` as the model replays it, once the writer has applied it: a multipath route's paths
+/// in the order of its group's members (by next-hop id, once each), which decides the path
+/// each flow takes. Only the writer knows the ids; the order holds while the route does (its
+/// hops are referenced, so their ids stay).
+fn member_order(rib: &mut Rib, u: &Update) -> Update {
+    let Update::Route(p, l, RouteKind::Via(paths)) = u else {
+        return u.clone();
+    };
+    let w = rib.writer();
+    let mut by_id: Vec<(u32, (u16, IpAddr))> = paths
+        .iter()
+        .map(|&(port, gw)| {
+            let key = HopKey {
+                port,
+                addr: Some(gw),
+            };
+            (w.hop_id(&key).expect("a route's hop has an id"), (port, gw))
+        })
+        .collect();
+    by_id.sort_unstable_by_key(|(id, _)| *id);
+    by_id.dedup_by_key(|(id, _)| *id);
+    Update::Route(
+        *p,
+        *l,
+        RouteKind::Via(by_id.into_iter().map(|(_, path)| path).collect()),
+    )
+}
+
 /// A table small enough that ids and groups are reused often.
 fn capacity() -> Capacity {
     Capacity {
@@ -278,6 +307,7 @@ fn capacity() -> Capacity {
 /// One logged lookup.
 struct Lookup {
     dst: IpAddr,
+    flow: u32,
     /// Versions `from..=to` existed while it ran.
     from: u32,
     to: u32,
@@ -339,7 +369,13 @@ fn reader(
                 }
             };
             let to = versions.started.load(Acquire);
-            log.push(Lookup { dst, from, to, got });
+            log.push(Lookup {
+                dst,
+                flow,
+                from,
+                to,
+                got,
+            });
         }
         // Offline now and then, as a poller that sleeps (coming back online is the racy
         // part); otherwise a yield, so three readers on a small machine leave the writer room.
@@ -381,11 +417,12 @@ fn burst_v6(
             break;
         }
     }
-    for ((dst, walk), (_, flow)) in walks.into_iter().zip(&burst) {
-        let got = rt.route_walked_v6(dst, walk, || *flow);
+    for ((dst, walk), &(_, flow)) in walks.into_iter().zip(&burst) {
+        let got = rt.route_walked_v6(dst, walk, || flow);
         let to = versions.started.load(Acquire);
         log.push(Lookup {
             dst: IpAddr::V6(dst.into()),
+            flow,
             from,
             to,
             got,
@@ -469,21 +506,22 @@ fn check(
                 let got = l.got.map(|h| (h.port, h.mac));
                 ok[i] = routes[i]
                     .iter()
-                    .any(|r| model.resolve(r.as_ref()).contains(&got));
+                    .any(|r| model.resolve(r.as_ref(), l.flow) == got);
             }
             if l.to > v {
                 return true;
             }
             if !ok[i] {
                 wrong.push(format!(
-                    "{} -> {:?}, but in versions {}..={} its routes were {:?}, at the last \
-                     answering {:?}",
+                    "{} flow {} -> {:?}, but in versions {}..={} its routes were {:?}, at the \
+                     last answering {:?}",
                     l.dst,
+                    l.flow,
                     l.got,
                     l.from,
                     l.to,
                     routes[i],
-                    model.answers(l.dst)
+                    model.answer(l.dst, l.flow)
                 ));
             } else if let Ok(h) = l.got {
                 // The MTU: one its port had, up, at a version of the lookup.
@@ -569,6 +607,7 @@ fn every_answer_is_a_version_that_existed_during_the_lookup() {
                 u
             })
             .collect();
+        let mut replay = Vec::with_capacity(updates.len());
         for (i, u) in updates.iter().enumerate() {
             version += 1;
             versions.started.store(version, Release);
@@ -578,6 +617,7 @@ fn every_answer_is_a_version_that_existed_during_the_lookup() {
             rib.warm_coming(coming.iter().filter_map(Update::prefix));
             apply(&mut rib, u);
             versions.done.store(version, Release);
+            replay.push(member_order(&mut rib, u));
             if reclaim {
                 rib.reclaim();
             }
@@ -588,7 +628,7 @@ fn every_answer_is_a_version_that_existed_during_the_lookup() {
             .into_iter()
             .flat_map(|h| h.join().expect("reader"))
             .collect();
-        let (wrong, n) = check(&mut model, base, &updates, logs);
+        let (wrong, n) = check(&mut model, base, &replay, logs);
         assert!(
             wrong.is_empty(),
             "round {rounds}: {} wrong answers of {n}, e.g.:\n{}",
@@ -627,6 +667,7 @@ fn the_update_stream_alone_keeps_the_table_equal_to_the_model() {
     for n in 0..updates {
         let u = update(&mut rng, &pools, &model);
         apply(&mut rib, &u);
+        let u = member_order(&mut rib, &u);
         model.apply(&u);
         rib.reclaim();
         let mut reader = table.reader(0).expect("slot");
@@ -641,14 +682,11 @@ fn the_update_stream_alone_keeps_the_table_equal_to_the_model() {
                 IpAddr::V4(d) => rt.route_v4(u32::from(d), || flow),
                 IpAddr::V6(d) => rt.route_v6(u128::from(d), || flow),
             };
-            let answers = model.answers(dst);
-            let ok = match got {
-                Ok(h) => answers.contains(&Ok((h.port, h.mac))),
-                Err(m) => answers.contains(&Err(m)),
-            };
-            assert!(
-                ok,
-                "update {n} ({u:?}): {dst} -> {got:?}, the model says {answers:?}"
+            let want = model.answer(dst, flow);
+            assert_eq!(
+                got.map(|h| (h.port, h.mac)),
+                want,
+                "update {n} ({u:?}): {dst} flow {flow}"
             );
         }
     }

@@ -1,22 +1,31 @@
 //! A fleet behind ECMP (issue 22): two appliances (dataplane + BIRD + `dataplane announce`)
 //! behind an upstream BIRD router, in namespaces (`dataplane fleet-demo`). With both up the
-//! flows spread over both; a stalled (SIGSTOP) or crashed (SIGKILL) dataplane is withdrawn
-//! within a second and its flows move to the other appliance; once it is back, both carry
-//! traffic again; nothing is left behind. Needs root and bird (`make deps`).
+//! flows spread over both; a stalled (SIGSTOP) or crashed (SIGKILL) dataplane, or one cut off
+//! from its servers, is withdrawn within a second and its flows move to the other appliance;
+//! a box whose control plane stops answering (its BIRD stalled) is dropped by the upstream's
+//! BFD; once it is back, both carry traffic again; nothing is left behind. Needs root and
+//! bird (`make deps`).
 mod common;
 
 use std::process::Command;
 
 use common::*;
 
-/// Runs the demo with `fault` (short: 12 s of traffic, the fault at 4 s, undone at 8 s) and
+/// Runs the demo with `fault` (short: `secs` of traffic, the fault at 4 s, undone at 8 s) and
 /// returns its fleet.json.
-fn fleet_run(prefix: &str, fault: &str) -> serde_json::Value {
+fn fleet_run(prefix: &str, fault: &str, secs: u32) -> serde_json::Value {
     let out = std::env::temp_dir().join(format!("dataplane-test-{prefix}"));
     let _ = std::fs::remove_dir_all(&out);
     let o = Command::new(bin())
         .args(["fleet-demo", "--prefix", prefix, "--fault", fault])
-        .args(["--secs", "12", "--fault-at", "4", "--recover-at", "8"])
+        .args([
+            "--secs",
+            &secs.to_string(),
+            "--fault-at",
+            "4",
+            "--recover-at",
+            "8",
+        ])
         .arg("--out")
         .arg(&out)
         .output()
@@ -71,6 +80,15 @@ fn check(v: &serde_json::Value, fault: &str) {
         withdraw <= 1000.0,
         "{fault}: a's flows reached b only after {withdraw} ms"
     );
+    if fault == "stop" {
+        // A silent dataplane is withdrawn only once its last healthy answer is 400 ms old
+        // (the hold: one slow scrape must not move flows), and that answer came at most one
+        // probe (100 ms) before the fault.
+        assert!(
+            withdraw >= 300.0,
+            "{fault}: a's flows reached b {withdraw} ms after the stall, within the 400 ms hold"
+        );
+    }
     // The loss: at most a second of the moved flows' datagrams.
     let on_a = f(v, "flows_on_a");
     let lost_fault = f(v, "lost_fault");
@@ -83,6 +101,16 @@ fn check(v: &serde_json::Value, fault: &str) {
     // comes back up, the control thread asks the kernel to resolve the gateways out of it).
     for key in ["lost_before", "lost_recovery"] {
         assert_eq!(f(v, key), 0.0, "{fault}: {key}");
+    }
+    if fault == "bird" {
+        // The dataplane was never withdrawn (its announcer saw it healthy): a comes back when
+        // the BGP session is up again (error wait 1 s, connect delay 1 s: config/fleet/).
+        assert!(
+            f(v, "return_ms") < 8000.0,
+            "{fault}: a carried traffic again only after {} ms",
+            f(v, "return_ms")
+        );
+        return;
     }
     // A lower bound too: the announcer takes a dataplane back only after a second of good
     // health (the damping), so nothing sent sooner after the return can go through it.
@@ -104,8 +132,9 @@ fn fleet_withdraws_a_stalled_or_killed_dataplane_and_takes_it_back() {
         return;
     }
     let prefix = format!("fl{}", std::process::id() % 100_000);
-    for fault in ["stop", "kill", "link"] {
-        let v = fleet_run(&prefix, fault);
+    // The BGP session's return after BFD took it down needs a few seconds more.
+    for (fault, secs) in [("stop", 12), ("kill", 12), ("link", 12), ("bird", 20)] {
+        let v = fleet_run(&prefix, fault, secs);
         check(&v, fault);
         let left: Vec<String> = std::fs::read_dir("/run/netns")
             .into_iter()

@@ -49,6 +49,7 @@ enum FaultArg {
     Stop,
     Kill,
     Link,
+    Bird,
 }
 
 pub fn main(a: FleetArgs) -> Result<()> {
@@ -71,6 +72,7 @@ pub fn main(a: FleetArgs) -> Result<()> {
         FaultArg::Stop => Fault::Stop,
         FaultArg::Kill => Fault::Kill,
         FaultArg::Link => Fault::Link,
+        FaultArg::Bird => Fault::Bird,
     };
     let exe = std::env::current_exe().context("the dataplane binary's path")?;
     let mut fleet = Fleet::new(&a.prefix, &exe)?;

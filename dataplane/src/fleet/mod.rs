@@ -94,6 +94,10 @@ pub enum Fault {
     /// The appliance's link to the server down, then up: the dataplane runs but its egress
     /// is gone (its own health check, `link_down`, fails).
     Link,
+    /// The appliance's BIRD stalled (SIGSTOP), then SIGCONT: its dataplane stays healthy and
+    /// announced, but the box stops answering BFD and BGP, as a box whose control plane (or
+    /// kernel) hangs. Only the upstream's BFD can notice (300 ms).
+    Bird,
 }
 
 impl Fault {
@@ -103,8 +107,21 @@ impl Fault {
             Fault::Stop => "stop",
             Fault::Kill => "kill",
             Fault::Link => "link",
+            Fault::Bird => "bird",
         }
     }
+}
+
+/// Sends `sig` (SIGSTOP, SIGCONT, or SIGKILL) to `c`.
+fn signal(c: &Child, sig: libc::c_int) -> Result<(), FleetError> {
+    let name = if sig == libc::SIGSTOP {
+        "-STOP"
+    } else if sig == libc::SIGCONT {
+        "-CONT"
+    } else {
+        "-KILL"
+    };
+    run(&["kill", name, &c.id().to_string()]).map(drop)
 }
 
 fn run(args: &[&str]) -> Result<String, FleetError> {
@@ -351,18 +368,18 @@ impl Fleet {
     }
 
     fn signal(&self, i: usize, sig: libc::c_int) -> Result<(), FleetError> {
-        let Some(c) = &self.dataplanes[i] else {
-            return Ok(());
-        };
-        let pid = c.id().to_string();
-        let name = if sig == libc::SIGSTOP {
-            "-STOP"
-        } else if sig == libc::SIGCONT {
-            "-CONT"
-        } else {
-            "-KILL"
-        };
-        run(&["kill", name, &pid]).map(drop)
+        match &self.dataplanes[i] {
+            Some(c) => signal(c, sig),
+            None => Ok(()),
+        }
+    }
+
+    /// Appliance `i`'s BIRD (the upstream's is the first).
+    fn bird(&self, i: usize) -> Result<&Child, FleetError> {
+        self.birds.get(i + 1).ok_or_else(|| FleetError::Command {
+            cmd: format!("bird of appliance {}", APPLIANCES.get(i).unwrap_or(&"?")),
+            why: "not started".into(),
+        })
     }
 
     /// Injects `fault` into appliance `i`'s dataplane.
@@ -377,6 +394,7 @@ impl Fleet {
                 Ok(())
             }
             Fault::Link => self.server_link(i, "down"),
+            Fault::Bird => signal(self.bird(i)?, libc::SIGSTOP),
         }
     }
 
@@ -401,6 +419,7 @@ impl Fleet {
             Fault::Stop => self.signal(i, libc::SIGCONT),
             Fault::Kill => self.start_dataplane(i),
             Fault::Link => self.server_link(i, "up"),
+            Fault::Bird => signal(self.bird(i)?, libc::SIGCONT),
         }
     }
 

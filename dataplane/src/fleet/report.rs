@@ -275,6 +275,7 @@ impl Outcome {
             Fault::Stop => ("dataplane SIGCONT", "dataplane SIGSTOP"),
             Fault::Kill => ("dataplane restarted", "dataplane SIGKILL"),
             Fault::Link => ("server link up", "server link down"),
+            Fault::Bird => ("BIRD SIGCONT", "BIRD SIGSTOP (BFD silent)"),
         };
         let mut s =
             format!(
@@ -331,6 +332,7 @@ impl Outcome {
                         Fault::Stop => "stalled (SIGSTOP)",
                         Fault::Kill => "killed (SIGKILL)",
                         Fault::Link => "cut off from the servers",
+                        Fault::Bird => "silent to BFD and BGP (BIRD SIGSTOP)",
                     },
                     self.fault_at_s,
                     self.recover_at_s

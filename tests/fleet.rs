@@ -64,6 +64,13 @@ fn check(v: &serde_json::Value, fault: &str) {
         "{fault}: the appliances' kernels forwarded in the steady state"
     );
     for i in 0..2 {
+        // Half the flows are IPv6: they too are spread over both appliances, and carried
+        // by the dataplanes (the kernels' IPv6 forwarding counters are in the check above).
+        let v6 = v["share_before_v6"][i].as_f64().expect("share");
+        assert!(
+            v6 >= 25.0,
+            "{fault}: appliance {i} carried {v6:.1} % of the IPv6 flows before (>= 25 %)"
+        );
         let before = v["share_before"][i].as_f64().expect("share");
         let after = v["share_after"][i].as_f64().expect("share");
         assert!(

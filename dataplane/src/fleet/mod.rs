@@ -27,6 +27,13 @@ pub const SERVICE_PREFIX: &str = "10.9.0.0/24";
 pub(crate) const SERVICE_ADDR: &str = "10.9.0.1";
 /// The client's address.
 pub(crate) const CLIENT_ADDR: &str = "10.0.1.2";
+/// The IPv6 service prefix both appliances announce too (the fleet is dual-stack: half the
+/// flows are IPv6).
+pub const SERVICE_PREFIX6: &str = "fd00:9::/64";
+/// The server's IPv6 service address.
+pub(crate) const SERVICE_ADDR6: &str = "fd00:9::1";
+/// The client's IPv6 address.
+pub(crate) const CLIENT_ADDR6: &str = "fd00:1::2";
 /// The kernel table the announcers keep the service prefix in (config/fleet/*.bird.conf).
 pub(crate) const ANNOUNCE_TABLE: u32 = 100;
 /// Each appliance's metrics endpoint, inside its namespace.
@@ -43,6 +50,11 @@ const APPLIANCE_BIRD: [&str; 2] = [
 const APPLIANCE_ADDRS: [[(&str, &str); 2]; 2] = [
     [("10.0.12.2", "10.0.12.1"), ("10.0.22.1", "10.0.22.2")],
     [("10.0.13.2", "10.0.13.1"), ("10.0.23.1", "10.0.23.2")],
+];
+/// The same in IPv6 (config/fleet/*.bird.conf name them too).
+const APPLIANCE_ADDRS6: [[(&str, &str); 2]; 2] = [
+    [("fd00:12::2", "fd00:12::1"), ("fd00:22::1", "fd00:22::2")],
+    [("fd00:13::2", "fd00:13::1"), ("fd00:23::1", "fd00:23::2")],
 ];
 
 /// The appliances' names.
@@ -179,29 +191,31 @@ impl Fleet {
         format!("{}-{role}", self.prefix)
     }
 
-    /// How many packets appliance `i`'s kernel has forwarded (`Ip: ForwDatagrams` of its
-    /// namespace's /proc/net/snmp): transit traffic the dataplane did not carry.
+    /// How many packets appliance `i`'s kernel has forwarded, both families (`Ip:
+    /// ForwDatagrams` of its namespace's /proc/net/snmp, `Ip6OutForwDatagrams` of
+    /// /proc/net/snmp6): transit traffic the dataplane did not carry.
     pub fn kernel_forwarded(&self, i: usize) -> Result<u64, FleetError> {
         let role = APPLIANCES.get(i).copied().unwrap_or("a");
-        let snmp = run(&[
-            "ip",
-            "netns",
-            "exec",
-            &self.ns(role),
-            "cat",
-            "/proc/net/snmp",
-        ])?;
+        let read = |file: &str| run(&["ip", "netns", "exec", &self.ns(role), "cat", file]);
+        let missing = |file: &str, what: &str| FleetError::Command {
+            cmd: format!("ip netns exec {} cat {file}", self.ns(role)),
+            why: format!("no {what} counter"),
+        };
+        let snmp = read("/proc/net/snmp")?;
         let mut ip = snmp.lines().filter(|l| l.starts_with("Ip:"));
         let (names, values) = (ip.next().unwrap_or(""), ip.next().unwrap_or(""));
-        names
+        let v4: u64 = names
             .split_whitespace()
             .zip(values.split_whitespace())
             .find(|(n, _)| *n == "ForwDatagrams")
             .and_then(|(_, v)| v.parse().ok())
-            .ok_or_else(|| FleetError::Command {
-                cmd: format!("ip netns exec {} cat /proc/net/snmp", self.ns(role)),
-                why: "no Ip: ForwDatagrams counter".into(),
-            })
+            .ok_or_else(|| missing("/proc/net/snmp", "Ip: ForwDatagrams"))?;
+        let v6: u64 = read("/proc/net/snmp6")?
+            .lines()
+            .find_map(|l| l.strip_prefix("Ip6OutForwDatagrams"))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| missing("/proc/net/snmp6", "Ip6OutForwDatagrams"))?;
+        Ok(v4 + v6)
     }
 
     /// An interface's name.
@@ -277,6 +291,8 @@ impl Fleet {
                 METRICS,
                 "--prefix",
                 SERVICE_PREFIX,
+                "--prefix",
+                SERVICE_PREFIX6,
                 "--table",
                 &table,
             ];
@@ -333,9 +349,10 @@ impl Fleet {
         Ok(())
     }
 
-    /// The upstream's next hops for the service prefix now (in its kernel's table).
-    pub(crate) fn upstream_next_hops(&self) -> Result<Vec<String>, FleetError> {
-        let out = run(&["ip", "-n", &self.ns("up"), "route", "show", SERVICE_PREFIX])?;
+    /// The upstream's next hops for `prefix` now (in its kernel's table).
+    pub(crate) fn upstream_next_hops(&self, prefix: &str) -> Result<Vec<String>, FleetError> {
+        let family = if prefix.contains(':') { "-6" } else { "-4" };
+        let out = run(&["ip", family, "-n", &self.ns("up"), "route", "show", prefix])?;
         Ok(out
             .split_whitespace()
             .collect::<Vec<_>>()
@@ -345,20 +362,27 @@ impl Fleet {
             .collect())
     }
 
-    /// Waits until the upstream routes the service prefix over both appliances (every
+    /// Waits until the upstream routes both service prefixes over both appliances (every
     /// daemon up, both dataplanes healthy and announced).
     pub fn wait_ready(&self, timeout: Duration) -> Result<(), FleetError> {
         let deadline = Instant::now() + timeout;
         loop {
-            let hops = self.upstream_next_hops()?;
-            if hops.len() == 2 {
-                return Ok(());
+            let mut waiting = None;
+            for prefix in [SERVICE_PREFIX, SERVICE_PREFIX6] {
+                let hops = self.upstream_next_hops(prefix)?;
+                if hops.len() != 2 {
+                    waiting = Some((prefix, hops));
+                    break;
+                }
             }
+            let Some((prefix, hops)) = waiting else {
+                return Ok(());
+            };
             if Instant::now() >= deadline {
                 return Err(FleetError::NotReady {
                     secs: timeout.as_secs(),
                     what: format!(
-                        "the upstream's next hops for {SERVICE_PREFIX} are {hops:?}, not both appliances (logs in {})",
+                        "the upstream's next hops for {prefix} are {hops:?}, not both appliances (logs in {})",
                         self.dir.display()
                     ),
                 });

@@ -62,6 +62,8 @@ pub struct Outcome {
     pub late: u64,
     /// Each appliance's share of what arrived, sent from 0.5 s until the fault, percent.
     pub share_before: [f64; 2],
+    /// The same for the IPv6 flows alone.
+    pub share_before_v6: [f64; 2],
     /// Each appliance's share of what arrived, sent from 0.5 s after appliance a's return to
     /// the end, percent.
     pub share_after: [f64; 2],
@@ -111,6 +113,8 @@ struct Tally {
     last_via_before: Vec<Option<usize>>,
     /// Per appliance: arrivals sent from 0.5 s until the fault.
     before: [u64; 2],
+    /// The same, IPv6 flows only.
+    before_v6: [u64; 2],
 }
 
 impl Tally {
@@ -125,6 +129,7 @@ impl Tally {
             received: 0,
             last_via_before: vec![None; traffic.sent.len()],
             before: [0; 2],
+            before_v6: [0; 2],
         };
         for a in &traffic.arrivals {
             let Some(slot) = t
@@ -147,6 +152,9 @@ impl Tally {
                     t.last_via_before[usize::from(a.flow)] = Some(v);
                     if a.sent_ns >= 500_000_000 {
                         t.before[v] += 1;
+                        if super::traffic::is_v6(a.flow) {
+                            t.before_v6[v] += 1;
+                        }
                     }
                 }
             }
@@ -248,6 +256,7 @@ impl Outcome {
             lost: sent - tally.received,
             late: tally.late,
             share_before: share(tally.before),
+            share_before_v6: share(tally.before_v6),
             share_after: share(after),
             lost_before,
             lost_fault,
@@ -280,13 +289,13 @@ impl Outcome {
         let mut s =
             format!(
             "{} flows x {} pps for {:.0} s; appliance a: {what} at {:.1} s, {undo} at {:.1} s\n\n\
-             | appliance | share before the fault | share after the return |\n|---|---|---|\n",
+             | appliance | share before the fault | of the IPv6 flows | share after the return |\n|---|---|---|---|\n",
             self.flows.count, self.flows.pps_per_flow, self.secs, self.fault_at_s, self.recover_at_s
         );
         for (i, name) in APPLIANCES.iter().enumerate() {
             s.push_str(&format!(
-                "| {name} | {:.1} % | {:.1} % |\n",
-                self.share_before[i], self.share_after[i]
+                "| {name} | {:.1} % | {:.1} % | {:.1} % |\n",
+                self.share_before[i], self.share_before_v6[i], self.share_after[i]
             ));
         }
         s.push_str(&format!(

@@ -1,9 +1,10 @@
 //! Paced UDP flows from the fleet's client to its server: a sender thread in the client's
 //! namespace (one socket per flow: distinct source ports, so the upstream's ECMP hash spreads
-//! them), a receiver thread in the server's, which notes for each datagram the server
-//! interface it came in on, i.e. the appliance that forwarded it. Both threads share one
-//! clock (this process's `Instant`), so send and receive times compare directly.
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+//! them; even flows IPv4, odd flows IPv6), a receiver thread per family in the server's,
+//! which notes for each datagram the server interface it came in on, i.e. the appliance that
+//! forwarded it. The threads share one clock (this process's `Instant`), so send and receive
+//! times compare directly.
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,6 +56,22 @@ pub struct Traffic {
     pub arrivals: Vec<Arrival>,
 }
 
+/// Whether flow `f` is IPv6 (the odd ones).
+pub fn is_v6(f: u16) -> bool {
+    f % 2 == 1
+}
+
+/// The client's and the server's address for flow `f`'s family.
+fn endpoints(f: u16) -> (IpAddr, SocketAddr) {
+    let (src, dst) = if is_v6(f) {
+        (super::CLIENT_ADDR6, super::SERVICE_ADDR6)
+    } else {
+        (super::CLIENT_ADDR, super::SERVICE_ADDR)
+    };
+    let ip = |a: &str| a.parse().unwrap_or(IpAddr::from([127, 0, 0, 1]));
+    (ip(src), SocketAddr::new(ip(dst), PORT))
+}
+
 fn encode(flow: u16, seq: u32, sent_ns: u64) -> [u8; PAYLOAD] {
     let mut b = [0u8; PAYLOAD];
     b[0..4].copy_from_slice(&MAGIC.to_be_bytes());
@@ -94,25 +111,30 @@ pub fn run(
     linger: Duration,
     during: impl FnOnce(Instant) -> Result<(), FleetError>,
 ) -> Result<Traffic, FleetError> {
-    let dst = SocketAddrV4::new(
-        super::SERVICE_ADDR.parse().unwrap_or(Ipv4Addr::LOCALHOST),
-        PORT,
-    );
-    let src: Ipv4Addr = super::CLIENT_ADDR.parse().unwrap_or(Ipv4Addr::LOCALHOST);
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<[u32; 2], String>>();
-    let server_ns = server_ns.to_string();
-    let recv_stop = stop.clone();
     let start = Instant::now();
-    let receiver =
-        std::thread::spawn(move || receive(&server_ns, &server_ifs, start, &recv_stop, &ready_tx));
-    match ready_rx.recv() {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => return Err(FleetError::Traffic(format!("receiver: {e}"))),
-        Err(_) => return Err(FleetError::Traffic("receiver: exited".into())),
+    let receivers: Vec<_> = [false, true]
+        .into_iter()
+        .map(|v6| {
+            let (server_ns, server_ifs) = (server_ns.to_string(), server_ifs.clone());
+            let (stop, ready) = (stop.clone(), ready_tx.clone());
+            std::thread::spawn(move || receive(&server_ns, &server_ifs, v6, start, &stop, &ready))
+        })
+        .collect();
+    drop(ready_tx);
+    for _ in &receivers {
+        match ready_rx.recv() {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                stop.store(true, Ordering::Relaxed);
+                return Err(FleetError::Traffic(format!("receiver: {e}")));
+            }
+            Err(_) => return Err(FleetError::Traffic("receiver: exited".into())),
+        }
     }
     let client_ns = client_ns.to_string();
-    let sender = std::thread::spawn(move || send(&client_ns, src, dst, flows, duration, start));
+    let sender = std::thread::spawn(move || send(&client_ns, flows, duration, start));
     let during = during(start);
     let sent = sender
         .join()
@@ -120,28 +142,40 @@ pub fn run(
         .and_then(|r| r.map_err(|e| FleetError::Traffic(format!("sender: {e}"))));
     std::thread::sleep(linger);
     stop.store(true, Ordering::Relaxed);
-    let arrivals = receiver
-        .join()
-        .map_err(|_| FleetError::Traffic("receiver panicked".into()))
-        .and_then(|r| r.map_err(|e| FleetError::Traffic(format!("receiver: {e}"))));
+    let mut arrivals = Vec::new();
+    for r in receivers {
+        let got = r
+            .join()
+            .map_err(|_| FleetError::Traffic("receiver panicked".into()))
+            .and_then(|r| r.map_err(|e| FleetError::Traffic(format!("receiver: {e}"))));
+        arrivals.push(got);
+    }
     during?;
     let (sent, send_errors) = sent?;
+    let mut all: Vec<Arrival> = Vec::new();
+    for a in arrivals {
+        all.extend(a?);
+    }
+    // The two families' arrivals, merged back into arrival order.
+    all.sort_by_key(|a| a.recv_ns);
     Ok(Traffic {
         sent,
         send_errors,
-        arrivals: arrivals?,
+        arrivals: all,
     })
 }
 
-/// The server side's socket: bound in `server_ns` on the service port, with the arriving
-/// interface reported per datagram; the indexes of the server's two interfaces.
+/// The server side's socket for one family: bound in `server_ns` on the service address
+/// and port, with the arriving interface reported per datagram; the indexes of the server's
+/// two interfaces.
 fn receiver_socket(
     server_ns: &str,
     server_ifs: &[String; 2],
+    v6: bool,
 ) -> Result<(UdpSocket, [u32; 2]), String> {
     crate::sys::enter_netns(server_ns).map_err(|e| e.to_string())?;
-    let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, PORT))
-        .map_err(|e| format!("bind :{PORT}: {e}"))?;
+    let (_, service) = endpoints(u16::from(v6));
+    let s = UdpSocket::bind(service).map_err(|e| format!("bind {service}: {e}"))?;
     crate::sys::enable_pktinfo(&s).map_err(|e| e.to_string())?;
     // Room for a burst: a stopped dataplane's RX ring is flushed all at once when it
     // runs again, and a full socket buffer would drop current datagrams with it.
@@ -158,11 +192,12 @@ fn receiver_socket(
 fn receive(
     server_ns: &str,
     server_ifs: &[String; 2],
+    v6: bool,
     start: Instant,
     stop: &AtomicBool,
     ready: &std::sync::mpsc::Sender<Result<[u32; 2], String>>,
 ) -> Result<Vec<Arrival>, String> {
-    let (sock, ifs) = match receiver_socket(server_ns, server_ifs) {
+    let (sock, ifs) = match receiver_socket(server_ns, server_ifs, v6) {
         Ok(x) => x,
         Err(e) => {
             let _ = ready.send(Err(e.clone()));
@@ -199,12 +234,11 @@ fn receive(
     Ok(out)
 }
 
-/// The sender thread: one connected socket per flow in `client_ns`, datagrams paced at the
-/// flows' rate, round robin, for `duration`; each flow's send times, and the send errors.
+/// The sender thread: one connected socket per flow in `client_ns` (even flows IPv4, odd
+/// IPv6), datagrams paced at the flows' rate, round robin, for `duration`; each flow's send
+/// times, and the send errors.
 fn send(
     client_ns: &str,
-    src: Ipv4Addr,
-    dst: SocketAddrV4,
     flows: Flows,
     duration: Duration,
     start: Instant,
@@ -212,7 +246,8 @@ fn send(
     crate::sys::enter_netns(client_ns).map_err(|e| e.to_string())?;
     let socks = (0..flows.count)
         .map(|f| {
-            let s = UdpSocket::bind(SocketAddrV4::new(src, FIRST_SRC_PORT + f))
+            let (src, dst) = endpoints(f);
+            let s = UdpSocket::bind(SocketAddr::new(src, FIRST_SRC_PORT + f))
                 .map_err(|e| format!("bind {src}:{}: {e}", FIRST_SRC_PORT + f))?;
             s.connect(dst).map_err(|e| format!("connect {dst}: {e}"))?;
             Ok(s)

@@ -1,4 +1,4 @@
-//! UDP datagrams with the interface they arrived on (IP_PKTINFO): the fleet lab tells which
+//! UDP datagrams with the interface they arrived on (IP_PKTINFO, IPV6_PKTINFO): the fleet lab tells which
 //! appliance forwarded a frame by the server's interface it came in on.
 use std::io;
 use std::net::UdpSocket;
@@ -6,8 +6,18 @@ use std::os::fd::AsRawFd;
 
 use super::{setsockopt_int, SyscallError};
 
-/// Asks the kernel for each datagram's arrival interface (IP_PKTINFO) on `sock`.
+/// Asks the kernel for each datagram's arrival interface on `sock` (IP_PKTINFO, or
+/// IPV6_RECVPKTINFO on an IPv6 socket).
 pub(crate) fn enable_pktinfo(sock: &UdpSocket) -> Result<(), SyscallError> {
+    if sock.local_addr().is_ok_and(|a| a.is_ipv6()) {
+        return setsockopt_int(
+            sock.as_raw_fd(),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_RECVPKTINFO,
+            1,
+            "setsockopt(IPV6_RECVPKTINFO)",
+        );
+    }
     setsockopt_int(
         sock.as_raw_fd(),
         libc::IPPROTO_IP,
@@ -24,7 +34,7 @@ pub(crate) fn recv_with_ifindex(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    // Control space for one in_pktinfo, u64-aligned as cmsghdr needs.
+    // Control space for one in_pktinfo or in6_pktinfo, u64-aligned as cmsghdr needs.
     let mut control = [0u64; 8];
     // SAFETY: an all-zero msghdr (null pointers, zero lengths) is a valid value.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -51,6 +61,11 @@ pub(crate) fn recv_with_ifindex(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<
             let info: libc::in_pktinfo =
                 unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast()) };
             ifindex = u32::try_from(info.ipi_ifindex).unwrap_or(0);
+        } else if h.cmsg_level == libc::IPPROTO_IPV6 && h.cmsg_type == libc::IPV6_PKTINFO {
+            // SAFETY: likewise, one in6_pktinfo after the header, inside `control`.
+            let info: libc::in6_pktinfo =
+                unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast()) };
+            ifindex = info.ipi6_ifindex;
         }
         // SAFETY: as above: `c` is a header of this message's control buffer.
         c = unsafe { libc::CMSG_NXTHDR(&raw const msg, c) };

@@ -132,3 +132,17 @@ pub(crate) fn xsk_statistics(fd: i32) -> Option<libc::xdp_statistics> {
     };
     (r == 0).then_some(st)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    /// A socket the kernel cannot answer XDP_OPTIONS for is an error that names the call,
+    /// never "copy mode" (issue 33: `unwrap_or(false)` once reported every failure as copy).
+    #[test]
+    fn a_failed_mode_query_is_an_error_not_copy_mode() {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp socket");
+        let e = super::xsk_is_zerocopy(udp.as_raw_fd()).expect_err("not an AF_XDP socket");
+        assert_eq!(e.call, "getsockopt(XDP_OPTIONS)");
+    }
+}

@@ -6,7 +6,7 @@ DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool ipu
 	procps util-linux python3 libhwloc-dev libudev-dev traceroute iputils-tracepath iperf3 bird2 stress-ng man-db \
 	prometheus
 
-.PHONY: deps build test test-loaded loom stress sanitize vmtest vmbench demo fleet-demo latency bench lint fmt clean fuzz fuzz-ci install
+.PHONY: deps build test test-loaded loom stress sanitize vmtest vmtest-zc vmbench demo fleet-demo latency bench lint fmt clean fuzz fuzz-ci install
 
 deps:
 	@scripts/deps.sh $(DEB_PACKAGES)
@@ -48,6 +48,15 @@ vmtest: build
 	@scripts/deps.sh $(VM_PACKAGES)
 	scripts/vmtest/build.sh
 	timeout 1800 python3 scripts/vmtest/host.py
+
+# The same suite in a guest whose virtio_net binds AF_XDP zero-copy (issue 34, in progress): the
+# newest Debian kernel from trixie-backports, through an apt configuration of the project's own
+# under target/vm/apt, and a device with the DMA API and per-queue reset. Not yet in CI: the
+# frames the driver holds at stop are not accounted for yet (docs/TESTING.md).
+vmtest-zc: build
+	@scripts/deps.sh $(VM_PACKAGES)
+	scripts/vmtest/build.sh zc
+	timeout 1800 python3 scripts/vmtest/host.py --kernel zc
 
 # The layouts matrix in the same guest (functional figures: the guest's CPUs are emulated).
 vmbench: build

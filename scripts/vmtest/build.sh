@@ -1,44 +1,86 @@
 #!/usr/bin/env bash
-# Builds the vmtest guest under target/vm: a Debian 6.12 kernel (downloaded as a package and
-# unpacked, not installed on the host) and an initramfs made here from busybox-static, the
-# kernel modules the guest needs (9p for the host's root, virtio_net) and scripts/vmtest/init.
-# Rebuilt only when missing or older than the init script. Needs: apt-get (the package lists),
-# dpkg-deb, depmod (kmod), busybox-static, cpio, xz (make vmtest installs them when missing).
+# Builds a vmtest guest under target/vm/KIND: a Debian kernel (downloaded as packages and
+# unpacked, never installed on the host) and an initramfs made here from busybox-static, the
+# kernel modules the guest needs (9p for the host's root, virtio_net, 8021q) and
+# scripts/vmtest/init. Rebuilt only when missing or older than the init script.
+#   KIND=copy (default): Debian's 6.12 from the host's apt lists. Its virtio_net binds AF_XDP
+#     in copy mode only (no zero-copy transmit, no xsk-zerocopy feature).
+#   KIND=zc: the newest Debian kernel in trixie-backports (>= 6.13: virtio_net zero-copy
+#     receive and transmit), found and downloaded through an apt configuration of our own
+#     under target/vm/apt: the host's sources are never read or changed.
+# Needs: apt-get (the package lists), dpkg-deb, depmod (kmod), busybox-static, cpio, xz (make
+# vmtest installs them when missing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-OUT=target/vm
-mkdir -p "$OUT/cache"
+KIND=${1:-copy}
+OUT=target/vm/$KIND
+mkdir -p "$OUT" target/vm/cache
 if [ -s "$OUT/vmlinuz" ] && [ -s "$OUT/initramfs.gz" ] && [ "$OUT/initramfs.gz" -nt scripts/vmtest/init ]; then
     exit 0
 fi
+CACHE=$(pwd)/target/vm/cache
+case "$KIND" in
+copy)
+    APT=()
+    pattern='^linux-image-6\.12\.[0-9]+\+deb[0-9]+-amd64-unsigned$'
+    ;;
+zc)
+    # A private apt: its own source list, lists and cache; no status file (nothing installed).
+    A=$(pwd)/target/vm/apt
+    mkdir -p "$A/lists/partial" "$A/cache/archives/partial"
+    echo "deb http://deb.debian.org/debian trixie-backports main" >"$A/sources.list"
+    APT=(-o "Dir::Etc::sourcelist=$A/sources.list" -o "Dir::Etc::sourceparts=-"
+        -o "Dir::State::lists=$A/lists" -o "Dir::Cache=$A/cache" -o "Dir::State::status=/dev/null")
+    # trixie splits the kernel: linux-binary-* (the image) and linux-modules-*.
+    pattern='^linux-binary-[0-9]+\.[0-9]+\.[0-9]+\+deb[0-9]+-amd64$'
+    ;;
+*)
+    echo "vmtest: unknown guest kind $KIND (copy or zc)" >&2
+    exit 1
+    ;;
+esac
 newest() {
-    apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb[0-9]+-amd64-unsigned$' |
-        cut -d' ' -f1 | sort -V | tail -1
+    { apt-cache "${APT[@]}" pkgnames 2>/dev/null || true; } | { grep -E "$pattern" || true; } | sort -V | tail -1
 }
 pkg=$(newest)
 if [ -z "$pkg" ]; then
-    apt-get update -qq >/dev/null 2>&1 || true
+    apt-get "${APT[@]}" update -qq >/dev/null 2>&1 || true
     pkg=$(newest)
 fi
 if [ -z "$pkg" ]; then
-    echo "vmtest: no linux-image-6.12.*-amd64-unsigned package in the apt lists (run apt-get update; Debian bookworm-backports has it)" >&2
+    echo "vmtest: no package matching $pattern in the apt lists (is deb.debian.org reachable?)" >&2
     exit 1
 fi
-deb=$(ls "$OUT"/cache/"$pkg"_*.deb 2>/dev/null | head -1 || true)
-if [ -z "$deb" ]; then
-    echo "vmtest: downloading $pkg"
-    (cd "$OUT/cache" && apt-get download -q "$pkg" >/dev/null 2>&1) || {
-        echo "vmtest: apt-get download $pkg failed (is a package mirror reachable?)" >&2
-        exit 1
-    }
-    deb=$(ls "$OUT"/cache/"$pkg"_*.deb | head -1)
-fi
+pkgs=("$pkg")
+[ "$KIND" = zc ] && pkgs+=("${pkg/linux-binary-/linux-modules-}")
+debs=()
+for p in "${pkgs[@]}"; do
+    deb=$(ls "$CACHE"/"$p"_*.deb 2>/dev/null | head -1 || true)
+    if [ -z "$deb" ]; then
+        echo "vmtest: downloading $p"
+        (cd "$CACHE" && apt-get "${APT[@]}" download -q "$p" >/dev/null 2>&1) || {
+            echo "vmtest: apt-get download $p failed (is a package mirror reachable?)" >&2
+            exit 1
+        }
+        deb=$(ls "$CACHE"/"$p"_*.deb | head -1)
+    fi
+    debs+=("$deb")
+done
 rm -rf "$OUT/kernel" "$OUT/initramfs"
-dpkg-deb -x "$deb" "$OUT/kernel"
+for deb in "${debs[@]}"; do dpkg-deb -x "$deb" "$OUT/kernel"; done
+# trixie's packages put modules and image under /usr/lib/modules: depmod -b reads lib/modules.
+if [ -d "$OUT/kernel/usr/lib/modules" ]; then
+    mkdir -p "$OUT/kernel/lib"
+    mv "$OUT/kernel/usr/lib/modules" "$OUT/kernel/lib/modules"
+fi
 kver=$(ls "$OUT/kernel/lib/modules" | head -1)
 # The package ships no modules.dep (made at install time): make it for the unpacked tree.
 depmod -b "$OUT/kernel" "$kver"
-cp "$OUT/kernel/boot/vmlinuz-$kver" "$OUT/vmlinuz.new"
+if [ -f "$OUT/kernel/boot/vmlinuz-$kver" ]; then
+    cp "$OUT/kernel/boot/vmlinuz-$kver" "$OUT/vmlinuz.new"
+else
+    cp "$OUT/kernel/lib/modules/$kver/vmlinuz" "$OUT/vmlinuz.new"
+fi
 
 root="$OUT/initramfs"
 mkdir -p "$root"/{bin,dev,proc,sys,host,lib/modules}

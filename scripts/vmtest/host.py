@@ -34,10 +34,17 @@ import time
 from wire import GUEST_MACS, HOST_MACS, LAYOUTS
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-VM = os.path.join(REPO, "target", "vm")
 DATAPLANE = os.path.join(REPO, "target", "release", "dataplane")
-# Extra virtio-net-pci properties, e.g. ",disable-legacy=on,iommu_platform=on" (the DMA API
-# in the guest: what virtio_net's AF_XDP zero-copy would map through).
+# The guests scripts/vmtest/build.sh makes, and the virtio-net-pci properties each boots with.
+# zc: what virtio_net's AF_XDP zero-copy bind needs of the device: the DMA API in the guest
+# (VIRTIO_F_ACCESS_PLATFORM: iommu_platform, which a modern-only device must carry; no vIOMMU
+# is needed) and per-queue reset (VIRTIO_F_RING_RESET: the queue is reset to take the XSK
+# pool's buffers).
+KERNELS = {
+    "copy": "",
+    "zc": ",disable-legacy=on,iommu_platform=on,queue_reset=on",
+}
+# Extra virtio-net-pci properties on top of the kernel's, e.g. ",mrg_rxbuf=off".
 VIRTIO_EXTRA = os.environ.get("VMTEST_VIRTIO", "")
 
 
@@ -61,6 +68,7 @@ class Bed:
         self.console = os.path.join(self.dir, "console.log")
         self.qemu = None
         self.args = args
+        self.vm = os.path.join(REPO, "target", "vm", args.kernel)
 
     def up(self):
         for ns in (self.gen, self.sink):
@@ -80,8 +88,9 @@ class Bed:
             cmd += ["-object", f"memory-backend-ram,id=m{n},size=512M",
                     "-numa", f"node,nodeid={n},cpus={n * per_node}-{(n + 1) * per_node - 1},memdev=m{n}"]
         cmd += [
-            "-kernel", os.path.join(VM, "vmlinuz"), "-initrd", os.path.join(VM, "initramfs.gz"),
-            "-append", f"console=ttyS0 quiet panic=-1 vmtest.repo={REPO} "
+            "-kernel", os.path.join(self.vm, "vmlinuz"),
+            "-initrd", os.path.join(self.vm, "initramfs.gz"),
+            "-append", f"console=ttyS0 quiet panic=-1 vmtest.repo={REPO} vmtest.kernel={a.kernel} "
                        f"vmtest.topo={a.sockets}x{a.cores}x{a.threads} vmtest.nodes={a.nodes}"
                        + (f" vmtest.bench={a.bench}" if a.bench else ""),
             "-display", "none", "-monitor", "none", "-no-reboot",
@@ -91,7 +100,8 @@ class Bed:
         ]
         for i, (tap, mac) in enumerate(zip(self.taps, GUEST_MACS)):
             cmd += ["-netdev", f"tap,id=n{i},ifname={tap},script=no,downscript=no,queues=2,vhost=off",
-                    "-device", f"virtio-net-pci,netdev=n{i},mq=on,vectors=6,mac={mac}{VIRTIO_EXTRA}"]
+                    "-device", f"virtio-net-pci,netdev=n{i},mq=on,vectors=6,mac={mac}"
+                               f"{KERNELS[a.kernel]}{VIRTIO_EXTRA}"]
         self.qemu = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                                      stderr=open(os.path.join(self.dir, "qemu.err"), "w"))
         # QEMU has the taps open once its control socket exists; then their host ends go into
@@ -300,10 +310,13 @@ def main():
                    help="instead of the tests, the layouts matrix in the guest; summary in DIR")
     p.add_argument("--rate", type=int, default=30000, help="with --bench: offered frames/s")
     p.add_argument("--seconds", type=int, default=5, help="with --bench: window per layout")
+    p.add_argument("--kernel", choices=sorted(KERNELS), default="copy",
+                   help="the guest (target/vm/KERNEL, scripts/vmtest/build.sh KERNEL)")
     a = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("vmtest: needs root (namespaces, taps)")
-    for f in (os.path.join(VM, "vmlinuz"), os.path.join(VM, "initramfs.gz"), DATAPLANE):
+    vm = os.path.join(REPO, "target", "vm", a.kernel)
+    for f in (os.path.join(vm, "vmlinuz"), os.path.join(vm, "initramfs.gz"), DATAPLANE):
         if not os.path.exists(f):
             sys.exit(f"vmtest: {f} missing: run make vmtest (it builds the guest and the binaries)")
     t0 = time.time()
@@ -312,8 +325,8 @@ def main():
     all_ok = True
     for topo in a.topologies.split(","):
         s, c, t = map(int, topo.split("x"))
-        print(f"vmtest: booting {s} socket(s) x {c} core(s) x {t} thread(s), {s} NUMA node(s)", flush=True)
-        bed = Bed(argparse.Namespace(sockets=s, cores=c, threads=t, nodes=s,
+        print(f"vmtest: booting the {a.kernel} guest, {s} socket(s) x {c} core(s) x {t} thread(s), {s} NUMA node(s)", flush=True)
+        bed = Bed(argparse.Namespace(sockets=s, cores=c, threads=t, nodes=s, kernel=a.kernel,
                                      bench=f"{a.rate}x{a.seconds}" if a.bench else None))
         ok = False
         t1 = time.time()

@@ -89,10 +89,11 @@ fn check(v: &serde_json::Value, fault: &str) {
     );
     if fault == "stop" {
         // A silent dataplane is withdrawn only once its last healthy answer is 400 ms old
-        // (the hold: one slow scrape must not move flows), and that answer came at most one
-        // probe (100 ms) before the fault.
+        // (the hold: one slow scrape must not move flows), and that answer came one probe
+        // (100 ms) before the fault, or a little more on a loaded machine: 250 ms leaves that
+        // margin and still fails a 150 ms hold (withdrawn at about 170 ms).
         assert!(
-            withdraw >= 300.0,
+            withdraw >= 250.0,
             "{fault}: a's flows reached b {withdraw} ms after the stall, within the 400 ms hold"
         );
     }
@@ -111,7 +112,7 @@ fn check(v: &serde_json::Value, fault: &str) {
     }
     if fault == "bird" {
         // The dataplane was never withdrawn (its announcer saw it healthy): a comes back when
-        // the BGP session is up again (error wait 1 s, connect delay 1 s: config/fleet/).
+        // the BGP session is up again (error wait 1-2 s, connect delay 1 s: config/fleet/).
         assert!(
             f(v, "return_ms") < 8000.0,
             "{fault}: a carried traffic again only after {} ms",

@@ -13,6 +13,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KIND=${1:-copy}
+case "$KIND" in copy | zc) ;; *)
+    echo "vmtest: unknown guest kind $KIND (copy or zc)" >&2
+    exit 1
+    ;;
+esac
 OUT=target/vm/$KIND
 mkdir -p "$OUT" target/vm/cache
 if [ -s "$OUT/vmlinuz" ] && [ -s "$OUT/initramfs.gz" ] && [ "$OUT/initramfs.gz" -nt scripts/vmtest/init ]; then
@@ -34,21 +39,19 @@ zc)
     # trixie splits the kernel: linux-binary-* (the image) and linux-modules-*.
     pattern='^linux-binary-[0-9]+\.[0-9]+\.[0-9]+\+deb[0-9]+-amd64$'
     ;;
-*)
-    echo "vmtest: unknown guest kind $KIND (copy or zc)" >&2
-    exit 1
-    ;;
 esac
 newest() {
     { apt-cache "${APT[@]}" pkgnames 2>/dev/null || true; } | { grep -E "$pattern" || true; } | sort -V | tail -1
 }
 pkg=$(newest)
 if [ -z "$pkg" ]; then
-    apt-get "${APT[@]}" update -qq >/dev/null 2>&1 || true
+    # Its errors shown: an unreachable mirror, or (zc on a non-Debian host) no Debian
+    # archive keyring to check trixie-backports' signature with.
+    apt-get "${APT[@]}" update -qq >/dev/null || true
     pkg=$(newest)
 fi
 if [ -z "$pkg" ]; then
-    echo "vmtest: no package matching $pattern in the apt lists (is deb.debian.org reachable?)" >&2
+    echo "vmtest: no package matching $pattern in the apt lists (is deb.debian.org reachable, and debian-archive-keyring installed?)" >&2
     exit 1
 fi
 pkgs=("$pkg")

@@ -120,8 +120,9 @@ fn run(
     let t = Instant::now();
     fleet.wait_ready(Duration::from_secs(60))?;
     eprintln!(
-        "fleet: the upstream routes {} over both appliances ({:.1} s); traffic for {:.0} s",
+        "fleet: the upstream routes {} and {} over both appliances ({:.1} s); traffic for {:.0} s",
         dataplane::fleet::SERVICE_PREFIX,
+        dataplane::fleet::SERVICE_PREFIX6,
         t.elapsed().as_secs_f64(),
         duration.as_secs_f64()
     );

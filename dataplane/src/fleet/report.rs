@@ -78,7 +78,8 @@ pub struct Outcome {
     /// From the fault until every one of those flows arrived through b, ms (None: some never
     /// did).
     pub withdraw_ms: Option<f64>,
-    /// From the recovery until the first datagram arrived through a again, ms.
+    /// From the recovery until a datagram of each family a carried before arrived through a
+    /// again, ms.
     pub return_ms: Option<f64>,
     /// Forwarded pps per appliance over time.
     pub series: Vec<Bin>,
@@ -192,15 +193,31 @@ fn withdraw_ms(traffic: &Traffic, on_a: &[usize], fault: u64) -> Option<f64> {
         .try_fold(0.0f64, |m, t| t.map(|t| m.max(t)))
 }
 
-/// From the recovery until the first datagram arrived through a again (ms), and each
+/// From the recovery until a datagram of each family arrived through a again (ms), and each
 /// appliance's arrivals sent from 0.5 s after that.
 fn back_on_a(traffic: &Traffic, recover: u64) -> (Option<f64>, [u64; 2]) {
-    let back = traffic
-        .arrivals
-        .iter()
-        .filter(|a| a.via == Some(0) && a.sent_ns >= recover)
-        .map(|a| a.sent_ns)
-        .min();
+    // Per family: its first datagram through a after the recovery. a is back once every
+    // family it carried before is (the IPv4 and IPv6 BGP sessions come back on their own).
+    let first_back = |v6: bool| {
+        traffic
+            .arrivals
+            .iter()
+            .filter(|a| super::traffic::is_v6(a.flow) == v6)
+            .filter(|a| a.via == Some(0) && a.sent_ns >= recover)
+            .map(|a| a.sent_ns)
+            .min()
+    };
+    let ran = |v6: bool| {
+        traffic
+            .arrivals
+            .iter()
+            .any(|a| super::traffic::is_v6(a.flow) == v6 && a.via == Some(0) && a.sent_ns < recover)
+    };
+    let back = [false, true]
+        .into_iter()
+        .filter(|&v6| ran(v6))
+        .map(first_back)
+        .try_fold(0u64, |m, t| t.map(|t| m.max(t)));
     let mut after = [0u64; 2];
     if let Some(b) = back {
         for a in &traffic.arrivals {
@@ -302,7 +319,7 @@ impl Outcome {
             "\n| change | at | datagrams lost or late | as time of a's flows | how long |\n|---|---|---|---|---|\n\
              | (steady, before) | 0 s | {} | | |\n\
              | a {what} | {:.1} s | {} | {} | a's {} flows through b after {} |\n\
-             | a {undo} | {:.1} s | {} | | first through a again after {} |\n\
+             | a {undo} | {:.1} s | {} | | through a again (every family) after {} |\n\
              \nsent {}, arrived in time {}, lost {} ({:.3} %), of which {} arrived over 1 s late\n",
             self.lost_before,
             self.fault_at_s,

@@ -254,8 +254,9 @@ impl<Q: RingIo> Poller<Q> {
                 None => Err(DropReason::InvalidDescriptor),
             };
             walks |= parsed.as_ref().is_ok_and(Parsed::walks);
-            // Never full: a burst is at most `MAX_BATCH` descriptors, its capacity. Were it
-            // full, pass 2 would leave the rest undecided, not decide them wrongly.
+            // Never full: `self.burst` holds `MAX_BATCH` descriptors, `out`'s capacity, and
+            // `n` is at most that. (Were it full, the frames after would be neither staged
+            // nor freed, a leak: hence the two lengths are the same constant.)
             if out.try_push(parsed).is_err() {
                 break;
             }

@@ -1,5 +1,5 @@
-//! UDP datagrams with the interface they arrived on (IP_PKTINFO, IPV6_PKTINFO): the fleet lab tells which
-//! appliance forwarded a frame by the server's interface it came in on.
+//! UDP datagrams with the interface they arrived on (IP_PKTINFO, IPV6_PKTINFO): the fleet
+//! lab tells which appliance forwarded a frame by the server's interface it came in on.
 use std::io;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;

@@ -77,7 +77,8 @@ latency: build
 # Two appliances (dataplane + BIRD + `dataplane announce`) behind a BIRD upstream with ECMP and
 # BFD, in namespaces: 30 s of paced UDP flows, appliance a's dataplane stalled (SIGSTOP) at
 # 10 s and resumed at 20 s (FAULT=kill: SIGKILL and a restart; FAULT=link: its server link
-# down and up; FAULT=bird: its BIRD stalled, for BFD to notice); the table,
+# down and up; FAULT=bird: its BIRD stalled, for BFD to notice; FAULT=stale: its health
+# checks stopped while its endpoint answers); the table,
 # bench/out/fleet/fleet.svg and .json (docs/FLEET.md).
 fleet-demo: build
 	target/release/dataplane fleet-demo --fault $${FAULT:-stop} --out bench/out/fleet

@@ -50,6 +50,7 @@ enum FaultArg {
     Kill,
     Link,
     Bird,
+    Stale,
 }
 
 pub fn main(a: FleetArgs) -> Result<()> {
@@ -73,6 +74,7 @@ pub fn main(a: FleetArgs) -> Result<()> {
         FaultArg::Kill => Fault::Kill,
         FaultArg::Link => Fault::Link,
         FaultArg::Bird => Fault::Bird,
+        FaultArg::Stale => Fault::Stale,
     };
     let exe = std::env::current_exe().context("the dataplane binary's path")?;
     let mut fleet = Fleet::new(&a.prefix, &exe)?;

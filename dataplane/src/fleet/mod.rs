@@ -110,6 +110,10 @@ pub enum Fault {
     /// announced, but the box stops answering BFD and BGP, as a box whose control plane (or
     /// kernel) hangs. Only the upstream's BFD can notice (300 ms).
     Bird,
+    /// The dataplane's main thread (its health checks and reports) held stopped under ptrace,
+    /// then let go; its pollers forward and its metrics endpoint answers on: the health-check
+    /// count stands still, so the gauges are stale (the watcher withdraws after 1 s).
+    Stale,
 }
 
 impl Fault {
@@ -120,6 +124,7 @@ impl Fault {
             Fault::Kill => "kill",
             Fault::Link => "link",
             Fault::Bird => "bird",
+            Fault::Stale => "stale",
         }
     }
 }
@@ -167,6 +172,8 @@ pub struct Fleet {
     dataplanes: [Option<Child>; 2],
     /// Each appliance's announcer.
     announcers: Vec<Child>,
+    /// A dataplane main thread held by [`Fault::Stale`].
+    held: Option<crate::sys::ThreadHold>,
 }
 
 impl Fleet {
@@ -183,6 +190,7 @@ impl Fleet {
             birds: Vec::new(),
             dataplanes: [None, None],
             announcers: Vec::new(),
+            held: None,
         })
     }
 
@@ -419,6 +427,18 @@ impl Fleet {
             }
             Fault::Link => self.server_link(i, "down"),
             Fault::Bird => signal(self.bird(i)?, libc::SIGSTOP),
+            Fault::Stale => {
+                // The main thread's id is the process id.
+                let pid = self.dataplanes[i].as_ref().map_or(0, Child::id);
+                let hold = crate::sys::ThreadHold::stop(pid as libc::pid_t).map_err(|e| {
+                    FleetError::Command {
+                        cmd: format!("ptrace the main thread of dataplane {pid}"),
+                        why: e.to_string(),
+                    }
+                })?;
+                self.held = Some(hold);
+                Ok(())
+            }
         }
     }
 
@@ -444,6 +464,10 @@ impl Fleet {
             Fault::Kill => self.start_dataplane(i),
             Fault::Link => self.server_link(i, "up"),
             Fault::Bird => signal(self.bird(i)?, libc::SIGCONT),
+            Fault::Stale => {
+                self.held = None;
+                Ok(())
+            }
         }
     }
 
@@ -479,6 +503,7 @@ impl Fleet {
     /// Stops every process and removes the namespaces and files. Safe to call twice.
     pub fn down(&mut self) {
         // SIGKILL ends a stopped process too. The namespaces' deletion takes every route.
+        self.held = None;
         let mut children: Vec<Child> = self.announcers.drain(..).collect();
         children.extend(self.dataplanes.iter_mut().filter_map(Option::take));
         children.append(&mut self.birds);

@@ -302,6 +302,10 @@ impl Outcome {
             Fault::Kill => ("dataplane restarted", "dataplane SIGKILL"),
             Fault::Link => ("server link up", "server link down"),
             Fault::Bird => ("BIRD SIGCONT", "BIRD SIGSTOP (BFD silent)"),
+            Fault::Stale => (
+                "main thread let go",
+                "main thread held (health checks stale)",
+            ),
         };
         let mut s =
             format!(
@@ -359,6 +363,7 @@ impl Outcome {
                         Fault::Kill => "killed (SIGKILL)",
                         Fault::Link => "cut off from the servers",
                         Fault::Bird => "silent to BFD and BGP (BIRD SIGSTOP)",
+                        Fault::Stale => "with stale health checks (main thread held)",
                     },
                     self.fault_at_s,
                     self.recover_at_s

@@ -24,7 +24,7 @@ pub(crate) use netif::{interface_mac, interface_mtu, local_addresses, rx_queue_c
 pub use packet_socket::PacketSocket;
 pub(crate) use packet_socket::{FrameSender, SEND_BATCH_MAX};
 pub(crate) use thread::{current_thread_affinity, set_fifo, set_thread_affinity, set_timer_slack};
-pub use thread::{gettid, pin_current_thread, set_sched_idle, thread_cpu_ns};
+pub use thread::{gettid, pin_current_thread, set_sched_idle, thread_cpu_ns, ThreadHold};
 pub(crate) use udp::{enable_pktinfo, recv_with_ifindex};
 pub(crate) use xdp::{
     force_rcvbuf, poll_readable, pollfd_in, xdp_link_create, xsk_is_zerocopy, xsk_set_tx_budget,

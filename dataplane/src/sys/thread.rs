@@ -94,3 +94,50 @@ pub fn thread_cpu_ns(pid: u32, tid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
     s.split_whitespace().next()?.parse().ok()
 }
+
+/// One thread of another process held stopped under ptrace (PTRACE_SEIZE, then
+/// PTRACE_INTERRUPT), its other threads running on: the fleet lab stalls a dataplane's main
+/// thread this way. Released (PTRACE_DETACH, and the thread runs on) when dropped. Linux
+/// requires every ptrace request to come from the thread that seized it, so a hold is not
+/// `Send`.
+#[derive(Debug)]
+pub struct ThreadHold {
+    tid: libc::pid_t,
+    /// Not Send: ptrace's tracer is a thread.
+    _tracer: std::marker::PhantomData<*const ()>,
+}
+
+impl ThreadHold {
+    /// Stops thread `tid` (of another process) and waits until it is stopped.
+    pub fn stop(tid: libc::pid_t) -> Result<ThreadHold, SyscallError> {
+        let null = std::ptr::null_mut::<libc::c_void>();
+        // SAFETY: PTRACE_SEIZE takes no memory from us (addr and data are null).
+        if unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, null, null) } != 0 {
+            return Err(SyscallError::last("ptrace(PTRACE_SEIZE)"));
+        }
+        let hold = ThreadHold {
+            tid,
+            _tracer: std::marker::PhantomData,
+        };
+        // SAFETY: as above; the thread is ours to trace now.
+        if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, null, null) } != 0 {
+            return Err(SyscallError::last("ptrace(PTRACE_INTERRUPT)"));
+        }
+        let mut status = 0;
+        // SAFETY: `status` is a valid, writable int; __WALL waits for a thread that is not a
+        // child of ours.
+        if unsafe { libc::waitpid(tid, &mut status, libc::__WALL) } != tid {
+            return Err(SyscallError::last("waitpid(traced thread)"));
+        }
+        Ok(hold)
+    }
+}
+
+impl Drop for ThreadHold {
+    fn drop(&mut self) {
+        let null = std::ptr::null_mut::<libc::c_void>();
+        // SAFETY: this thread seized `tid` (ThreadHold is not Send), so it may detach it; no
+        // memory is passed. A thread that has exited since makes this fail harmlessly.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, null, null) };
+    }
+}

@@ -1,9 +1,11 @@
 //! The end of a poller: drain its rings after the stop and account for every UMEM frame
-//! (`free + fill + tx + completion + rx = total`), with each socket's kernel statistics.
+//! (`free + fill + tx + completion + rx + held = total`, `held` being what the sockets' kernel
+//! side keeps out of sight, counted per socket), with each socket's kernel statistics; then
+//! close the sockets and take every frame back.
 use std::time::{Duration, Instant};
 
 use super::Poller;
-use crate::port::rings::{RingIo, RingStats};
+use crate::port::rings::{RingIo, RingStats, SocketFrames};
 
 /// Where every UMEM frame was when the poller stopped.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
@@ -20,17 +22,37 @@ pub struct FrameCount {
     pub completion: u64,
     /// On RX rings, not yet read.
     pub rx: u64,
+    /// Taken by a socket's kernel side and on no ring: a zero-copy driver's posted receive
+    /// buffers, the pool's cache in copy mode. Counted from what each socket was given and
+    /// gave back, not inferred from the other terms.
+    pub held: u64,
+    /// Frames taken back once the sockets were closed (all but `free`, when nothing is lost).
+    pub reclaimed: u64,
+    /// The free list after that: `total` when every frame came home.
+    pub free_after_close: u64,
 }
 
 impl FrameCount {
-    /// Frames seen in some ring or list.
+    /// Frames seen in some ring, list or socket.
     pub fn accounted(&self) -> u64 {
-        self.free + self.fill + self.tx + self.completion + self.rx
+        self.free + self.fill + self.tx + self.completion + self.rx + self.held
     }
-    /// Frames taken from a fill ring that the kernel has not handed back (its pool cache, or
-    /// lost). Zero after a clean drain.
-    pub(crate) fn held_by_kernel(&self) -> u64 {
-        self.total.saturating_sub(self.accounted())
+
+    /// True when every frame was in exactly one place, and the close took back exactly what
+    /// the sockets held, and so every frame (a frame the poller lost carries the tag of the
+    /// socket it last went to, so the close finds it too: one more than the sockets held).
+    pub fn whole(&self) -> bool {
+        self.accounted() == self.total
+            && self.reclaimed == self.total - self.free
+            && self.free_after_close == self.total
+    }
+
+    fn add(&mut self, f: SocketFrames) {
+        self.fill += u64::from(f.fill);
+        self.completion += u64::from(f.completion);
+        self.tx += u64::from(f.tx);
+        self.rx += u64::from(f.rx);
+        self.held += u64::from(f.held);
     }
 }
 
@@ -58,14 +80,26 @@ pub struct PollerReport {
 }
 
 impl<Q: RingIo> Poller<Q> {
-    /// Drains rings after the stop (the XDP programs are already detached) and counts where
-    /// every frame is.
+    /// Drains rings after the stop (the XDP programs are already detached), counts where
+    /// every frame is, closes the sockets and takes back every frame they held.
     pub(super) fn finish(mut self, id: usize) -> PollerReport {
-        self.drain(id)
+        let mut report = self.drain(id);
+        let sockets = self.queues.len();
+        self.queues.clear();
+        let mut reclaimed = 0;
+        for i in 0..sockets {
+            #[allow(clippy::cast_possible_truncation)] // setup caps sockets at MAX_SOCKETS
+            let socket = i as u16;
+            reclaimed += self.owners.reclaim(socket, &mut self.free);
+        }
+        report.frames.reclaimed = reclaimed;
+        report.frames.free_after_close = self.free.len() as u64;
+        report
     }
 
-    /// What [`Poller::finish`] does, leaving the poller in place (the in-memory harness reads
-    /// its emulated ports afterwards).
+    /// Drains the rings and counts where every frame is, leaving the poller in place (the
+    /// in-memory harness reads its emulated ports afterwards). Nothing is closed, so
+    /// `reclaimed` is 0 and `free_after_close` is the free list now.
     pub(super) fn drain(&mut self, id: usize) -> PollerReport {
         let deadline = Instant::now() + Duration::from_millis(300);
         loop {
@@ -107,26 +141,17 @@ impl<Q: RingIo> Poller<Q> {
         let mut frames = FrameCount {
             total: u64::from(self.area.frames()),
             free: self.free.len() as u64,
+            free_after_close: self.free.len() as u64,
             ..FrameCount::default()
         };
         let mut sockets = Vec::new();
         for q in &self.queues {
-            frames.fill += u64::from(q.fill_pending());
-            frames.completion += u64::from(q.completions_available());
-            frames.tx += u64::from(q.tx_pending());
-            frames.rx += u64::from(q.rx_available());
+            frames.add(q.frames());
             sockets.push(SocketStats {
                 port: q.port(),
                 queue: q.queue(),
                 kernel: q.stats().unwrap_or_default(),
             });
-        }
-        // The dead sockets of recreated interfaces: what their rings still hold.
-        for q in &self.retired {
-            frames.fill += u64::from(q.fill_pending());
-            frames.completion += u64::from(q.completions_available());
-            frames.tx += u64::from(q.tx_pending());
-            frames.rx += u64::from(q.rx_available());
         }
         PollerReport {
             id,

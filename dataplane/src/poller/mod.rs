@@ -19,6 +19,7 @@ use crate::fib::TableReader;
 use crate::forward::Forwarder;
 use crate::packet::DropReason;
 use crate::poller::stats::{Counter, PollerStats};
+use crate::port::ownership::Owners;
 use crate::port::rings::RingIo;
 use crate::port::umem::{Area, FreeList};
 use crate::sys;
@@ -61,14 +62,14 @@ struct Stage {
 /// go before the memory they point into.
 struct Poller<Q: RingIo> {
     queues: Vec<Q>,
-    /// Sockets of deleted interfaces, replaced by new ones: unpolled, kept until the poller
-    /// stops (their rings' frames are accounted for then).
-    retired: Vec<Q>,
     /// What must outlive the rings and go before the area (the AF_XDP UMEM registration),
     /// and binds new sockets on it.
     registration: Box<dyn Registration<Q>>,
     area: Area,
     free: FreeList,
+    /// Which socket (index in `queues`) each frame was last given to: what finds the frames
+    /// a socket's kernel side keeps out of sight once the socket is gone.
+    owners: Owners,
     stages: Box<[Stage]>,
     burst: Box<[XdpDesc; MAX_BATCH]>,
     fwd: Arc<Forwarder>,
@@ -277,8 +278,11 @@ impl<Q: RingIo> Poller<Q> {
                 sent += n;
             }
             let mut bytes = 0u64;
+            #[allow(clippy::cast_possible_truncation)] // setup caps sockets at MAX_SOCKETS
+            let socket = i as u16;
             for d in staged.iter().take(sent) {
                 bytes += u64::from(d.len);
+                self.owners.give(d.addr, socket);
             }
             for d in staged.iter().skip(sent) {
                 self.free.push(d.addr & self.frame_mask);
@@ -366,8 +370,17 @@ impl<Q: RingIo> Poller<Q> {
             if left == 0 {
                 break;
             }
-            let free = &mut self.free;
-            let got = q.fill(left, std::iter::from_fn(|| free.pop()));
+            let (free, owners) = (&mut self.free, &mut self.owners);
+            #[allow(clippy::cast_possible_truncation)] // setup caps sockets at MAX_SOCKETS
+            let socket = i as u16;
+            let got = q.fill(
+                left,
+                std::iter::from_fn(|| {
+                    let a = free.pop()?;
+                    owners.give(a, socket);
+                    Some(a)
+                }),
+            );
             if got == 0 {
                 break;
             }

@@ -1,9 +1,10 @@
 //! A recreated interface, picked up without a restart: the run's main thread asks each poller
 //! to reopen its sockets on the new device; the poller, at a batch boundary, takes back what
 //! the dead socket's RX and completion rings still hold, binds a new socket on its own UMEM,
-//! stocks its fill ring and answers with the new descriptor (for the steering program's
-//! XSKMAP). The dead socket is kept, unpolled, until the poller stops, so the frames it still
-//! holds (its fill and TX rings) are accounted for there.
+//! closes the dead one and takes back every other frame it held (on its fill and TX rings, and
+//! out of sight in the driver: [`crate::port::ownership`]), stocks the new fill ring and
+//! answers with the new descriptor (for the steering program's XSKMAP). So an interface
+//! recreated any number of times leaves the poller's free list whole.
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use std::sync::mpsc::Sender;
 
@@ -68,7 +69,7 @@ impl<Q: RingIo> Poller<Q> {
     }
 
     #[cold]
-    fn reopen_port(&mut self, req: &ReopenRequest) {
+    pub(super) fn reopen_port(&mut self, req: &ReopenRequest) {
         for i in 0..self.queues.len() {
             if self.queues.get(i).map(RingIo::port) != Some(req.port) {
                 continue;
@@ -90,8 +91,8 @@ impl<Q: RingIo> Poller<Q> {
                         (self.queues.get_mut(i), self.pollfds.get_mut(i))
                     {
                         let dead = std::mem::replace(slot, new);
-                        self.retired.push(dead);
                         *pfd = sys::pollfd_in(fd);
+                        self.reclaim(i, dead);
                     }
                     self.refill(i);
                     Ok(fd)
@@ -109,10 +110,23 @@ impl<Q: RingIo> Poller<Q> {
         }
     }
 
+    /// Closes `dead`, the socket that was `i` (its interface is gone, so nothing in the
+    /// kernel uses its frames any more), and takes back every frame still given to it.
+    /// Its counts say how many that must be; a difference is counted as misplaced.
+    fn reclaim(&mut self, i: usize, dead: Q) {
+        let expected = dead.frames().total();
+        drop(dead);
+        #[allow(clippy::cast_possible_truncation)] // setup caps sockets at MAX_SOCKETS
+        let found = self.owners.reclaim(i as u16, &mut self.free);
+        self.stats.add(Counter::FramesReclaimed, found);
+        self.stats
+            .add(Counter::FramesMisplaced, found.abs_diff(expected));
+    }
+
     /// Takes back what socket `i`'s RX and completion rings hold: received frames are
     /// counted, and dropped as `link_down` (their port was gone); completed ones are free.
-    /// Frames still on its TX ring never left: `tx_lost`, and `link_down` drops. (Those
-    /// stay with the dead socket, as do its fill ring's.)
+    /// Frames still on its TX ring never left: `tx_lost`, and `link_down` drops (the frames
+    /// themselves come back in [`Poller::reclaim`], with its fill ring's).
     fn take_back(&mut self, i: usize) {
         let Some(q) = self.queues.get_mut(i) else {
             return;

@@ -13,6 +13,7 @@ use super::ratelimit::TokenBucket;
 use super::{Poller, Stage, MAX_BATCH};
 use crate::forward::Forwarder;
 use crate::poller::stats::PollerStats;
+use crate::port::ownership::{Owners, MAX_SOCKETS};
 use crate::port::rings::RingIo;
 use crate::port::umem::Area;
 use crate::port::xsk::{self, QueueRings, RingSizes, SocketSpec};
@@ -120,6 +121,16 @@ pub(crate) struct Ready {
 /// Setup failures inside a poller thread.
 #[derive(Debug, thiserror::Error)]
 pub enum PollerError {
+    /// More sockets than a poller can tell apart (its frames carry a 16-bit owner tag).
+    #[error("poller {id}: {sockets} sockets, at most {max} per poller")]
+    TooManySockets {
+        /// Poller.
+        id: usize,
+        /// Sockets asked for.
+        sockets: usize,
+        /// The most.
+        max: usize,
+    },
     /// The table has no free reader slot of this poller's number.
     #[error("poller {id}: the forwarding table has no free reader slot {id}")]
     ReaderSlot {
@@ -231,6 +242,13 @@ impl<Q: RingIo> Poller<Q> {
         fwd: Arc<Forwarder>,
         stats: Arc<PollerStats>,
     ) -> Result<Poller<Q>, PollerError> {
+        if queues.len() > MAX_SOCKETS {
+            return Err(PollerError::TooManySockets {
+                id: spec.id,
+                sockets: queues.len(),
+                max: MAX_SOCKETS,
+            });
+        }
         let reader = fwd
             .table()
             .reader(spec.id)
@@ -244,9 +262,9 @@ impl<Q: RingIo> Poller<Q> {
             .collect();
         Ok(Poller {
             queues,
-            retired: Vec::new(),
             registration,
             free: area.full_free_list(),
+            owners: Owners::new(area.frames(), area.frame_size()),
             stages,
             burst: Box::new([XdpDesc::default(); MAX_BATCH]),
             fwd,

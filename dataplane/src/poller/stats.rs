@@ -59,10 +59,16 @@ pub enum Counter {
     /// interface that was deleted (`link_down` drops, counted when the port's sockets are
     /// reopened on the interface created again).
     TxLost,
+    /// Frames taken back from a socket that went away (its interface was deleted and created
+    /// again): those on its fill and TX rings and those its kernel side held out of sight.
+    FramesReclaimed,
+    /// Frames such a reclaim found more or fewer of than the socket's counts said it held:
+    /// always 0 unless a frame was lost or given out twice.
+    FramesMisplaced,
 }
 
 /// Number of [`Counter`] slots.
-pub(crate) const COUNTERS: usize = 19;
+pub(crate) const COUNTERS: usize = 21;
 /// Names of the [`Counter`] slots, in order.
 pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "rx_packets",
@@ -84,6 +90,8 @@ pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "frag_ok",
     "frag_creates",
     "tx_lost",
+    "frames_reclaimed",
+    "frames_misplaced",
 ];
 /// One line on what each [`Counter`] counts, in order (the metrics' help texts).
 pub(crate) const COUNTER_HELP: [&str; COUNTERS] = [
@@ -106,6 +114,8 @@ pub(crate) const COUNTER_HELP: [&str; COUNTERS] = [
     "IPv4 packets without DF fragmented to fit the egress MTU (RFC 4293 OutFragOKs).",
     "IPv4 fragments sent for them, the first included (RFC 4293 OutFragCreates).",
     "Frames put on a TX ring whose interface was deleted before sending them (also link_down drops).",
+    "Frames taken back from the sockets of a deleted interface (fill and TX rings, and what the driver held).",
+    "Frames a reclaim found more or fewer of than the socket's counts said it held (0 unless a frame was lost).",
 ];
 /// RX burst-size buckets: bucket `b` counts bursts of `2^b ..= 2^(b+1) - 1` frames (the last,
 /// 256). VPP's "vectors per call", as a distribution.
@@ -354,7 +364,7 @@ mod tests {
         assert_eq!(t.total_drops(), 4);
         assert_eq!(t.delta(&s), s);
         assert_eq!(s.drops_line(), "no_route=2");
-        assert_eq!(COUNTER_NAMES.len(), Counter::TxLost as usize + 1);
+        assert_eq!(COUNTER_NAMES.len(), Counter::FramesMisplaced as usize + 1);
     }
 
     #[test]

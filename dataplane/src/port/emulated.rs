@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use xdpilone::xdp::XdpDesc;
 
-use crate::port::rings::{RingIo, RingStats};
+use crate::port::rings::{RingIo, RingStats, SocketFrames};
 use crate::port::umem::Area;
 
 /// Where the emulated port puts a received frame in its buffer: after the same 256-byte
@@ -134,6 +134,9 @@ pub(crate) struct Faults {
     /// runs past the end of the frame (the frame itself is the poller's to recycle) and an
     /// address past the UMEM (the port keeps that frame: [`MemCounters::held`]).
     pub bad_every: u64,
+    /// Keep this many frames taken off the fill ring and posted, out of sight, as a
+    /// zero-copy driver keeps its receive queue stocked (they never come back on a ring).
+    pub posted: u32,
 }
 
 /// What the emulated port did.
@@ -171,6 +174,8 @@ pub struct MemQueue {
     capture: usize,
     counters: MemCounters,
     stats: RingStats,
+    /// Frames posted out of sight ([`Faults::posted`]).
+    posted: Vec<u64>,
 }
 
 impl MemQueue {
@@ -194,6 +199,7 @@ impl MemQueue {
             capture: 0,
             counters: MemCounters::default(),
             stats: RingStats::default(),
+            posted: Vec::new(),
         }
     }
 
@@ -208,6 +214,13 @@ impl MemQueue {
         self.budget = frames;
         self.done = Some(done);
         self
+    }
+
+    /// Delivers `frames` more frames, then raises `done` (tests that run the loop in steps).
+    #[cfg(test)]
+    pub(crate) fn more(&mut self, frames: u64, done: Arc<AtomicBool>) {
+        self.budget = frames;
+        self.done = Some(done);
     }
 
     /// Injects `faults`.
@@ -233,6 +246,9 @@ impl MemQueue {
     #[inline]
     #[allow(unsafe_code)]
     fn receive_frames(&mut self, area: &mut Area, want: usize) {
+        if self.posted.len() < self.faults.posted as usize {
+            self.post();
+        }
         let Some(traffic) = self.traffic.as_deref() else {
             return;
         };
@@ -307,6 +323,17 @@ impl MemQueue {
             if let Some(done) = &self.done {
                 done.store(true, Relaxed);
             }
+        }
+    }
+
+    /// Takes fill entries out of sight until [`Faults::posted`] are posted.
+    #[cold]
+    fn post(&mut self) {
+        while self.posted.len() < self.faults.posted as usize {
+            let Some(base) = self.fill.pop() else {
+                break;
+            };
+            self.posted.push(base);
         }
     }
 
@@ -432,6 +459,18 @@ impl RingIo for MemQueue {
         false
     }
     fn fill_wake(&mut self) {}
+
+    fn frames(&self) -> SocketFrames {
+        SocketFrames {
+            fill: self.fill.len(),
+            rx: self.rx.len(),
+            tx: self.tx.len(),
+            completion: self.completion.len(),
+            held: u32::try_from(self.counters.held)
+                .unwrap_or(u32::MAX)
+                .saturating_add(u32::try_from(self.posted.len()).unwrap_or(u32::MAX)),
+        }
+    }
 
     fn stats(&self) -> Option<RingStats> {
         Some(self.stats)

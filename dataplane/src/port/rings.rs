@@ -9,6 +9,7 @@
 
 pub use xdpilone::xdp::XdpDesc;
 
+pub use crate::port::ownership::SocketFrames;
 use crate::port::umem::Area;
 
 /// Per-socket counters of the kind the kernel keeps (XDP_STATISTICS).
@@ -72,6 +73,10 @@ pub trait RingIo: 'static {
     fn fill_needs_wakeup(&self) -> bool;
     /// Wakes the device for the fill ring.
     fn fill_wake(&mut self);
+
+    /// Where this socket's frames are now: on each ring, or held by the device out of sight
+    /// (see [`crate::port::ownership`]).
+    fn frames(&self) -> SocketFrames;
 
     /// The device's counters for this queue, if it keeps any.
     fn stats(&self) -> Option<RingStats>;

@@ -92,6 +92,11 @@ impl FreeList {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
+
+    /// The base addresses on the list now.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        self.buf.iter().take(self.len).copied()
+    }
 }
 
 /// The UMEM area: `frames` frames of `frame_size` bytes.

@@ -14,6 +14,7 @@ use xdpilone::{DeviceQueue, IfInfo, RingRx, RingTx, Socket, SocketConfig, Umem, 
 
 use xdpilone::xdp::XdpDesc;
 
+use crate::port::ownership::{Ledger, SocketFrames};
 use crate::port::rings::{RingIo, RingStats};
 use crate::port::umem::Area;
 
@@ -49,6 +50,8 @@ pub(crate) struct QueueRings {
     /// Bound in copy mode: a kick's EBUSY is a frame the device refused (see
     /// [`RingIo::tx_wake`]); a zero-copy driver's wakeup errors mean other things.
     pub copy_mode: bool,
+    /// Frames given to and returned by this socket (the count of what its kernel side holds).
+    ledger: Ledger,
 }
 
 impl QueueRings {
@@ -90,6 +93,10 @@ impl RingIo for QueueRings {
             }
         }
         reader.release();
+        #[allow(clippy::cast_possible_truncation)] // at most the ring's size
+        {
+            self.ledger.received = self.ledger.received.wrapping_add(n as u32);
+        }
         n
     }
     fn rx_available(&self) -> u32 {
@@ -102,9 +109,10 @@ impl RingIo for QueueRings {
             .tx
             .transmit(u32::try_from(descs.len()).unwrap_or(u32::MAX));
         let cap = w.capacity() as usize;
-        let n = w.insert(descs.iter().copied().take(cap)) as usize;
+        let n = w.insert(descs.iter().copied().take(cap));
         w.commit();
-        n
+        self.ledger.sent = self.ledger.sent.wrapping_add(n);
+        n as usize
     }
     #[inline]
     fn tx_pending(&self) -> u32 {
@@ -148,6 +156,7 @@ impl RingIo for QueueRings {
             n += 1;
         }
         c.release();
+        self.ledger.completed = self.ledger.completed.wrapping_add(n);
         n
     }
     fn completions_available(&self) -> u32 {
@@ -160,6 +169,7 @@ impl RingIo for QueueRings {
         let cap = w.capacity() as usize;
         let got = w.insert(frames.take(cap));
         w.commit();
+        self.ledger.filled = self.ledger.filled.wrapping_add(got);
         got
     }
     #[inline]
@@ -173,6 +183,15 @@ impl RingIo for QueueRings {
     #[inline]
     fn fill_wake(&mut self) {
         self.fq_cq.wake();
+    }
+
+    fn frames(&self) -> SocketFrames {
+        self.ledger.frames(
+            self.fq_cq.pending(),
+            self.rx.available(),
+            self.tx.pending(),
+            self.fq_cq.available(),
+        )
     }
 
     fn stats(&self) -> Option<RingStats> {
@@ -303,6 +322,7 @@ fn bind_one(
         port: s.port,
         queue: s.queue,
         copy_mode,
+        ledger: Ledger::default(),
     })
 }
 

@@ -421,7 +421,7 @@ pub(super) fn summary(
     pollers: Vec<Snapshot>,
     c: Collected,
 ) -> RunSummary {
-    let frames_ok = c.reports.iter().all(|r| r.frames.held_by_kernel() == 0);
+    let frames_ok = c.reports.iter().all(|r| r.frames.whole());
     let totals = Snapshot::sum(pollers.iter());
     let drops_by_reason = DropReason::ALL
         .iter()
@@ -469,7 +469,7 @@ impl RunSummary {
         for r in &self.reports {
             let f = &r.frames;
             s.push_str(&format!(
-                "poller {} frames: total {} = free {} + fill {} + tx {} + completion {} + rx {}{}\n",
+                "poller {} frames: total {} = free {} + fill {} + tx {} + completion {} + rx {} + held by the kernel {}{}; after closing: {} reclaimed, {} free{}\n",
                 r.id,
                 f.total,
                 f.free,
@@ -477,9 +477,17 @@ impl RunSummary {
                 f.tx,
                 f.completion,
                 f.rx,
-                match f.held_by_kernel() {
-                    0 => String::from(" (all accounted for)"),
-                    n => format!(" + {n} held by the kernel's pool cache"),
+                f.held,
+                match f.total.abs_diff(f.accounted()) {
+                    0 => String::new(),
+                    n => format!(" (NOT ACCOUNTED: {n})"),
+                },
+                f.reclaimed,
+                f.free_after_close,
+                if f.free_after_close == f.total {
+                    " (all home)"
+                } else {
+                    " (FRAMES MISSING)"
                 }
             ));
             for k in &r.sockets {

@@ -127,6 +127,16 @@ fn l3fwd_forwards_exactly_the_routable_mix_and_ping_still_works() {
     assert_eq!(counter(&s, Counter::IcmpSent), 4, "{s}");
     assert_eq!(counter(&s, Counter::TxPackets), 100 + from_sink + 4, "{s}");
     assert_frames_accounted(&s);
+    // How the kernel said the programs were attached: native, ours, and veth offers no
+    // zero-copy (so the sockets bound in copy mode).
+    let attached = s["attached"].as_array().expect("attached");
+    assert_eq!(attached.len(), 2, "{s}");
+    for a in attached {
+        assert_eq!(a["mode"], "native", "{a}");
+        assert_eq!(a["ours"], true, "{a}");
+        assert_eq!(a["xsk_zerocopy"], false, "{a}");
+    }
+    assert_eq!(s["setup"][0]["zerocopy"], false);
     assert!(
         !has_xdp(&t.dut_ns(), &t.dut_in()) && !has_xdp(&t.dut_ns(), &t.dut_out()),
         "XDP left attached"
@@ -317,6 +327,36 @@ fn bad_config_is_refused_before_anything_is_attached() {
         !has_xdp(&t.dut_ns(), &t.dut_in()) && !has_xdp(&t.dut_ns(), &t.dut_out()),
         "nothing may be attached"
     );
+}
+
+/// `socket_mode = "zerocopy"` on veth, whose driver has no zero-copy: the run refuses to start,
+/// naming the bind and the kernel's errno, and attaches nothing. `copy` forces copy mode.
+#[test]
+fn zero_copy_asked_for_where_the_driver_has_none_refuses_with_the_kernels_reason() {
+    if !root_or_skip("socket_mode zerocopy on veth") {
+        return;
+    }
+    let bed = Bed::up("tzc", 1);
+    let t = &bed.0;
+    let good = l3_config(t, &[(None, vec![0])]);
+    let zc = good.replace(
+        "batch_size = 64",
+        "batch_size = 64\nsocket_mode = \"zerocopy\"",
+    );
+    let (ok, e) = run_once(&bed, "zc", &zc, &[]);
+    assert!(!ok, "zero-copy on veth must fail: {e}");
+    assert!(
+        e.contains("zero-copy") && e.contains(&t.dut_in()) && e.contains("os error"),
+        "{e}"
+    );
+    assert!(
+        !has_xdp(&t.dut_ns(), &t.dut_in()) && !has_xdp(&t.dut_ns(), &t.dut_out()),
+        "nothing may be attached"
+    );
+    let copy = good.replace("batch_size = 64", "batch_size = 64\nsocket_mode = \"copy\"");
+    let (ok, e) = run_once(&bed, "copy", &copy, &[]);
+    assert!(ok, "{e}");
+    assert!(e.contains("copy mode (socket_mode = \"copy\")"), "{e}");
 }
 
 #[test]

@@ -57,6 +57,31 @@ pub enum Idle {
     Adaptive,
 }
 
+/// How the AF_XDP sockets bind: the data path a real NIC takes (zero-copy: the NIC writes
+/// into the UMEM) or the one every driver has (copy: the kernel copies each frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SocketMode {
+    /// Zero-copy where the driver offers it, else copy (the kernel's own choice).
+    #[default]
+    Auto,
+    /// Copy, even where zero-copy is offered.
+    Copy,
+    /// Zero-copy, or refuse to start with the kernel's reason.
+    Zerocopy,
+}
+
+impl SocketMode {
+    /// The name in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            SocketMode::Auto => "auto",
+            SocketMode::Copy => "copy",
+            SocketMode::Zerocopy => "zerocopy",
+        }
+    }
+}
+
 /// Parses `aa:bb:cc:dd:ee:ff` (surrounding whitespace allowed, as sysfs writes a newline).
 pub fn parse_mac(s: &str) -> Option<MacAddr> {
     let mut mac = [0u8; 6];

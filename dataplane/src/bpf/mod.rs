@@ -101,6 +101,38 @@ fn mode_name(generic: bool) -> &'static str {
     }
 }
 
+/// How an interface's XDP program is attached, as the kernel reports it (`bpf_xdp_query`,
+/// the netlink IFLA_XDP attributes): read back, never inferred from what was asked for.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Attached {
+    /// Interface.
+    pub ifname: String,
+    /// `native` (in the driver), `generic` (skb), `offload`, `multi`, or `none`.
+    pub mode: &'static str,
+    /// The attached program's id (in its mode).
+    pub prog_id: u32,
+    /// True when that is this steering program.
+    pub ours: bool,
+    /// The driver offers AF_XDP zero-copy (the `xsk-zerocopy` XDP feature).
+    pub xsk_zerocopy: bool,
+    /// Most buffers per packet a zero-copy socket may take (1: no multi-buffer).
+    pub zc_max_segs: u32,
+}
+
+/// `XDP_ATTACHED_*` (linux/if_link.h) by value.
+fn attach_mode_name(mode: u8) -> &'static str {
+    match mode {
+        0 => "none",
+        1 => "native",
+        2 => "generic",
+        3 => "offload",
+        _ => "multi",
+    }
+}
+
+/// `NETDEV_XDP_ACT_XSK_ZEROCOPY` (linux/netdev.h).
+const XDP_ACT_XSK_ZEROCOPY: u64 = 1 << 3;
+
 /// The steering program of one interface, with its own XSKMAP.
 pub struct Steer {
     skel: skel::steer::SteerSkel<'static>,
@@ -211,6 +243,38 @@ impl Steer {
         let fd = self.skel.progs.xdp_steer.as_fd().as_raw_fd();
         self.link = Some(attach(fd, &self.ifname, generic)?);
         Ok(())
+    }
+
+    /// How the kernel says the interface's XDP program is attached now.
+    pub(crate) fn attached(&self) -> Result<Attached, BpfError> {
+        let fd = self.skel.progs.xdp_steer.as_fd();
+        let ifindex = sys::if_index(&self.ifname).map_err(|source| BpfError::Attach {
+            ifname: self.ifname.clone(),
+            mode: "query",
+            source,
+        })?;
+        let q = libbpf_rs::Xdp::new(fd)
+            .query(
+                i32::try_from(ifindex).unwrap_or(i32::MAX),
+                libbpf_rs::XdpFlags::NONE,
+            )
+            .map_err(lb(format!("bpf_xdp_query on {}", self.ifname)))?;
+        let ours =
+            libbpf_rs::Program::id_from_fd(fd).map_err(lb("reading the steering program's id"))?;
+        let prog_id = match q.attach_mode {
+            1 => q.drv_prog_id,
+            2 => q.skb_prog_id,
+            3 => q.hw_prog_id,
+            _ => q.prog_id,
+        };
+        Ok(Attached {
+            ifname: self.ifname.clone(),
+            mode: attach_mode_name(q.attach_mode),
+            prog_id,
+            ours: prog_id != 0 && prog_id == ours,
+            xsk_zerocopy: q.feature_flags & XDP_ACT_XSK_ZEROCOPY != 0,
+            zc_max_segs: q.xdp_zc_max_segs,
+        })
     }
 
     /// Detaches (closes the link). Idempotent.

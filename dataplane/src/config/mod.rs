@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::types::{Idle, Mode};
+use crate::types::{Idle, Mode, SocketMode};
 use crate::types::{Neighbour, Route};
 
 mod routes;
@@ -85,6 +85,10 @@ pub struct DataplaneSection {
     /// XDP attach mode.
     #[serde(default)]
     pub xdp_mode: XdpMode,
+    /// How the AF_XDP sockets bind: `auto` (zero-copy where the driver offers it), `copy`,
+    /// or `zerocopy` (refuse to start unless every socket binds zero-copy).
+    #[serde(default)]
+    pub socket_mode: SocketMode,
     /// Idle behaviour: `sleep`, `busy` or `adaptive`.
     #[serde(default)]
     pub idle: Idle,

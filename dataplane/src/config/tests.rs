@@ -115,6 +115,22 @@ fn bad_configs_name_the_key_and_value() {
         e.contains("dataplane.align") && e.contains("offset:64"),
         "{e}"
     );
+    let e = err(&GOOD.replace(
+        "mode = \"l3fwd\"",
+        "mode = \"l3fwd\"\nsocket_mode = \"fast\"",
+    ));
+    assert!(e.contains("socket_mode") || e.contains("fast"), "{e}");
+    for m in ["auto", "copy", "zerocopy"] {
+        let c = Config::parse(
+            &GOOD.replace(
+                "mode = \"l3fwd\"",
+                &format!("mode = \"l3fwd\"\nsocket_mode = \"{m}\""),
+            ),
+            "t",
+        )
+        .expect("socket_mode");
+        assert_eq!(c.dataplane.socket_mode.name(), m);
+    }
     let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"l3fwd\"\nmemory = \"far\""));
     assert!(e.contains("far"), "{e}");
     let e = err(&GOOD.replace("mode = \"l3fwd\"", "mode = \"l3fwd\"\nbatch_size = 0"));

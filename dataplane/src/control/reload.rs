@@ -80,6 +80,7 @@ pub(crate) fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
     check("dataplane.routes", a.routes == b.routes);
     check("dataplane.batch_size", a.batch_size == b.batch_size);
     check("dataplane.xdp_mode", a.xdp_mode == b.xdp_mode);
+    check("dataplane.socket_mode", a.socket_mode == b.socket_mode);
     check("dataplane.idle", a.idle == b.idle);
     check("dataplane.idle_spin_us", a.idle_spin_us == b.idle_spin_us);
     check("dataplane.ring_size", a.ring_size == b.ring_size);

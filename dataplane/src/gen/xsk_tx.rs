@@ -89,6 +89,7 @@ impl XskSender {
             RingSizes {
                 entries: RING,
                 tx_kick_budget: 0,
+                mode: crate::types::SocketMode::Auto,
                 headroom: 0,
             },
         )?;

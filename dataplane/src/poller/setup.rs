@@ -18,7 +18,7 @@ use crate::port::rings::RingIo;
 use crate::port::umem::Area;
 use crate::port::xsk::{self, QueueRings, RingSizes, SocketSpec};
 use crate::sys;
-use crate::types::Idle;
+use crate::types::{Idle, SocketMode};
 
 /// What one poller is asked to run.
 #[derive(Debug, Clone)]
@@ -46,6 +46,8 @@ pub struct PollerSpec {
     pub idle_spin: Duration,
     /// Frames per copy-mode TX kick (0: kernel default).
     pub tx_kick_budget: u32,
+    /// How the sockets bind (copy, zero-copy, or the kernel's choice).
+    pub socket_mode: SocketMode,
     /// Extra UMEM headroom (alignment ablation).
     pub headroom: u32,
     /// Put the UMEM on 2 MiB hugetlb pages if reserved.
@@ -81,6 +83,7 @@ impl PollerSpec {
             idle: Idle::Busy,
             idle_spin: Duration::ZERO,
             tx_kick_budget: 0,
+            socket_mode: SocketMode::Auto,
             headroom: 0,
             hugepages: false,
             mem_policy: None,
@@ -204,6 +207,7 @@ pub(super) fn setup(
         RingSizes {
             entries: spec.ring,
             tx_kick_budget: spec.tx_kick_budget,
+            mode: spec.socket_mode,
             headroom: spec.headroom,
         },
     )

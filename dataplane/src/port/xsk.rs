@@ -17,6 +17,12 @@ use xdpilone::xdp::XdpDesc;
 use crate::port::ownership::{Ledger, SocketFrames};
 use crate::port::rings::{RingIo, RingStats};
 use crate::port::umem::Area;
+use crate::types::SocketMode;
+
+/// Bind flag: copy mode, even where the driver offers zero-copy (linux/if_xdp.h).
+const XDP_COPY: u16 = 1 << 1;
+/// Bind flag: zero-copy, or fail (linux/if_xdp.h).
+const XDP_ZEROCOPY: u16 = 1 << 2;
 
 /// A socket could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -229,6 +235,8 @@ pub(crate) struct RingSizes {
     /// Extra UMEM headroom before packet data (0 keeps data cache-line aligned: the kernel
     /// adds its own 256-byte XDP headroom).
     pub headroom: u32,
+    /// Copy, zero-copy, or the kernel's choice (the UMEM's own socket carries it).
+    pub mode: SocketMode,
 }
 
 /// The UMEM and its sockets, in drop order: rings, then the UMEM registration. The area itself
@@ -238,7 +246,7 @@ pub(crate) struct Sockets {
     pub queues: Vec<QueueRings>,
     /// Kept alive for the rings, and to bind more.
     registration: Registration,
-    /// True when the kernel bound in zero-copy mode.
+    /// True when the kernel reports every socket bound in zero-copy mode.
     pub zerocopy: bool,
 }
 
@@ -289,6 +297,11 @@ fn bind_one(
     // Only the UMEM's own socket may carry mode flags; shared ones inherit them.
     let bind_flags = if first {
         SocketConfig::XDP_BIND_NEED_WAKEUP
+            | match sizes.mode {
+                SocketMode::Auto => 0,
+                SocketMode::Copy => XDP_COPY,
+                SocketMode::Zerocopy => XDP_ZEROCOPY,
+            }
     } else {
         0
     };
@@ -304,7 +317,15 @@ fn bind_one(
         .map_err(|e| err("rx/tx rings", s, e))?;
     let rx = user.map_rx().map_err(|e| err("mmap rx ring", s, e))?;
     let tx = user.map_tx().map_err(|e| err("mmap tx ring", s, e))?;
-    bind_when_free(umem, &user).map_err(|e| err("bind", s, e))?;
+    bind_when_free(umem, &user).map_err(|e| {
+        let step = match sizes.mode {
+            // The kernel's reason is the errno: EOPNOTSUPP (the driver has no zero-copy),
+            // ENOENT/EINVAL (virtio_net without ACCESS_PLATFORM or RING_RESET), EBUSY, ...
+            SocketMode::Zerocopy if first => "bind in zero-copy mode (socket_mode = \"zerocopy\")",
+            _ => "bind",
+        };
+        err(step, s, e)
+    })?;
     // Fewer, larger copy-mode kicks; kernels without the option keep their 32.
     if sizes.tx_kick_budget > 0 {
         let _ = crate::sys::xsk_set_tx_budget(rx.as_raw_fd(), sizes.tx_kick_budget);
@@ -375,14 +396,11 @@ pub(crate) fn open(
     let umem = unsafe { Umem::new(config, area.map().as_raw_slice()) }
         .map_err(|e| err("UMEM registration", first, e))?;
     let mut queues = Vec::with_capacity(specs.len());
-    let mut zerocopy = false;
     for (i, s) in specs.iter().enumerate() {
-        let q = bind_one(&umem, s, sizes, i == 0)?;
-        if i == 0 {
-            zerocopy = !q.copy_mode;
-        }
-        queues.push(q);
+        queues.push(bind_one(&umem, s, sizes, i == 0)?);
     }
+    // Each socket's own mode, as the kernel reports it (XDP_OPTIONS).
+    let zerocopy = queues.iter().all(|q| !q.copy_mode);
     Ok(Sockets {
         queues,
         registration: Registration { umem, sizes },

@@ -138,6 +138,8 @@ pub struct RunSummary {
     pub reports: Vec<PollerReport>,
     /// Steering counters per interface, in STEER_STAT_NAMES order.
     pub steer: Vec<(String, Vec<u64>)>,
+    /// How each port's steering program is attached, as the kernel reported it after attach.
+    pub attached: Vec<crate::bpf::Attached>,
     /// Whether every frame was accounted for in every poller.
     pub frames_ok: bool,
     /// The layout plan the run followed, if any.
@@ -189,6 +191,7 @@ pub fn run(
     let pollers = &*started.pollers.insert(pollers);
     attach::wire(&mut started.steers, &pollers.readies, cfg)?;
     let setup = report::setups(cfg, &pollers.readies, &mut log);
+    let attached = report::attached(&started.steers, &mut log);
     // Interrupt side of the plan: after attaching, because a veth has NAPI instances (and so
     // NAPI threads) only while an XDP program is attached.
     if opts.apply_irq {
@@ -238,6 +241,7 @@ pub fn run(
             setup,
             reports,
             steer: stopped.steer,
+            attached,
             irq_changes: stopped.irq_changes,
             control: links.status.report(),
         },

@@ -11,6 +11,7 @@ use crate::placement::affinity::Change;
 use crate::poller::stats::{Counter, Snapshot};
 use crate::poller::{PollerReport, Ready};
 use crate::telemetry::Publisher;
+use crate::types::SocketMode;
 
 /// Setup timing of one poller (kept apart from the measured interval).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -86,7 +87,12 @@ pub(super) fn setups(
         log("warning: hugepages = true but too few 2 MiB pages are reserved (vm.nr_hugepages): UMEM on 4 KiB pages");
     }
     if setup.iter().any(|s| !s.zerocopy) {
-        log("warning: AF_XDP runs in copy mode (the driver has no zero-copy support, e.g. veth)");
+        log(match cfg.dataplane.socket_mode {
+            SocketMode::Copy => "AF_XDP runs in copy mode (socket_mode = \"copy\")",
+            _ => {
+                "warning: AF_XDP runs in copy mode (the driver has no zero-copy support, e.g. veth)"
+            }
+        });
     }
     setup
 }
@@ -340,6 +346,32 @@ pub(super) fn kept_line(kept: &[crate::sys::privilege::Cap]) -> String {
     format!("capabilities kept after setup: {names}")
 }
 
+/// How each port's steering program is attached, read back from the kernel, one line each.
+pub(super) fn attached(steers: &[Steer], log: &mut impl FnMut(&str)) -> Vec<crate::bpf::Attached> {
+    let mut out = Vec::new();
+    for s in steers {
+        match s.attached() {
+            Ok(a) => {
+                log(&format!(
+                    "{}: XDP attached {} (read back from the kernel: program {}{}); driver zero-copy {}, {} buffer(s) per zero-copy packet",
+                    a.ifname,
+                    a.mode,
+                    a.prog_id,
+                    if a.ours { ", ours" } else { ", NOT ours" },
+                    if a.xsk_zerocopy { "offered" } else { "not offered" },
+                    a.zc_max_segs
+                ));
+                out.push(a);
+            }
+            Err(e) => log(&format!(
+                "warning: {}: reading the XDP attachment back: {e}",
+                s.ifname()
+            )),
+        }
+    }
+    out
+}
+
 /// The line that says where the steering programs are attached, and how.
 pub(super) fn attached_line(cfg: &Config) -> String {
     format!(
@@ -407,6 +439,8 @@ pub(super) struct Collected {
     pub reports: Vec<PollerReport>,
     /// Steering counters per interface.
     pub steer: Vec<(String, Vec<u64>)>,
+    /// How each steering program is attached (read back from the kernel).
+    pub attached: Vec<crate::bpf::Attached>,
     /// Interrupt changes made and restored.
     pub irq_changes: Vec<Change>,
     /// What the control plane did.
@@ -439,6 +473,7 @@ pub(super) fn summary(
         setup: c.setup,
         reports: c.reports,
         steer: c.steer,
+        attached: c.attached,
         frames_ok,
     }
 }

@@ -159,6 +159,7 @@ fn poller_spec(
         idle: cfg.dataplane.idle,
         idle_spin: std::time::Duration::from_micros(u64::from(cfg.dataplane.idle_spin_us)),
         tx_kick_budget: cfg.dataplane.tx_kick_budget,
+        socket_mode: cfg.dataplane.socket_mode,
         icmp_rate: cfg.dataplane.icmp_rate,
         icmp_burst: cfg.dataplane.icmp_burst,
         resolve: resolve.cloned(),

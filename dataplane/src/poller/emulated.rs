@@ -202,6 +202,25 @@ mod tests {
     }
 
     #[test]
+    fn a_zero_copy_driver_whose_queue_is_full_is_not_kicked_on_every_pass() {
+        // The egress never completes, and its ring always asks for a kick (as virtio_net's
+        // does): kicking on every pass would be a syscall per pass for nothing.
+        let stuck = Faults {
+            tx_stalled: true,
+            zc_tx: true,
+            ..Faults::default()
+        };
+        let o = run(Mode::L3fwd, 1024, 5_000, [Faults::default(), stuck]);
+        let (kicks, passes) = (
+            o.stats.get(Counter::TxWakeups),
+            o.stats.get(Counter::LoopPasses),
+        );
+        assert!(kicks > 0, "the first frames were kicked");
+        assert!(kicks * 32 < passes, "{kicks} kicks in {passes} loop passes");
+        assert_eq!(o.report.frames.accounted(), 1024);
+    }
+
+    #[test]
     fn an_empty_fill_ring_is_counted_and_the_loop_goes_on() {
         // Fewer buffers than the rings hold, and the egress stalled: the free list runs dry,
         // the fill ring empties, and reception stops without losing a frame.

@@ -51,6 +51,9 @@ pub use setup::{PollerError, PollerSpec};
 pub(crate) const MAX_BATCH: usize = 256;
 /// Most TX kicks per ring per pass (copy mode sends at most 32 frames per kick).
 const MAX_KICKS: u64 = 8;
+/// Zero-copy: passes with frames waiting on a TX ring and nothing completed before the poller
+/// kicks the driver again anyway (a wakeup it missed).
+const ZC_KICK_PATIENCE: u32 = 64;
 
 struct Stage {
     descs: [XdpDesc; MAX_BATCH],
@@ -71,6 +74,8 @@ struct Poller<Q: RingIo> {
     /// a socket's kernel side keeps out of sight once the socket is gone.
     owners: Owners,
     stages: Box<[Stage]>,
+    /// Per socket: zero-copy passes with TX frames waiting and nothing completed.
+    tx_waits: Box<[u32]>,
     burst: Box<[XdpDesc; MAX_BATCH]>,
     fwd: Arc<Forwarder>,
     stats: Arc<PollerStats>,
@@ -326,9 +331,25 @@ impl<Q: RingIo> Poller<Q> {
             // are in flight, and only then.
             // A bounded number of kicks: each moves what the kernel takes per call.
             // Stop as soon as a kick moves nothing (the device is pushing back).
+            // Zero-copy: the flush's kick woke the driver, which drains the ring itself; a
+            // driver that leaves the flag set (virtio_net) would otherwise be kicked on every
+            // pass while its queue is full. Kick again only once the device has completed
+            // something (room again), or after ZC_KICK_PATIENCE passes without (a lost wakeup).
             let mut kicks = 0;
             let mut pending = q.tx_pending();
-            while kicks < MAX_KICKS && pending > 0 && q.tx_needs_wakeup() {
+            let may_kick = if q.kick_sends() || pending == 0 {
+                true
+            } else if let Some(w) = self.tx_waits.get_mut(i) {
+                *w = if done > 0 { 0 } else { w.saturating_add(1) };
+                let kick = done > 0 || *w >= ZC_KICK_PATIENCE;
+                if kick {
+                    *w = 0;
+                }
+                kick
+            } else {
+                true
+            };
+            while may_kick && kicks < MAX_KICKS && pending > 0 && q.tx_needs_wakeup() {
                 let refused = q.tx_wake(&self.area);
                 self.stats.add_tx_refused(refused);
                 kicks += 1;

@@ -257,6 +257,7 @@ impl<Q: RingIo> Poller<Q> {
             .table()
             .reader(spec.id)
             .ok_or(PollerError::ReaderSlot { id: spec.id })?;
+        let sockets = queues.len();
         let pollfds = queues.iter().map(|q| sys::pollfd_in(q.raw_fd())).collect();
         let stages = (0..queues.len())
             .map(|_| Stage {
@@ -269,6 +270,7 @@ impl<Q: RingIo> Poller<Q> {
             registration,
             free: area.full_free_list(),
             owners: Owners::new(area.frames(), area.frame_size()),
+            tx_waits: vec![0; sockets].into_boxed_slice(),
             stages,
             burst: Box::new([XdpDesc::default(); MAX_BATCH]),
             fwd,

@@ -134,6 +134,9 @@ pub(crate) struct Faults {
     /// runs past the end of the frame (the frame itself is the poller's to recycle) and an
     /// address past the UMEM (the port keeps that frame: [`MemCounters::held`]).
     pub bad_every: u64,
+    /// Transmit as a zero-copy driver that never clears the TX need_wakeup flag
+    /// (virtio_net): the ring always asks for a kick, and a kick only wakes the device.
+    pub zc_tx: bool,
     /// Keep this many frames taken off the fill ring and posted, out of sight, as a
     /// zero-copy driver keeps its receive queue stocked (they never come back on a ring).
     pub posted: u32,
@@ -416,7 +419,10 @@ impl RingIo for MemQueue {
     }
     #[inline]
     fn tx_needs_wakeup(&self) -> bool {
-        false
+        self.faults.zc_tx
+    }
+    fn kick_sends(&self) -> bool {
+        !self.faults.zc_tx
     }
     fn tx_wake(&mut self, area: &Area) -> u32 {
         self.transmit_frames(area);

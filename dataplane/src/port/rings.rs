@@ -55,6 +55,11 @@ pub trait RingIo: 'static {
     fn tx_pending(&self) -> u32;
     /// Whether the device must be kicked to send.
     fn tx_needs_wakeup(&self) -> bool;
+    /// True when a kick itself sends frames (copy mode: a bounded number per call, so the
+    /// poller keeps kicking while frames wait); false when it only wakes a driver that then
+    /// drains the ring on its own (zero-copy), so kicking again before the device has
+    /// completed anything is a wasted syscall.
+    fn kick_sends(&self) -> bool;
     /// Kicks the device to send; returns how many frames the device refused (taken off the
     /// TX ring and completed, but not sent: 0 or 1 per kick, see [`crate::port::xsk`]).
     fn tx_wake(&mut self, area: &Area) -> u32;

@@ -128,6 +128,10 @@ impl RingIo for QueueRings {
     fn tx_needs_wakeup(&self) -> bool {
         self.tx.needs_wakeup()
     }
+    #[inline]
+    fn kick_sends(&self) -> bool {
+        self.copy_mode
+    }
     /// In copy mode the kick sends what the ring holds, one frame at a time, and stops at
     /// the first the device refuses (`NET_XMIT_DROP`: the device or its veth peer is down
     /// or gone, or the peer's backlog is full): that frame is completed but not sent, and

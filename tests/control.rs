@@ -1347,6 +1347,14 @@ fn a_netlink_overrun_rereads_the_kernels_tables() {
     );
 }
 
+/// Creates the veth pair `a`-`b` in the DUT's namespace, both ends up (a third port, and
+/// its peer that nobody uses).
+fn make_veth(t: &Testbed, a: &str, b: &str) {
+    dut_ip(t, &["link", "add", a, "type", "veth", "peer", "name", b]);
+    dut_ip(t, &["link", "set", b, "up"]);
+    dut_ip(t, &["link", "set", a, "up"]);
+}
+
 /// A third port, deleted and created again five times, while the other two forward paced
 /// traffic: nothing sent between those two is lost, and each recreation is picked up.
 #[test]
@@ -1357,14 +1365,7 @@ fn a_port_recreated_again_and_again_leaves_the_other_ports_forwarding() {
     let bed = Bed::up("tpx", 1);
     let t = &bed.0;
     let (x0, x1) = (format!("{}-x0", t.prefix), format!("{}-x1", t.prefix));
-    let make_x = || {
-        dut_ip(
-            t,
-            &["link", "add", &x0, "type", "veth", "peer", "name", &x1],
-        );
-        dut_ip(t, &["link", "set", &x1, "up"]);
-        dut_ip(t, &["link", "set", &x0, "up"]);
-    };
+    let make_x = || make_veth(t, &x0, &x1);
     make_x();
     let cfg = format!("{}\n[[interfaces]]\nname = \"{x0}\"\n", kernel_config(t));
     let mut dut = Dut::start(&bed, &cfg);
@@ -1437,14 +1438,7 @@ fn a_port_recreated_1000_times_leaves_the_free_list_whole() {
     let bed = Bed::up("tpk", 1);
     let t = &bed.0;
     let (x0, x1) = (format!("{}-x0", t.prefix), format!("{}-x1", t.prefix));
-    let make_x = || {
-        dut_ip(
-            t,
-            &["link", "add", &x0, "type", "veth", "peer", "name", &x1],
-        );
-        dut_ip(t, &["link", "set", &x1, "up"]);
-        dut_ip(t, &["link", "set", &x0, "up"]);
-    };
+    let make_x = || make_veth(t, &x0, &x1);
     make_x();
     let cfg = with_knobs(
         format!("{}\n[[interfaces]]\nname = \"{x0}\"\n", kernel_config(t)),

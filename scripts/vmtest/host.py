@@ -13,13 +13,16 @@ socket here):
   guest: RESULT PASS|FAIL <text>        host: prints it
   guest: DONE <passed> <failed>         host: tears down, exits 0 only when all passed
 
+  guest: BURST <name> <count> <flows> <size> <dst> df|nodf
+                                         host: as READY, frames of <size> bytes to <dst>,
+                                         with IPv4's don't-fragment bit set or clear
   guest: RAN <layout>                   host: notes that the layout forwarded traffic
 
 It boots once per topology (default: 2 sockets x 1 core x 2 threads, then 2 x 2 x 1; one NUMA
 node per socket): some layouts exist only on some topologies (same-package needs two cores in
 a package, smt-sibling needs SMT), and every layout must have run on one of them.
 Everything is torn down at the end (QEMU, taps, namespaces), also on error or timeout.
-Usage: scripts/vmtest/host.py [--timeout S] [--topologies 2x1x2,2x2x1]
+Usage: scripts/vmtest/host.py [--timeout S] [--topologies 2x1x2,2x2x1] [--kernels copy,zc]
 """
 import argparse
 import json
@@ -92,7 +95,9 @@ class Bed:
             "-initrd", os.path.join(self.vm, "initramfs.gz"),
             "-append", f"console=ttyS0 quiet panic=-1 vmtest.repo={REPO} vmtest.kernel={a.kernel} "
                        f"vmtest.topo={a.sockets}x{a.cores}x{a.threads} vmtest.nodes={a.nodes}"
-                       + (f" vmtest.bench={a.bench}" if a.bench else ""),
+                       + (f" vmtest.bench={a.bench}" if a.bench else "")
+                       + (f" vmtest.cost={a.cost}" if a.cost else "")
+                       + ("" if a.extras else " vmtest.extras=0"),
             "-display", "none", "-monitor", "none", "-no-reboot",
             "-serial", f"file:{self.console}",
             "-serial", f"unix:{self.ctl_path},server=on,wait=off",
@@ -140,9 +145,9 @@ class Bed:
             print(f"vmtest: vlan ping printed {out!r}", file=sys.stderr)
             return 0
 
-    def burst(self, count, flows, rate=2000):
-        """Sends `count` frames over `flows` flows at `rate` frames/s into the guest; returns
-        (sent, received)."""
+    def burst(self, count, flows, rate=2000, size=None, dst="198.19.0.100", df=True):
+        """Sends `count` frames (of `size` bytes; the generator's default when None) over
+        `flows` flows at `rate` frames/s to `dst` into the guest; returns (sent, received)."""
         sink_json = os.path.join(self.dir, "sink.json")
         gen_json = os.path.join(self.dir, "gen.json")
         sink = subprocess.Popen(
@@ -161,8 +166,13 @@ class Bed:
             seen.append(line)
         run(DATAPLANE, "gen", "--iface", self.taps[0], "--count", str(count), "--rate", str(rate),
             "--flows", str(flows), "--dst-mac", GUEST_MACS[0], "--src-mac", HOST_MACS[0],
-            "--src", "198.18.0.1", "--dst", "198.19.0.100", "--duration", str(int(count / rate) + 5),
-            "--json", gen_json, ns=self.gen)
+            "--src", "198.18.0.1", "--dst", dst, "--duration", str(int(count / rate) + 5),
+            "--json", gen_json, *(["--size", str(size)] if size else []),
+            *([] if df else ["--no-df"]), ns=self.gen)
+        # What the guest still has in flight arrives within the grace; then the sink stops
+        # (SIGINT: it writes its counts), instead of waiting out its whole --duration.
+        time.sleep(3)
+        sink.send_signal(2)
         _, err = sink.communicate(timeout=60)
         sent = json.load(open(gen_json))["packets"]
         received = json.load(open(sink_json))["matched"] if os.path.exists(sink_json) else -1
@@ -254,6 +264,11 @@ def serve(bed, timeout, ran, rows):
                 sent, received = bed.burst(int(count), int(flows))
                 print(f"vmtest: {name}: sent {sent}, the sink received {received}", flush=True)
                 sock.sendall(f"SENT {sent} {received}\n".encode())
+            elif word == "BURST":
+                _, name, count, flows, size, dst, df = line.split()
+                sent, received = bed.burst(int(count), int(flows), size=int(size), dst=dst, df=df == "df")
+                print(f"vmtest: {name}: sent {sent} of {size} bytes to {dst}, the sink received {received}", flush=True)
+                sock.sendall(f"SENT {sent} {received}\n".encode())
             elif word == "RESULT":
                 print("vmtest:", line[len("RESULT "):], flush=True)
                 passed += line.split()[1] == "PASS"
@@ -274,6 +289,7 @@ def serve(bed, timeout, ran, rows):
                 sock.sendall(f"REPLIES {replies}\n".encode())
             elif word == "ROW":
                 rows.append(line[4:])
+                print("vmtest: row:", line[4:], flush=True)
             elif word == "RAN":
                 ran.add(line.split()[1])
             elif word == "LOG":
@@ -310,24 +326,46 @@ def main():
                    help="instead of the tests, the layouts matrix in the guest; summary in DIR")
     p.add_argument("--rate", type=int, default=30000, help="with --bench: offered frames/s")
     p.add_argument("--seconds", type=int, default=5, help="with --bench: window per layout")
-    p.add_argument("--kernel", choices=sorted(KERNELS), default="copy",
-                   help="the guest (target/vm/KERNEL, scripts/vmtest/build.sh KERNEL)")
+    p.add_argument("--kernels", default="copy",
+                   help="the guests, comma-separated, each booted on every topology "
+                        f"(target/vm/KERNEL, scripts/vmtest/build.sh KERNEL; of {sorted(KERNELS)})")
+    p.add_argument("--cost", default="2000x4", metavar="RATExSECONDS",
+                   help="zero-copy guest, first topology: copy against zero-copy CPU per packet "
+                        "under this paced load ('' to skip)")
     a = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("vmtest: needs root (namespaces, taps)")
-    vm = os.path.join(REPO, "target", "vm", a.kernel)
-    for f in (os.path.join(vm, "vmlinuz"), os.path.join(vm, "initramfs.gz"), DATAPLANE):
-        if not os.path.exists(f):
-            sys.exit(f"vmtest: {f} missing: run make vmtest (it builds the guest and the binaries)")
+    kernels = a.kernels.split(",")
+    for kernel in kernels:
+        if kernel not in KERNELS:
+            sys.exit(f"vmtest: unknown guest {kernel!r} (known: {sorted(KERNELS)})")
+        vm = os.path.join(REPO, "target", "vm", kernel)
+        for f in (os.path.join(vm, "vmlinuz"), os.path.join(vm, "initramfs.gz"), DATAPLANE):
+            if not os.path.exists(f):
+                sys.exit(f"vmtest: {f} missing: run make vmtest (it builds the guests and the binaries)")
     t0 = time.time()
-    ran = set()
     rows = []
     all_ok = True
-    for topo in a.topologies.split(","):
+    for kernel in kernels:
+        all_ok &= boot_all(a, kernel, rows)
+    if a.bench:
+        write_summary(a, rows)
+    print(f"vmtest: {'passed' if all_ok else 'FAILED'} in {time.time() - t0:.0f} s", flush=True)
+    sys.exit(0 if all_ok else 1)
+
+
+def boot_all(a, kernel, rows):
+    """Boots guest `kernel` on every topology; true when every check passed and every layout
+    forwarded on one of them."""
+    ran = set()
+    all_ok = True
+    for i, topo in enumerate(a.topologies.split(",")):
         s, c, t = map(int, topo.split("x"))
-        print(f"vmtest: booting the {a.kernel} guest, {s} socket(s) x {c} core(s) x {t} thread(s), {s} NUMA node(s)", flush=True)
-        bed = Bed(argparse.Namespace(sockets=s, cores=c, threads=t, nodes=s, kernel=a.kernel,
-                                     bench=f"{a.rate}x{a.seconds}" if a.bench else None))
+        print(f"vmtest: booting the {kernel} guest, {s} socket(s) x {c} core(s) x {t} thread(s), {s} NUMA node(s)", flush=True)
+        cost = a.cost if kernel == "zc" and i == 0 and a.cost and not a.bench else None
+        bed = Bed(argparse.Namespace(sockets=s, cores=c, threads=t, nodes=s, kernel=kernel,
+                                     bench=f"{a.rate}x{a.seconds}" if a.bench else None, cost=cost,
+                                     extras=i == 0))
         ok = False
         t1 = time.time()
         try:
@@ -348,16 +386,13 @@ def main():
                 print("".join(open(bed.console, errors="replace").readlines()[-40:]))
             except OSError:
                 pass
-        print(f"vmtest: {topo}: {'passed' if ok else 'FAILED'} in {time.time() - t1:.0f} s", flush=True)
+        print(f"vmtest: {kernel} {topo}: {'passed' if ok else 'FAILED'} in {time.time() - t1:.0f} s", flush=True)
         all_ok &= ok
-    if a.bench:
-        write_summary(a, rows)
     missing = set(LAYOUTS) - ran
     if missing and not a.bench:
-        print(f"vmtest: FAIL: layouts that forwarded on no topology: {sorted(missing)}", flush=True)
+        print(f"vmtest: FAIL: {kernel}: layouts that forwarded on no topology: {sorted(missing)}", flush=True)
         all_ok = False
-    print(f"vmtest: {'passed' if all_ok else 'FAILED'} in {time.time() - t0:.0f} s", flush=True)
-    sys.exit(0 if all_ok else 1)
+    return all_ok
 
 
 if __name__ == "__main__":

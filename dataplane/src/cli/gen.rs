@@ -26,6 +26,9 @@ pub struct GenArgs {
     /// Send IPv6 instead of IPv4.
     #[arg(long)]
     ipv6: bool,
+    /// IPv4: clear the don't-fragment bit, so routers fragment frames too big for a link.
+    #[arg(long, conflicts_with = "ipv6")]
+    no_df: bool,
     /// Stop after this many seconds.
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
@@ -70,7 +73,7 @@ pub fn main(a: GenArgs) -> Result<()> {
     need_root("dataplane gen needs root to run BPF programs")?;
     let mac =
         |m: &str, what: &str| parse_mac(m).with_context(|| format!("--{what} {m} is not a MAC"));
-    let template = Template::new(&GenSpec {
+    let mut template = Template::new(&GenSpec {
         size: a.size,
         flows: a.flows,
         ipv6: a.ipv6,
@@ -79,6 +82,9 @@ pub fn main(a: GenArgs) -> Result<()> {
         dst_mac: mac(&a.dst_mac, "dst-mac")?,
         src_mac: mac(&a.src_mac, "src-mac")?,
     })?;
+    if a.no_df {
+        template.clear_df();
+    }
     if let Some(c) = a.cpu {
         sys::pin_current_thread(c)?;
     }

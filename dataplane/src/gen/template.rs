@@ -120,6 +120,22 @@ impl Template {
         })
     }
 
+    /// Clears IPv4's don't-fragment bit (the header checksum follows), so a router may
+    /// fragment the frames; IPv6 has no such bit (false: nothing to clear).
+    pub fn clear_df(&mut self) -> bool {
+        use crate::packet::field::{eth, ipv4};
+        if self.l4_off != eth::HLEN + ipv4::HLEN {
+            return false;
+        }
+        let flags = eth::HLEN + ipv4::FLAGS_FRAG;
+        let sum = eth::HLEN + ipv4::CHECKSUM;
+        self.frame[flags] &= !0x40;
+        self.frame[sum..sum + 2].fill(0);
+        let c = crate::packet::checksum(&self.frame[eth::HLEN..eth::HLEN + ipv4::HLEN]);
+        self.frame[sum..sum + 2].copy_from_slice(&c.to_be_bytes());
+        true
+    }
+
     fn udp_csum(&self) -> u16 {
         u16::from_be_bytes([self.frame[self.l4_off + 6], self.frame[self.l4_off + 7]])
     }
@@ -173,6 +189,16 @@ mod tests {
             dst_mac: [2, 0, 0, 0, 0, 2],
             src_mac: [2, 0, 0, 0, 0, 1],
         }
+    }
+
+    #[test]
+    fn clearing_df_keeps_the_header_checksum_valid() {
+        let mut t = Template::new(&spec(false, 1400)).expect("valid");
+        assert_eq!(t.frame[20] & 0x40, 0x40, "DF set by default");
+        assert!(t.clear_df());
+        assert_eq!(t.frame[20] & 0x40, 0);
+        assert_eq!(checksum(&t.frame[14..34]), 0);
+        assert!(!Template::new(&spec(true, 512)).expect("valid").clear_df());
     }
 
     #[test]

@@ -662,15 +662,20 @@ def pollers(pid):
 def measured_load(ctl, proc, name, seconds, rate):
     """Has the host offer `rate` frames/s for `seconds` to the running dataplane `proc`, then
     stops it: (sent, received, the pollers' CPU ns, all CPUs' interrupt ns) over the load."""
-    tids = pollers(proc.pid)
-    p0 = sum(thread_ns(proc.pid, t) for t in tids)
-    i0 = cpu_irq_ns()
-    ctl.send(f"LOAD {name} {seconds} {rate}")
-    sent, received = map(int, ctl.recv(seconds + 120).split()[1:3])
-    p1 = sum(thread_ns(proc.pid, t) for t in tids)
-    i1 = cpu_irq_ns()
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=60)
+    try:
+        tids = pollers(proc.pid)
+        p0 = sum(thread_ns(proc.pid, t) for t in tids)
+        i0 = cpu_irq_ns()
+        ctl.send(f"LOAD {name} {seconds} {rate}")
+        sent, received = map(int, ctl.recv(seconds + 120).split()[1:3])
+        p1 = sum(thread_ns(proc.pid, t) for t in tids)
+        i1 = cpu_irq_ns()
+    finally:  # stopped whatever happened, or it holds the NICs for the next test
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
     return sent, received, p1 - p0, i1 - i0
 
 

@@ -38,6 +38,15 @@ impl Control {
             ));
             return;
         };
+        // The old device renamed, not deleted: its driver may still write into the frames its
+        // sockets hold, so they cannot be taken back for the new one (a deleted device's are
+        // released as it unregisters).
+        if let Some(now) = crate::sys::if_name(was).filter(|_| was != ifindex) {
+            self.warn(format!(
+                "port {name}: a new interface (ifindex {ifindex}) took its name while the old one (ifindex {was}) still exists as {now}: restart the dataplane to forward on the new one"
+            ));
+            return;
+        }
         self.by_ifindex.remove(&was);
         self.by_ifindex.insert(ifindex, port);
         if let Some(p) = self.spec.ports.get_mut(i) {

@@ -305,6 +305,12 @@ impl<Q: RingIo> Poller<Q> {
                 let refused = q.tx_wake(&self.area);
                 self.stats.add_tx_refused(refused);
                 self.stats.add(Counter::TxWakeups, 1);
+            } else if sent > 0 {
+                // Not kicked: the driver said it was busy. If it sets the flag before seeing
+                // these frames, the next maintain kicks at once (zero-copy waits otherwise).
+                if let Some(w) = self.tx_waits.get_mut(i) {
+                    *w = ZC_KICK_PATIENCE;
+                }
             }
         }
     }
@@ -334,7 +340,8 @@ impl<Q: RingIo> Poller<Q> {
             // Zero-copy: the flush's kick woke the driver, which drains the ring itself; a
             // driver that leaves the flag set (virtio_net) would otherwise be kicked on every
             // pass while its queue is full. Kick again only once the device has completed
-            // something (room again), or after ZC_KICK_PATIENCE passes without (a lost wakeup).
+            // something (room again), when frames went on the ring unkicked (the flag was
+            // clear then), or after ZC_KICK_PATIENCE passes without (a lost wakeup).
             let mut kicks = 0;
             let mut pending = q.tx_pending();
             let may_kick = if q.kick_sends() || pending == 0 {

@@ -196,12 +196,14 @@ impl RingIo for QueueRings {
     }
 
     fn frames(&self) -> SocketFrames {
-        self.ledger.frames(
-            self.fq_cq.pending(),
-            self.rx.available(),
-            self.tx.pending(),
-            self.fq_cq.available(),
-        )
+        // Each ring before the one its frames come from (RX before fill, completion before
+        // TX): a frame the kernel moves between the two reads is then seen on neither and
+        // counted as held, never on both (which would make `held` wrap).
+        let rx = self.rx.available();
+        let fill = self.fq_cq.pending();
+        let completion = self.fq_cq.available();
+        let tx = self.tx.pending();
+        self.ledger.frames(fill, rx, tx, completion)
     }
 
     fn stats(&self) -> Option<RingStats> {

@@ -19,6 +19,20 @@ pub fn if_index(name: &str) -> Result<u32, SyscallError> {
     Ok(idx)
 }
 
+/// The name of the interface at `ifindex` in the current network namespace, if one is there.
+pub(crate) fn if_name(ifindex: u32) -> Option<String> {
+    let mut buf = [0u8; libc::IF_NAMESIZE];
+    // SAFETY: `buf` has the IF_NAMESIZE bytes if_indextoname may write (the name and its
+    // NUL); the pointer is valid for the call.
+    let p = unsafe { libc::if_indextoname(ifindex, buf.as_mut_ptr().cast()) };
+    if p.is_null() {
+        return None;
+    }
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    buf.get(..len)
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
 /// Every (interface name, address) configured in the current network namespace (getifaddrs).
 pub(crate) fn local_addresses() -> Result<Vec<(String, std::net::IpAddr)>, SyscallError> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();

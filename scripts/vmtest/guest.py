@@ -273,6 +273,16 @@ def plan(dp, layout, cfg_path, topo):
                           + irq_args(topo), capture_output=True, text=True)
 
 
+def stop_run(proc):
+    """Stops a running dataplane as an operator would (SIGINT: it restores and writes its
+    summary); killed if it has not ended within 60 s."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def start_run(dp, layout, cfg_path, topo, tag):
     """Starts `dataplane run --layout L --apply-irq`; returns (process, summary path), or
     (None, the end of its log) when it did not get as far as attaching within 120 s."""
@@ -312,11 +322,7 @@ def layout_test(ctl, dp, ports, irqs, layout, cfg_path, topo, extra="", tag="tes
         return layout_checks(ctl, proc, summary_path, ports, irqs, layout, entries, all_irqs, before)
     finally:
         if proc.poll() is None:  # an exception on the way: stop it, or it holds the NICs
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_run(proc)
 
 
 def layout_checks(ctl, proc, summary_path, ports, irqs, layout, entries, all_irqs, before):
@@ -436,11 +442,7 @@ def vlan_test(ctl, dp, ports, cfg_path, topo):
         ctl.send("VLAN 10 10.10.0.1 10.10.0.2")
         replies = int(ctl.recv(60).split()[1])
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_run(proc)
         sh("ip", "link", "del", "vl10", check=False)
     ctl.check("vlan: the sub-interface answered pings tagged 10 with the dataplane attached",
               replies >= 3, f"{replies} of 5 echo replies")
@@ -493,11 +495,7 @@ def link_flap_test(ctl, dp, ports, topo, extra, name):
         down.cancel()
         up.cancel()
         sh("ip", "link", "set", ports[1], "up", check=False)
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_run(proc)
     s = json.load(open(summary_path))
     link_down = s["drops_by_reason"].get("link_down", 0)
     ctl.check(f"{name}: frames for the downed port dropped as link_down while it was down",
@@ -549,11 +547,7 @@ def recreate_test(ctl, dp, ports, name):
         ctl.send(f"READY {tag} {BURST} {FLOWS}")
         sent, received = map(int, ctl.recv(120).split()[1:3])
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_run(proc)
     s = json.load(open(summary_path))
     c = s["totals"]["counters"]
     ctl.check(f"{name}: a counted burst through the new device arrived whole",
@@ -589,11 +583,7 @@ def frag_icmp_test(ctl, dp, ports, topo, name):
         sent_u, _ = map(int, ctl.recv(120).split()[1:3])
     finally:
         if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_run(proc)
         sh("ip", "link", "set", ports[1], "mtu", "1500", check=False)
     s = json.load(open(summary_path))
     c = s["totals"]["counters"]
@@ -671,11 +661,7 @@ def measured_load(ctl, proc, name, seconds, rate):
         p1 = sum(thread_ns(proc.pid, t) for t in tids)
         i1 = cpu_irq_ns()
     finally:  # stopped whatever happened, or it holds the NICs for the next test
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_run(proc)
     return sent, received, p1 - p0, i1 - i0
 
 

@@ -471,6 +471,16 @@ def zerocopy_refused_test(ctl, dp, ports):
               [xdp_attached(p) for p in ports])
 
 
+def wait_log(path, text, timeout, times=1):
+    """Waits until the dataplane's log at `path` holds `text` `times` times; true if it did."""
+    deadline = time.time() + timeout
+    while open(path).read().count(text) < times:
+        if time.time() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def link_flap_test(ctl, dp, ports, topo, extra, name):
     """Traffic flowing while the egress port goes down and comes back up: frames forwarded to
     it meanwhile are dropped as link_down, then a counted burst arrives whole; at stop every
@@ -488,7 +498,10 @@ def link_flap_test(ctl, dp, ports, topo, extra, name):
         ctl.send(f"LOAD {name.replace(' ', '-')}-flap 3 2000")
         sent, received = map(int, ctl.recv(180).split()[1:3])
         up.join()
-        time.sleep(1.5)  # carrier back, the control thread has seen it
+        # The control thread has seen the carrier back (the table forwards to it again).
+        back = wait_log(f"/run/{name.replace(' ', '-')}-unpinned.err",
+                        f"port {ports[1]}: link up: forwarding resumes", 30)
+        ctl.check(f"{name}: the port's return seen", back)
         ctl.send(f"READY {name.replace(' ', '-')}-after {BURST} {FLOWS}")
         sent2, received2 = map(int, ctl.recv(120).split()[1:3])
     finally:
@@ -536,14 +549,18 @@ def recreate_test(ctl, dp, ports, name):
         sh("sysctl", "-qw", f"net.ipv6.conf.{ports[1]}.disable_ipv6=1", check=False)
         sh("ip", "addr", "add", "198.19.0.2/16", "dev", ports[1], check=False)
         sh("ip", "link", "set", ports[1], "up", check=False)
-        while "steering program attached to the new interface" not in open(err_path).read():
-            if proc.poll() is not None or time.time() > deadline:
-                break
-            time.sleep(0.2)
-        picked = "steering program attached to the new interface" in open(err_path).read()
+        # Picked up: the new sockets bound, the program attached, the port back in the table
+        # with its link up.
+        def back():
+            log = open(err_path).read()
+            at = log.find("sockets reopened on the new interface")
+            return at >= 0 and ("forwarding resumes (link up)" in log[at:]
+                                or f"port {ports[1]}: link up: forwarding resumes" in log[at:])
+        while not back() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        picked = back()
         ctl.check(f"{name}: the new {ports[1]} picked up without a restart", picked,
                   open(err_path).read()[-400:])
-        time.sleep(1.0)  # its carrier up and seen
         ctl.send(f"READY {tag} {BURST} {FLOWS}")
         sent, received = map(int, ctl.recv(120).split()[1:3])
     finally:
@@ -574,7 +591,6 @@ def frag_icmp_test(ctl, dp, ports, topo, name):
     try:
         if proc is None:
             return ctl.check(f"{name}: starts", False, summary_path)
-        time.sleep(1.0)  # the MTU read
         ctl.send(f"BURST {tag}-frag 500 16 1400 198.19.0.100 nodf")
         sent, received = map(int, ctl.recv(120).split()[1:3])
         ctl.send(f"BURST {tag}-toobig 100 16 1400 198.19.0.100 df")

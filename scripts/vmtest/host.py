@@ -22,7 +22,10 @@ It boots once per topology (default: 2 sockets x 1 core x 2 threads, then 2 x 2 
 node per socket): some layouts exist only on some topologies (same-package needs two cores in
 a package, smt-sibling needs SMT), and every layout must have run on one of them.
 Everything is torn down at the end (QEMU, taps, namespaces), also on error or timeout.
+The zero-copy guest boots once more on the first topology with its egress NIC's transmit
+slowed (QEMU's tx=timer): a TX ring that fills (--tx-fill).
 Usage: scripts/vmtest/host.py [--timeout S] [--topologies 2x1x2,2x2x1] [--kernels copy,zc]
+                              [--cost RATExSECONDS] [--tx-fill RATExSECONDS]
 """
 import argparse
 import json
@@ -47,6 +50,10 @@ KERNELS = {
     "copy": "",
     "zc": ",disable-legacy=on,iommu_platform=on,queue_reset=on",
 }
+# The egress NIC of the zero-copy guest's TX-ring-full boot: QEMU transmits from a timer, one
+# frame per queue every 2 ms (x-txburst frames per x-txtimer ns, and a second flush when the
+# first was short), some hundreds of frames/s, below what the guest takes in.
+SLOW_TX = ",tx=timer,x-txtimer=2000000,x-txburst=1"
 # Extra virtio-net-pci properties on top of the kernel's, e.g. ",mrg_rxbuf=off".
 VIRTIO_EXTRA = os.environ.get("VMTEST_VIRTIO", "")
 
@@ -97,7 +104,8 @@ class Bed:
                        f"vmtest.topo={a.sockets}x{a.cores}x{a.threads} vmtest.nodes={a.nodes}"
                        + (f" vmtest.bench={a.bench}" if a.bench else "")
                        + (f" vmtest.cost={a.cost}" if a.cost else "")
-                       + ("" if a.extras else " vmtest.extras=0"),
+                       + ("" if a.extras else " vmtest.extras=0")
+                       + (f" vmtest.txfill={a.txfill}" if a.txfill else ""),
             "-display", "none", "-monitor", "none", "-no-reboot",
             "-serial", f"file:{self.console}",
             "-serial", f"unix:{self.ctl_path},server=on,wait=off",
@@ -106,7 +114,7 @@ class Bed:
         for i, (tap, mac) in enumerate(zip(self.taps, GUEST_MACS)):
             cmd += ["-netdev", f"tap,id=n{i},ifname={tap},script=no,downscript=no,queues=2,vhost=off",
                     "-device", f"virtio-net-pci,netdev=n{i},mq=on,vectors=6,mac={mac}"
-                               f"{KERNELS[a.kernel]}{VIRTIO_EXTRA}"]
+                               f"{KERNELS[a.kernel]}{VIRTIO_EXTRA}{SLOW_TX if a.txfill and i == 1 else ''}"]
         self.qemu = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                                      stderr=open(os.path.join(self.dir, "qemu.err"), "w"))
         # QEMU has the taps open once its control socket exists; then their host ends go into
@@ -332,6 +340,9 @@ def main():
     p.add_argument("--cost", default="2000x4", metavar="RATExSECONDS",
                    help="zero-copy guest, first topology: copy against zero-copy CPU per packet "
                         "under this paced load ('' to skip)")
+    p.add_argument("--tx-fill", dest="txfill", default="4000x3", metavar="RATExSECONDS",
+                   help="zero-copy guest: one more boot whose egress NIC transmits slowly, this "
+                        "load offered: a TX ring that fills ('' to skip)")
     a = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("vmtest: needs root (namespaces, taps)")
@@ -365,34 +376,46 @@ def boot_all(a, kernel, rows):
         cost = a.cost if kernel == "zc" and i == 0 and a.cost and not a.bench else None
         bed = Bed(argparse.Namespace(sockets=s, cores=c, threads=t, nodes=s, kernel=kernel,
                                      bench=f"{a.rate}x{a.seconds}" if a.bench else None, cost=cost,
-                                     extras=i == 0))
-        ok = False
-        t1 = time.time()
-        try:
-            bed.up()
-            ok = serve(bed, a.timeout, ran, rows)
-            if bed.qemu.poll() is None:
-                try:
-                    bed.qemu.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    pass
-        except Exception as e:  # a clear message, then the teardown below
-            print(f"vmtest: FAIL: {e}", flush=True)
-        finally:
-            bed.down(keep_logs=not ok)
-        if not ok:
-            print(f"vmtest: guest console: {bed.console}", flush=True)
-            try:
-                print("".join(open(bed.console, errors="replace").readlines()[-40:]))
-            except OSError:
-                pass
-        print(f"vmtest: {kernel} {topo}: {'passed' if ok else 'FAILED'} in {time.time() - t1:.0f} s", flush=True)
-        all_ok &= ok
+                                     extras=i == 0, txfill=None))
+        all_ok &= boot(a, bed, ran, rows, f"{kernel} {topo}")
+    if kernel == "zc" and a.txfill and not a.bench:
+        # One more boot with the egress NIC's transmit slowed: a TX ring that fills.
+        s, c, t = map(int, a.topologies.split(",")[0].split("x"))
+        print(f"vmtest: booting the {kernel} guest again with its egress NIC's transmit slowed (TX ring full)", flush=True)
+        bed = Bed(argparse.Namespace(sockets=s, cores=c, threads=t, nodes=s, kernel=kernel,
+                                     bench=None, cost=None, extras=False, txfill=a.txfill))
+        all_ok &= boot(a, bed, ran, rows, f"{kernel} TX ring full")
     missing = set(LAYOUTS) - ran
     if missing and not a.bench:
         print(f"vmtest: FAIL: {kernel}: layouts that forwarded on no topology: {sorted(missing)}", flush=True)
         all_ok = False
     return all_ok
+
+
+def boot(a, bed, ran, rows, what):
+    """Boots `bed`, serves its guest until DONE, tears it down; true when every check passed."""
+    ok = False
+    t1 = time.time()
+    try:
+        bed.up()
+        ok = serve(bed, a.timeout, ran, rows)
+        if bed.qemu.poll() is None:
+            try:
+                bed.qemu.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+    except Exception as e:  # a clear message, then the teardown below
+        print(f"vmtest: FAIL: {e}", flush=True)
+    finally:
+        bed.down(keep_logs=not ok)
+    if not ok:
+        print(f"vmtest: guest console: {bed.console}", flush=True)
+        try:
+            print("".join(open(bed.console, errors="replace").readlines()[-40:]))
+        except OSError:
+            pass
+    print(f"vmtest: {what}: {'passed' if ok else 'FAILED'} in {time.time() - t1:.0f} s", flush=True)
+    return ok
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ struct {
 	__type(value, struct dp_sink_rec);
 } sink_stats SEC(".maps");
 
-SEC("xdp")
+/* "xdp.frags": counts jumbo frames too; the bytes are the whole packet's, all buffers. */
+SEC("xdp.frags")
 int xdp_sink(struct xdp_md *ctx)
 {
 	__u32 zero = 0;
@@ -31,7 +32,7 @@ int xdp_sink(struct xdp_md *ctx)
 	__u8 *p = data;
 
 	rec->packets += 1;
-	rec->bytes += end - data;
+	rec->bytes += bpf_xdp_get_buff_len(ctx);
 	if (!match_dport || (void *)(p + 14) > end)
 		return XDP_DROP;
 	__u16 proto = *(__u16 *)(p + 12);

@@ -116,7 +116,10 @@ static __always_inline int to_socket(struct xdp_md *ctx)
 #define IP6_HDR_LEN 40
 #define IPPROTO_ICMPV6_ 58
 
-SEC("xdp")
+/* "xdp.frags": the program reads only the headers in a packet's first buffer (data to
+ * data_end), so it is safe for multi-buffer packets, and the kernel then lets a port's MTU
+ * exceed one page (veth and virtio_net refuse a single-buffer program there with ERANGE). */
+SEC("xdp.frags")
 int xdp_steer(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;

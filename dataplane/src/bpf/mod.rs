@@ -44,6 +44,24 @@ pub enum BpfError {
         #[source]
         source: libbpf_rs::Error,
     },
+    /// The driver refused the program at the interface's MTU (ERANGE, or EINVAL where the
+    /// MTU is over what the driver's XDP takes).
+    #[error(
+        "attaching XDP ({mode}) to {ifname}: the driver refuses XDP at its MTU of {mtu} bytes \
+         ({source}); the steering program handles multi-buffer packets (xdp.frags), so this \
+         driver has no XDP multi-buffer at this MTU: lower {ifname}'s MTU (one page holds \
+         about 3,500 bytes) or use xdp_mode = \"generic\""
+    )]
+    AttachMtu {
+        /// Interface.
+        ifname: String,
+        /// native/generic.
+        mode: &'static str,
+        /// The interface's MTU then.
+        mtu: u32,
+        /// Cause.
+        source: sys::SyscallError,
+    },
     /// Attaching failed.
     #[error("attaching XDP ({mode}) to {ifname}")]
     Attach {
@@ -86,10 +104,26 @@ fn attach(prog_fd: i32, ifname: &str, generic: bool) -> Result<OwnedFd, BpfError
         mode: mode_name(generic),
         source,
     })?;
-    sys::xdp_link_create(prog_fd, ifindex, generic).map_err(|source| BpfError::Attach {
-        ifname: ifname.into(),
-        mode: mode_name(generic),
-        source,
+    sys::xdp_link_create(prog_fd, ifindex, generic).map_err(|source| {
+        let mtu = sys::interface_mtu(ifname).unwrap_or(0);
+        // veth says ERANGE for a peer MTU over what its XDP takes; virtio_net says EINVAL
+        // ("MTU too large to enable XDP") beyond a page without mergeable buffers.
+        let mtu_refused = source.errno() == Some(libc::ERANGE)
+            || (source.errno() == Some(libc::EINVAL) && mtu > 3500);
+        if mtu_refused {
+            BpfError::AttachMtu {
+                ifname: ifname.into(),
+                mode: mode_name(generic),
+                mtu,
+                source,
+            }
+        } else {
+            BpfError::Attach {
+                ifname: ifname.into(),
+                mode: mode_name(generic),
+                source,
+            }
+        }
     })
 }
 

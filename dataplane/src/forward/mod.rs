@@ -141,6 +141,20 @@ impl Forwarder {
         ingress: Ingress,
         frame: &[u8],
     ) -> Result<Parsed<'r>, DropReason> {
+        self.prepare_wire(rt, ingress, frame, frame.len())
+    }
+
+    /// [`Forwarder::prepare`] of a packet `wire` bytes long whose first buffer is `frame`
+    /// (a multi-buffer packet: its headers are all in the first buffer, its lengths are
+    /// checked against the whole).
+    #[inline(always)]
+    pub fn prepare_wire<'r>(
+        &self,
+        rt: Routes<'r>,
+        ingress: Ingress,
+        frame: &[u8],
+        wire: usize,
+    ) -> Result<Parsed<'r>, DropReason> {
         match self.mode {
             Mode::L3fwd => {
                 // RFC 1812 5.3.4: a router forwards only link-layer unicast addressed to it.
@@ -157,7 +171,7 @@ impl Forwarder {
                         DropReason::MulticastSource
                     });
                 }
-                let l3 = packet::parse_l3(frame)?;
+                let l3 = packet::parse_l3_wire(frame, wire)?;
                 match l3 {
                     L3::V4 { dst, .. } => rt.prefetch_v4(dst),
                     L3::V6 { dst, .. } => rt.prefetch_v6(dst),
@@ -269,6 +283,18 @@ impl Forwarder {
         reason: DropReason,
         frame: &[u8],
     ) -> Option<IcmpError> {
+        self.icmp_error_for_wire(rt, reason, frame, frame.len())
+    }
+
+    /// [`Forwarder::icmp_error_for`] a packet `wire` bytes long whose first buffer is
+    /// `frame` (multi-buffer).
+    pub fn icmp_error_for_wire(
+        &self,
+        rt: Routes<'_>,
+        reason: DropReason,
+        frame: &[u8],
+        wire: usize,
+    ) -> Option<IcmpError> {
         if !reason.calls_for_icmp() || !icmp::answerable(frame) {
             return None;
         }
@@ -281,7 +307,7 @@ impl Forwarder {
             _ => {
                 // Too big (rare): look the route up again for the egress port's MTU.
                 let flow = || packet::flow_hash(frame);
-                let out = match packet::parse_l3(frame) {
+                let out = match packet::parse_l3_wire(frame, wire) {
                     Ok(L3::V4 { dst, .. }) if packet::dont_fragment_v4(frame) => {
                         rt.route_v4(dst, flow)
                     }
@@ -303,11 +329,26 @@ impl Forwarder {
         rt: Routes<'_>,
         frame: &mut [u8],
     ) -> Option<(PortId, frag::Plan)> {
-        let Ok(L3::V4 { dst, .. }) = packet::parse_l3(frame) else {
+        let wire = frame.len();
+        self.route_to_fragment_wire(rt, frame, wire, usize::MAX)
+    }
+
+    /// [`Forwarder::route_to_fragment`] for a packet `wire` bytes long whose first buffer
+    /// is `frame` (multi-buffer), in fragments of at most `room` bytes each (Ethernet
+    /// header included: each must fit one UMEM frame), or the egress MTU if smaller.
+    pub fn route_to_fragment_wire(
+        &self,
+        rt: Routes<'_>,
+        frame: &mut [u8],
+        wire: usize,
+        room: usize,
+    ) -> Option<(PortId, frag::Plan)> {
+        let Ok(L3::V4 { dst, .. }) = packet::parse_l3_wire(frame, wire) else {
             return None;
         };
         let hop = rt.route_v4(dst, || packet::flow_hash(frame)).ok()?;
-        let plan = frag::plan(frame, hop.mtu)?;
+        let room = u32::try_from(room.saturating_sub(eth::HLEN)).unwrap_or(u32::MAX);
+        let plan = frag::plan_wire(frame, wire, hop.mtu.min(room))?;
         let src = self
             .port_macs
             .get(usize::from(hop.port))

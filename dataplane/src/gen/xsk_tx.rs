@@ -91,6 +91,7 @@ impl XskSender {
                 tx_kick_budget: 0,
                 mode: crate::types::SocketMode::Auto,
                 headroom: 0,
+                multi_buffer: false,
             },
         )?;
         Ok(XskSender {

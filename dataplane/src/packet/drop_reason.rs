@@ -78,11 +78,23 @@ pub enum DropReason {
     /// or being deleted, or its veth peer's backlog full). Also in `tx_packets` and
     /// `tx_lost`.
     TxRefused,
+    /// A multi-buffer packet whose last buffer (the one without XDP_PKT_CONTD) was not on
+    /// the RX ring: the kernel publishes whole packets, so only a broken ring shows this.
+    /// Its buffers, and those of its rest when it comes, are given back.
+    ChainUnterminated,
+    /// A multi-buffer packet of more buffers than the kernel's limit (MAX_SKB_FRAGS + 1,
+    /// 18): more than any port hands over, and more than an egress takes.
+    ChainTooLong,
+    /// A buffer of a multi-buffer packet with length 0.
+    ChainEmptyBuffer,
+    /// A multi-buffer packet whose first buffer is too short to hold its headers (they
+    /// are read and rewritten there).
+    ChainShortHead,
 }
 
 impl DropReason {
     /// Number of reasons (size of a counter array).
-    pub const COUNT: usize = 29;
+    pub const COUNT: usize = 33;
     /// All reasons in discriminant order.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
@@ -114,6 +126,10 @@ impl DropReason {
         DropReason::InvalidDescriptor,
         DropReason::DropMode,
         DropReason::TxRefused,
+        DropReason::ChainUnterminated,
+        DropReason::ChainTooLong,
+        DropReason::ChainEmptyBuffer,
+        DropReason::ChainShortHead,
     ];
 
     /// True for the drops a router answers with an ICMP error (RFC 1812 5.2.7, 5.3.1;
@@ -163,6 +179,10 @@ impl DropReason {
             DropReason::InvalidDescriptor => "invalid_descriptor",
             DropReason::DropMode => "drop_mode",
             DropReason::TxRefused => "tx_refused",
+            DropReason::ChainUnterminated => "chain_unterminated",
+            DropReason::ChainTooLong => "chain_too_long",
+            DropReason::ChainEmptyBuffer => "chain_empty_buffer",
+            DropReason::ChainShortHead => "chain_short_head",
         }
     }
 }

@@ -20,7 +20,7 @@ use super::field::{eth, read};
 /// The fixed IPv4 header: the only one the fast path forwards.
 const IP4_HLEN: usize = ipv4::HLEN;
 /// Headers in front of each fragment's payload.
-const HEADERS: usize = eth::HLEN + IP4_HLEN;
+pub(crate) const HEADERS: usize = eth::HLEN + IP4_HLEN;
 /// Fragment offset (8-byte units) in the flags / offset word.
 const OFFSET: u16 = ipv4::FRAG_OFFSET;
 /// Version 4, header length 5 words: no options.
@@ -51,7 +51,17 @@ impl Plan {
 /// payload). None when it may not or need not be: DF set, options, it fits already, an
 /// MTU too small for 8 bytes of payload, or an offset past the field's range (a malformed
 /// fragment).
+#[cfg(test)]
 pub(crate) fn plan(frame: &[u8], mtu: u32) -> Option<Plan> {
+    plan_wire(frame, frame.len(), mtu)
+}
+
+/// How the option-less IPv4 packet `wire` bytes long whose headers are in `frame` (all of
+/// it, or a multi-buffer packet's first buffer) splits to fit `mtu` (an IP MTU: header and
+/// payload). None when it may not or need not be: DF set, options, it fits already, an MTU
+/// too small for 8 bytes of payload, or an offset past the field's range (a malformed
+/// fragment).
+pub(crate) fn plan_wire(frame: &[u8], wire: usize, mtu: u32) -> Option<Plan> {
     let ip: [u8; IP4_HLEN] = read(frame, eth::HLEN)?;
     if ip[VER_IHL] != VER_IHL_NO_OPTIONS {
         return None;
@@ -59,7 +69,7 @@ pub(crate) fn plan(frame: &[u8], mtu: u32) -> Option<Plan> {
     let total = usize::from(u16::from_be_bytes(read(&ip, TOTAL_LEN)?));
     let flags = u16::from_be_bytes(read(&ip, FLAGS_FRAG)?);
     let mtu = usize::try_from(mtu).ok()?;
-    if flags & DF != 0 || total <= mtu || total < IP4_HLEN || frame.len() < eth::HLEN + total {
+    if flags & DF != 0 || total <= mtu || total < IP4_HLEN || wire < eth::HLEN + total {
         return None;
     }
     let piece = (mtu.checked_sub(IP4_HLEN)? / 8) * 8;
@@ -126,6 +136,33 @@ pub fn write_fragment(first: &[u8], plan: &Plan, k: usize, out: &mut [u8]) -> Op
     let ip: &mut [u8; IP4_HLEN] = headers.get_mut(eth::HLEN..)?.try_into().ok()?;
     set_header(ip, plan, k);
     Some(HEADERS + len)
+}
+
+/// Writes fragment `k` (0 or more) of a packet whose payload the caller copies itself (a
+/// multi-buffer packet: its payload spans buffers): the headers of `first` (the packet's
+/// first buffer, rewritten for its egress) into `out`, with the fragment's fields set.
+/// Returns the fragment frame's length and its payload's (start, length) in the original's
+/// payload, to be copied to `out[HEADERS..]`; None when `out` is too small or `k` out of
+/// range.
+pub fn write_fragment_headers(
+    first: &[u8],
+    plan: &Plan,
+    k: usize,
+    out: &mut [u8],
+) -> Option<(usize, usize, usize)> {
+    if k >= plan.count {
+        return None;
+    }
+    let start = k * plan.piece;
+    let len = plan.piece.min(plan.payload.checked_sub(start)?);
+    if out.len() < HEADERS + len {
+        return None;
+    }
+    let headers = out.get_mut(..HEADERS)?;
+    headers.copy_from_slice(first.get(..HEADERS)?);
+    let ip: &mut [u8; IP4_HLEN] = headers.get_mut(eth::HLEN..)?.try_into().ok()?;
+    set_header(ip, plan, k);
+    Some((HEADERS + len, start, len))
 }
 
 #[cfg(test)]

@@ -76,12 +76,20 @@ fn be16(b: &[u8], off: usize) -> Option<u16> {
 /// Returns the destination address and packet length on success. IPv4 options are refused
 /// here (the steering program gives them to the kernel); IPv6 extension headers are walked
 /// ([`ipv6_chain`]) and forwarded unchanged.
-#[inline]
+#[cfg(test)]
 pub(crate) fn parse_l3(frame: &[u8]) -> Result<L3, DropReason> {
+    parse_l3_wire(frame, frame.len())
+}
+
+/// [`parse_l3`] of a packet `wire` bytes long of which `frame` is the first buffer (a
+/// multi-buffer packet: the headers are read in `frame`, the lengths checked against
+/// `wire`). For a single buffer `wire` is `frame.len()`.
+#[inline(always)]
+pub(crate) fn parse_l3_wire(frame: &[u8], wire: usize) -> Result<L3, DropReason> {
     let ethertype = be16(frame, eth::ETHERTYPE).ok_or(DropReason::Truncated)?;
     match ethertype {
-        ETH_P_IPV4 => parse_v4(frame),
-        ETH_P_IPV6 => parse_v6(frame),
+        ETH_P_IPV4 => parse_v4(frame, wire),
+        ETH_P_IPV6 => parse_v6(frame, wire),
         ETH_P_8021Q | ETH_P_8021AD => Err(DropReason::VlanTagged),
         _ => Err(DropReason::NotIp),
     }
@@ -132,8 +140,9 @@ pub(crate) fn link_local_v6(a: u128) -> bool {
 }
 
 #[inline(always)]
-fn parse_v4(frame: &[u8]) -> Result<L3, DropReason> {
+fn parse_v4(frame: &[u8], wire: usize) -> Result<L3, DropReason> {
     let ip = frame.get(ETH_HLEN..).ok_or(DropReason::Truncated)?;
+    let ip_wire = wire.saturating_sub(ETH_HLEN);
     let hdr: &[u8; ipv4::HLEN] = ip
         .get(..ipv4::HLEN)
         .and_then(|s| s.try_into().ok())
@@ -146,7 +155,7 @@ fn parse_v4(frame: &[u8]) -> Result<L3, DropReason> {
         return Err(DropReason::BadIhl);
     }
     let total = u16::from_be_bytes([hdr[ipv4::TOTAL_LEN], hdr[ipv4::TOTAL_LEN + 1]]);
-    if usize::from(total) < ihl || usize::from(total) > ip.len() {
+    if usize::from(total) < ihl || usize::from(total) > ip_wire {
         return Err(DropReason::BadLength);
     }
     let sum = if ihl == ipv4::HLEN {
@@ -254,8 +263,9 @@ pub(crate) fn ipv6_chain(ip: &[u8]) -> Result<Ipv6Chain, DropReason> {
 }
 
 #[inline(always)]
-fn parse_v6(frame: &[u8]) -> Result<L3, DropReason> {
+fn parse_v6(frame: &[u8], wire: usize) -> Result<L3, DropReason> {
     let ip = frame.get(ETH_HLEN..).ok_or(DropReason::Truncated)?;
+    let ip_wire = wire.saturating_sub(ETH_HLEN);
     let hdr: &[u8; IPV6_HLEN] = ip
         .get(..IPV6_HLEN)
         .and_then(|s| s.try_into().ok())
@@ -266,7 +276,12 @@ fn parse_v6(frame: &[u8]) -> Result<L3, DropReason> {
     let payload = [hdr[ipv6::PAYLOAD_LEN], hdr[ipv6::PAYLOAD_LEN + 1]];
     let payload = usize::from(u16::from_be_bytes(payload));
     let len = IPV6_HLEN + payload;
-    let ip = ip.get(..len).ok_or(DropReason::BadLength)?;
+    if len > ip_wire {
+        return Err(DropReason::BadLength);
+    }
+    // What of the packet this buffer holds (all of it, but for a multi-buffer packet's
+    // first): its extension headers are walked there.
+    let ip = ip.get(..len.min(ip.len())).ok_or(DropReason::BadLength)?;
     let mut a = [0u8; 16];
     a.copy_from_slice(&hdr[ipv6::SRC..ipv6::SRC + 16]);
     let src = u128::from_be_bytes(a);

@@ -454,4 +454,216 @@ mod tests {
         let f = p.close().frames;
         assert!(f.whole(), "{f:?}");
     }
+
+    // Multi-buffer packets: the emulated port cuts packets larger than a 2048-byte frame's
+    // 1792 bytes of room into chains of buffers, as a port bound with XDP_USE_SG does.
+
+    /// Room per buffer after the headroom.
+    const SEG: usize = 1792;
+
+    /// A 9014-byte frame: a 9000-byte IPv4 or IPv6 UDP packet, payload bytes numbered,
+    /// with or without DF (IPv4).
+    fn jumbo(v6: bool, df: bool) -> Vec<u8> {
+        let spec = FrameSpec {
+            payload_len: if v6 { 9000 - 48 } else { 9000 - 28 },
+            ..FrameSpec::default()
+        };
+        let mut f = if v6 { udp_v6(&spec) } else { udp_v4(&spec) };
+        if !v6 && !df {
+            f[FLAGS4] = 0;
+            f[SUM4..SUM4 + 2].copy_from_slice(&[0, 0]);
+            let c = packet::checksum(&f[IP4]);
+            f[SUM4..SUM4 + 2].copy_from_slice(&c.to_be_bytes());
+        }
+        f
+    }
+
+    /// A poller whose port 0 delivers `traffic` when asked ([`deliver`]) and whose port 1
+    /// (MTU `mtu`) transmits, with `faults`, capturing its first 16 packets.
+    fn chain_poller(traffic: Traffic, mtu: u32, faults: Faults) -> MemPoller {
+        let queues = vec![
+            MemQueue::new(0, 0, RING, Some(Arc::new(traffic))).capture(16),
+            MemQueue::new(1, 0, RING, None)
+                .with_faults(faults)
+                .capture(16),
+        ];
+        let fwd = Arc::new(crate::forward::tests::fwd_with_egress_mtu(Mode::L3fwd, mtu));
+        let stats = Arc::new(PollerStats::with_queues(false, 2));
+        MemPoller::new(&spec(1024), queues, fwd, stats).expect("poller")
+    }
+
+    #[test]
+    fn jumbo_packets_leave_in_the_buffers_they_came_in() {
+        // 9000-byte IPv4 and IPv6 packets (6 buffers each) and a small one, in turn: bursts
+        // of 32 descriptors end inside chains, and are read on to the chain's end.
+        let (v4, v6, small) = (
+            jumbo(false, true),
+            jumbo(true, false),
+            udp_v4(&FrameSpec::default()),
+        );
+        let traffic = Traffic::chained(&[v4.clone(), small, v6.clone()], SEG);
+        let mut p = chain_poller(traffic, 9000, Faults::default());
+        deliver(&mut p, 13 * 300);
+        let s = p.inner.stats.snapshot();
+        assert_eq!(s.total_drops(), 0, "{:?}", s.drops);
+        assert_eq!(s.get(Counter::RxPackets), 900, "packets, each counted once");
+        assert_eq!(
+            s.get(Counter::RxChainBuffers),
+            600 * 5,
+            "the buffers after each first"
+        );
+        assert_eq!(s.get(Counter::TxPackets), 900);
+        assert_eq!(s.get(Counter::TxChainBuffers), 600 * 5);
+        let out = p.queues()[1].counters().clone();
+        assert_eq!((out.tx_packets, out.transmitted), (900, 3_900));
+        // Routed in place: next hop's MAC, TTL 63, the header checksum right, and every
+        // payload byte as it came.
+        let sent = &out.captured[0];
+        assert_eq!(sent.len(), v4.len());
+        assert_eq!(&sent[..12], &[2, 0, 0, 0, 1, 1, 2, 0, 0, 0, 1, 2]);
+        assert_eq!(sent[TTL4], 63);
+        assert_eq!(packet::checksum(&sent[IP4]), 0);
+        assert_eq!(sent[IP4.end..], v4[IP4.end..]);
+        assert_eq!(out.captured[2].len(), v6.len());
+        assert_eq!(out.captured[2][HOPS6], 63);
+        assert_eq!(out.captured[2][HOPS6 + 1..], v6[HOPS6 + 1..]);
+        // No payload copied: each packet left in the very buffers it came in, in order.
+        let rx = &p.queues()[0].counters().rx_addrs;
+        assert_eq!(out.tx_addrs[..13], rx[..13], "the same buffers, in order");
+        let f = p.finish().frames;
+        assert_eq!(f.accounted(), 1024, "in buffers: {f:?}");
+    }
+
+    #[test]
+    fn a_jumbo_packet_without_df_leaves_as_fragments_of_the_egress_mtu() {
+        // 9000 -> 1500: 8980 payload bytes in pieces of 1480, seven fragments; with DF, and
+        // IPv6, too big (dropped, for an ICMP error).
+        let no_df = jumbo(false, false);
+        let traffic = Traffic::chained(
+            &[no_df.clone(), jumbo(false, true), jumbo(true, false)],
+            SEG,
+        );
+        let mut p = chain_poller(traffic, 1500, Faults::default());
+        deliver(&mut p, 18 * 50);
+        let s = p.inner.stats.snapshot();
+        assert_eq!(s.get(Counter::FragOk), 50);
+        assert_eq!(s.get(Counter::FragCreates), 350);
+        assert_eq!(s.drop_count(DropReason::TooBig), 100, "DF and IPv6");
+        let out = p.queues()[1].counters();
+        let frags = &out.captured[..7];
+        let mut payload = Vec::new();
+        for (k, f) in frags.iter().enumerate() {
+            assert!(f.len() <= 1514, "fragment {k}: {} bytes", f.len());
+            assert_eq!(f[TTL4], 63);
+            assert_eq!(packet::checksum(&f[IP4]), 0, "fragment {k}'s header");
+            let word = u16::from_be_bytes([f[FLAGS4], f[FLAGS4 + 1]]);
+            assert_eq!(
+                usize::from(word & 0x1fff) * 8,
+                payload.len(),
+                "offset of {k}"
+            );
+            assert_eq!(word & 0x2000 != 0, k < 6, "MF on all but the last");
+            payload.extend_from_slice(&f[IP4.end..]);
+        }
+        assert_eq!(payload, no_df[IP4.end..], "reassembles to the original");
+        let f = p.finish().frames;
+        assert_eq!(f.accounted(), 1024, "{f:?}");
+    }
+
+    #[test]
+    fn bad_chains_are_dropped_by_reason_and_every_buffer_given_back() {
+        let v4 = jumbo(false, true);
+        let mut bufs: Vec<(Vec<u8>, bool)> = Vec::new();
+        let good: Vec<Vec<u8>> = v4.chunks(SEG).map(<[u8]>::to_vec).collect();
+        let chain = |parts: &[Vec<u8>]| -> Vec<(Vec<u8>, bool)> {
+            parts
+                .iter()
+                .enumerate()
+                .map(|(k, b)| (b.clone(), k + 1 < parts.len()))
+                .collect()
+        };
+        bufs.extend(chain(&good));
+        // More buffers than the kernel's limit (19 of 480 bytes).
+        let long: Vec<Vec<u8>> = v4.chunks(480).map(<[u8]>::to_vec).collect();
+        assert_eq!(long.len(), 19);
+        bufs.extend(chain(&long));
+        // An empty buffer inside.
+        let mut empty = good.clone();
+        empty.insert(2, Vec::new());
+        bufs.extend(chain(&empty));
+        // A first buffer too short for the headers.
+        let short = [v4[..100].to_vec(), v4[100..].to_vec()];
+        bufs.extend(chain(&[short[0].clone(), short[1][..1700].to_vec()]));
+        bufs.push((udp_v4(&FrameSpec::default()), false));
+        let per = bufs.len() as u64;
+        let mut p = chain_poller(Traffic::buffers(&bufs), 9000, Faults::default());
+        deliver(&mut p, per * 40);
+        let s = p.inner.stats.snapshot();
+        assert_eq!(
+            s.drop_count(DropReason::ChainTooLong),
+            40,
+            "{:?} {:?}",
+            s.drops,
+            s.counters
+        );
+        assert_eq!(s.drop_count(DropReason::ChainEmptyBuffer), 40);
+        assert_eq!(s.drop_count(DropReason::ChainShortHead), 40);
+        assert_eq!(s.total_drops(), 120, "{:?}", s.drops);
+        assert_eq!(
+            s.get(Counter::TxPackets),
+            80,
+            "the good chain and the small packet"
+        );
+        assert_eq!(s.get(Counter::RxPackets), 200);
+        assert_eq!(
+            s.get(Counter::RxPackets) + s.get(Counter::RxChainBuffers),
+            per * 40
+        );
+        let f = p.finish().frames;
+        assert_eq!(f.accounted(), 1024, "{f:?}");
+    }
+
+    #[test]
+    fn a_chain_whose_end_never_came_is_dropped_and_its_rest_given_back() {
+        let traffic = Traffic::chained(&[jumbo(false, true)], SEG);
+        let mut p = chain_poller(traffic, 9000, Faults::default());
+        // Half a packet, and the ring then empty.
+        deliver(&mut p, 3);
+        let s = p.inner.stats.snapshot();
+        assert_eq!(s.drop_count(DropReason::ChainUnterminated), 1);
+        assert_eq!(s.get(Counter::TxPackets), 0);
+        // Its rest comes first: given back, never forwarded as a packet; then whole ones.
+        deliver(&mut p, 3 + 6 * 10);
+        let s = p.inner.stats.snapshot();
+        assert_eq!(s.total_drops(), 1, "{:?}", s.drops);
+        assert_eq!(s.get(Counter::TxPackets), 10);
+        assert_eq!(s.get(Counter::RxPackets), 11);
+        assert_eq!(s.get(Counter::RxChainBuffers), 2 + 3 + 50);
+        let f = p.finish().frames;
+        assert_eq!(f.accounted(), 1024, "{f:?}");
+    }
+
+    #[test]
+    fn a_full_tx_ring_takes_whole_chains_only() {
+        let stalled = Faults {
+            tx_stalled: true,
+            ..Faults::default()
+        };
+        let traffic = Traffic::chained(&[jumbo(false, true)], SEG);
+        let mut p = chain_poller(traffic, 9000, stalled);
+        deliver(&mut p, 6 * 100);
+        let s = p.inner.stats.snapshot();
+        // 64 slots hold ten 6-buffer packets; the eleventh does not go on in part.
+        assert_eq!(s.get(Counter::TxPackets), 10);
+        assert_eq!(
+            s.drop_count(DropReason::TxRingFull),
+            90,
+            "{:?} {:?}",
+            s.drops,
+            s.counters
+        );
+        let f = p.finish().frames;
+        assert_eq!(f.tx, 60, "{f:?}");
+        assert_eq!(f.accounted(), 1024, "{f:?}");
+    }
 }

@@ -34,7 +34,9 @@ impl IcmpReply {
 }
 
 /// The slow path of a drop that calls for an ICMP error: the rules, then a token, then the
-/// error built in place of the packet (`now` is read once per burst, on first need).
+/// error built in place of the packet (`now` is read once per burst, on first need). `d` is
+/// the packet's (first) buffer, `wire` the packet's length (more, for a multi-buffer packet:
+/// the error quotes what the first buffer holds).
 #[allow(unsafe_code)]
 pub(super) fn icmp_reply(
     area: &mut Area,
@@ -43,12 +45,14 @@ pub(super) fn icmp_reply(
     bucket: &mut TokenBucket,
     now: &mut Option<Instant>,
     (in_port, reason, d): (u16, DropReason, &XdpDesc),
+    wire: usize,
 ) -> IcmpReply {
     let Some(off) = area.check(d.addr, d.len) else {
         return IcmpReply::NotSent;
     };
     // SAFETY: the frame came off this burst's RX ring and is still this poller's.
-    let Some(err) = fwd.icmp_error_for(rt, reason, unsafe { area.frame(off, d.len) }) else {
+    let Some(err) = fwd.icmp_error_for_wire(rt, reason, unsafe { area.frame(off, d.len) }, wire)
+    else {
         return IcmpReply::NotSent;
     };
     if !bucket.take(*now.get_or_insert_with(Instant::now)) {

@@ -20,11 +20,12 @@ use crate::forward::Forwarder;
 use crate::packet::DropReason;
 use crate::poller::stats::{Counter, PollerStats};
 use crate::port::ownership::Owners;
-use crate::port::rings::RingIo;
+use crate::port::rings::{RingIo, XDP_PKT_CONTD};
 use crate::port::umem::{Area, FreeList};
 use crate::sys;
 use crate::types::Idle;
 
+mod chain;
 mod drain;
 #[cfg(any(test, feature = "testkit"))]
 mod emulated;
@@ -49,6 +50,9 @@ pub use setup::{PollerError, PollerSpec};
 
 /// Largest burst a poller takes from one RX ring.
 pub(crate) const MAX_BATCH: usize = 256;
+/// Descriptors a burst may hold: a full burst, and the rest of a multi-buffer packet its
+/// last descriptor begins (read on to the packet's end).
+const BURST_SLOTS: usize = MAX_BATCH + chain::MAX_CHAIN;
 /// Most TX kicks per ring per pass (copy mode sends at most 32 frames per kick).
 const MAX_KICKS: u64 = 8;
 /// Zero-copy: passes with frames waiting on a TX ring and nothing completed before the poller
@@ -76,7 +80,10 @@ struct Poller<Q: RingIo> {
     stages: Box<[Stage]>,
     /// Per socket: zero-copy passes with TX frames waiting and nothing completed.
     tx_waits: Box<[u32]>,
-    burst: Box<[XdpDesc; MAX_BATCH]>,
+    /// Per socket: a multi-buffer packet was dropped before its last buffer came; the
+    /// buffers up to that one are its rest, given back.
+    open_chain: Box<[bool]>,
+    burst: Box<[XdpDesc; BURST_SLOTS]>,
     fwd: Arc<Forwarder>,
     stats: Arc<PollerStats>,
     ports: usize,
@@ -282,24 +289,35 @@ impl<Q: RingIo> Poller<Q> {
                 }
                 sent += n;
             }
-            let mut bytes = 0u64;
+            // Packets and buffers apart: every buffer of a multi-buffer packet but its last
+            // carries XDP_PKT_CONTD (bit 0), and tx_burst never splits a packet.
+            let (mut bytes, mut links) = (0u64, 0u64);
             #[allow(clippy::cast_possible_truncation)] // setup caps sockets at MAX_SOCKETS
             let socket = i as u16;
             for d in staged.iter().take(sent) {
                 bytes += u64::from(d.len);
+                links += u64::from(d.options & XDP_PKT_CONTD);
                 self.owners.give(d.addr, socket);
             }
+            let mut left_links = 0u64;
             for d in staged.iter().skip(sent) {
+                left_links += u64::from(d.options & XDP_PKT_CONTD);
                 self.free.push(d.addr & self.frame_mask);
             }
             if sent < staged.len() {
                 self.stats.add(Counter::TxRingFull, 1);
-                self.stats
-                    .add_drop(DropReason::TxRingFull, (staged.len() - sent) as u64);
+                self.stats.add_drop(
+                    DropReason::TxRingFull,
+                    (staged.len() - sent) as u64 - left_links,
+                );
             }
-            self.stats.add(Counter::TxPackets, sent as u64);
+            let packets = sent as u64 - links;
+            self.stats.add(Counter::TxPackets, packets);
             self.stats.add(Counter::TxBytes, bytes);
-            self.stats.add_queue(i, false, sent as u64, bytes);
+            if links != 0 {
+                self.stats.add(Counter::TxChainBuffers, links);
+            }
+            self.stats.add_queue(i, false, packets, bytes);
             stage.len = 0;
             if sent > 0 && q.tx_needs_wakeup() {
                 let refused = q.tx_wake(&self.area);

@@ -24,7 +24,7 @@ use super::{frag, Poller, Stage, MAX_BATCH};
 use crate::fib::Routes;
 use crate::forward::{Forwarder, Parsed};
 use crate::packet::{DropReason, L3};
-use crate::port::rings::RingIo;
+use crate::port::rings::{RingIo, XDP_PKT_CONTD};
 use crate::port::umem::{Area, FreeList};
 use crate::sys;
 
@@ -34,26 +34,36 @@ use crate::sys;
 type ParsedBurst<'r> = ArrayVec<Result<Parsed<'r>, DropReason>, MAX_BATCH>;
 
 /// What one burst counted, added to the poller's counters once at its end.
-struct Tally {
+pub(super) struct Tally {
     drops: [u32; DropReason::COUNT],
     /// ICMP errors sent, rate-limited, not sent by rule.
     icmp: [u64; 3],
     /// Packets fragmented, fragments made.
-    fragmented: [u64; 2],
+    pub(super) fragmented: [u64; 2],
     /// The clock, read once a burst and only by the ICMP rate limit.
-    now: Option<Instant>,
+    pub(super) now: Option<Instant>,
 }
 
 impl Tally {
     #[inline(always)]
-    fn drop(&mut self, r: DropReason) {
+    pub(super) fn new() -> Tally {
+        Tally {
+            drops: [0; DropReason::COUNT],
+            icmp: [0; 3],
+            fragmented: [0; 2],
+            now: None,
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn drop(&mut self, r: DropReason) {
         if let Some(c) = self.drops.get_mut(r as usize) {
             *c += 1;
         }
     }
 
     #[inline(always)]
-    fn icmp(&mut self, outcome: IcmpReply) {
+    pub(super) fn icmp(&mut self, outcome: IcmpReply) {
         if let Some(c) = self.icmp.get_mut(outcome.slot()) {
             *c += 1;
         }
@@ -141,6 +151,7 @@ impl Refusal<'_> {
             self.bucket,
             &mut tally.now,
             (self.in_port, reason, d),
+            d.len as usize,
         );
         let IcmpReply::Built(len) = reply else {
             tally.icmp(reply);
@@ -159,7 +170,7 @@ impl Refusal<'_> {
 
 /// Hands a destination whose neighbour is unresolved to the control thread (slow path: only
 /// for frames dropped as `resolving`; repeats of the last one are skipped).
-fn ask_resolve(
+pub(super) fn ask_resolve(
     last: &mut Option<IpAddr>,
     queue: Option<&ArrayQueue<IpAddr>>,
     parsed: &Result<Parsed, DropReason>,
@@ -195,6 +206,12 @@ impl<Q: RingIo> Poller<Q> {
         if n == 0 {
             return 0;
         }
+        // A multi-buffer packet in the burst, or the rest of one dropped before: the chain
+        // path (one OR per descriptor here, nothing more, for single-buffer traffic).
+        let contd = self.burst.iter().take(n).fold(0, |a, d| a | d.options) & XDP_PKT_CONTD;
+        if contd != 0 || self.open_chain.get(i).copied().unwrap_or(false) {
+            return self.receive_chains(i, n, rt);
+        }
         self.prefetch_pass(n);
         let mut parsed = ParsedBurst::new();
         let (bytes, walks) = self.parse_pass(n, in_port, rt, &mut parsed);
@@ -202,12 +219,7 @@ impl<Q: RingIo> Poller<Q> {
         if walks {
             self.fwd.walk(rt, &mut parsed);
         }
-        let mut tally = Tally {
-            drops: [0; DropReason::COUNT],
-            icmp: [0; 3],
-            fragmented: [0; 2],
-            now: None,
-        };
+        let mut tally = Tally::new();
         self.decide_pass(i, in_port, rt, &parsed, &mut tally);
         self.count_burst(i, n, bytes, &tally);
         n
@@ -330,7 +342,7 @@ impl<Q: RingIo> Poller<Q> {
 
     /// Adds the burst's tally to the poller's counters.
     #[inline(always)]
-    fn count_burst(&self, i: usize, n: usize, bytes: u64, t: &Tally) {
+    pub(super) fn count_burst(&self, i: usize, n: usize, bytes: u64, t: &Tally) {
         for (c, n) in [
             Counter::IcmpSent,
             Counter::IcmpRateLimited,

@@ -48,6 +48,9 @@ pub struct PollerSpec {
     pub tx_kick_budget: u32,
     /// How the sockets bind (copy, zero-copy, or the kernel's choice).
     pub socket_mode: SocketMode,
+    /// Bind with AF_XDP multi-buffer (XDP_USE_SG): packets larger than a frame come and go
+    /// as chains of buffers.
+    pub multi_buffer: bool,
     /// Extra UMEM headroom (alignment ablation).
     pub headroom: u32,
     /// Put the UMEM on 2 MiB hugetlb pages if reserved.
@@ -84,6 +87,7 @@ impl PollerSpec {
             idle_spin: Duration::ZERO,
             tx_kick_budget: 0,
             socket_mode: SocketMode::Auto,
+            multi_buffer: false,
             headroom: 0,
             hugepages: false,
             mem_policy: None,
@@ -209,6 +213,7 @@ pub(super) fn setup(
             tx_kick_budget: spec.tx_kick_budget,
             mode: spec.socket_mode,
             headroom: spec.headroom,
+            multi_buffer: spec.multi_buffer,
         },
     )
     .map_err(|source| PollerError::Socket { id, source })?;
@@ -272,7 +277,8 @@ impl<Q: RingIo> Poller<Q> {
             owners: Owners::new(area.frames(), area.frame_size()),
             tx_waits: vec![0; sockets].into_boxed_slice(),
             stages,
-            burst: Box::new([XdpDesc::default(); MAX_BATCH]),
+            open_chain: vec![false; sockets].into_boxed_slice(),
+            burst: Box::new([XdpDesc::default(); super::BURST_SLOTS]),
             fwd,
             stats,
             ports: spec.ports.max(1),

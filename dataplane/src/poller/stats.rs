@@ -65,10 +65,16 @@ pub enum Counter {
     /// Frames such a reclaim found more or fewer of than the socket's counts said it held:
     /// always 0 unless a frame was lost or given out twice.
     FramesMisplaced,
+    /// Buffers after the first of multi-buffer packets taken from RX rings: buffers
+    /// received = `rx_packets` + this.
+    RxChainBuffers,
+    /// Buffers after the first of multi-buffer packets put on TX rings: buffers sent =
+    /// `tx_packets` + this (completions count buffers).
+    TxChainBuffers,
 }
 
 /// Number of [`Counter`] slots.
-pub(crate) const COUNTERS: usize = 21;
+pub(crate) const COUNTERS: usize = 23;
 /// Names of the [`Counter`] slots, in order.
 pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "rx_packets",
@@ -92,6 +98,8 @@ pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "tx_lost",
     "frames_reclaimed",
     "frames_misplaced",
+    "rx_chain_buffers",
+    "tx_chain_buffers",
 ];
 /// One line on what each [`Counter`] counts, in order (the metrics' help texts).
 pub(crate) const COUNTER_HELP: [&str; COUNTERS] = [
@@ -116,6 +124,8 @@ pub(crate) const COUNTER_HELP: [&str; COUNTERS] = [
     "Frames put on a TX ring whose interface was deleted before sending them (also link_down drops).",
     "Frames taken back from the sockets of a deleted interface (fill and TX rings, and what the driver held).",
     "Frames a reclaim found more or fewer of than the socket's counts said it held (0 unless a frame was lost).",
+    "Buffers after the first of multi-buffer (jumbo) packets taken from RX rings.",
+    "Buffers after the first of multi-buffer (jumbo) packets put on TX rings.",
 ];
 /// RX burst-size buckets: bucket `b` counts bursts of `2^b ..= 2^(b+1) - 1` frames (the last,
 /// 256). VPP's "vectors per call", as a distribution.
@@ -256,17 +266,33 @@ impl PollerStats {
 }
 
 /// Plain counter values (one poller's, or a sum).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Snapshot {
     /// [`Counter`] values.
     pub counters: [u64; COUNTERS],
-    /// Drops by [`DropReason`].
+    /// Drops by [`DropReason`] (serialised as a sequence: serde's arrays stop at 32).
+    #[serde(serialize_with = "as_seq")]
     pub drops: [u64; DropReason::COUNT],
     /// RX bursts by size bucket ([`BURST_BUCKET_LE`]).
     pub bursts: [u64; BURST_BUCKETS],
     /// Frames on the poller's free list when last set (a gauge: summed over pollers, not
     /// differenced).
     pub free_frames: u64,
+}
+
+impl Default for Snapshot {
+    fn default() -> Self {
+        Snapshot {
+            counters: [0; COUNTERS],
+            drops: [0; DropReason::COUNT],
+            bursts: [0; BURST_BUCKETS],
+            free_frames: 0,
+        }
+    }
+}
+
+fn as_seq<S: serde::Serializer>(v: &[u64; DropReason::COUNT], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter())
 }
 
 impl Snapshot {
@@ -364,7 +390,7 @@ mod tests {
         assert_eq!(t.total_drops(), 4);
         assert_eq!(t.delta(&s), s);
         assert_eq!(s.drops_line(), "no_route=2");
-        assert_eq!(COUNTER_NAMES.len(), Counter::FramesMisplaced as usize + 1);
+        assert_eq!(COUNTER_NAMES.len(), Counter::TxChainBuffers as usize + 1);
     }
 
     #[test]

@@ -77,6 +77,8 @@ pub struct Traffic {
     bytes: Box<[u8]>,
     lens: Box<[u32]>,
     stride: usize,
+    /// Per template: more buffers of its packet follow (XDP_PKT_CONTD on its descriptor).
+    contd: Box<[bool]>,
 }
 
 impl Traffic {
@@ -98,9 +100,35 @@ impl Traffic {
         }
         Traffic {
             bytes,
+            contd: vec![false; lens.len()].into_boxed_slice(),
             lens: lens.into_boxed_slice(),
             stride,
         }
+    }
+
+    /// Buffers of multi-buffer packets, in turn: each with its contents (at most 1792 bytes)
+    /// and whether more of its packet follow (XDP_PKT_CONTD). Malformed chains are the
+    /// caller's to make: an empty buffer, too many, a flag that never clears.
+    #[cfg(test)]
+    pub(crate) fn buffers(bufs: &[(Vec<u8>, bool)]) -> Traffic {
+        let frames: Vec<Vec<u8>> = bufs.iter().map(|(b, _)| b.clone()).collect();
+        let mut t = Traffic::new(&frames);
+        t.contd = bufs.iter().map(|(_, c)| *c).collect();
+        t
+    }
+
+    /// `packets`, each cut into buffers of `seg` bytes (the last shorter) as a port bound
+    /// with multi-buffer delivers a packet larger than a frame.
+    #[cfg(test)]
+    pub(crate) fn chained(packets: &[Vec<u8>], seg: usize) -> Traffic {
+        let mut bufs = Vec::new();
+        for p in packets {
+            let pieces: Vec<&[u8]> = p.chunks(seg.max(1)).collect();
+            for (k, piece) in pieces.iter().enumerate() {
+                bufs.push((piece.to_vec(), k + 1 < pieces.len()));
+            }
+        }
+        Traffic::buffers(&bufs)
     }
 
     /// Number of frames.
@@ -113,14 +141,28 @@ impl Traffic {
         self.lens.is_empty()
     }
 
-    /// Frame `i` padded to the stride, and its length.
+    /// Buffers of the packet whose first is template `i` (1 but for multi-buffer packets).
     #[inline(always)]
-    fn frame(&self, i: usize) -> (&[u8], u32) {
+    fn buffers_from(&self, i: usize) -> u32 {
+        let mut n = 1;
+        let mut j = i;
+        while self.contd.get(j).copied().unwrap_or(false) && n < 64 {
+            n += 1;
+            j = (j + 1) % self.contd.len().max(1);
+        }
+        n
+    }
+
+    /// Frame `i` padded to the stride, its length, and its descriptor's options.
+    #[inline(always)]
+    fn frame(&self, i: usize) -> (&[u8], u32, u32) {
         let len = self.lens.get(i).copied().unwrap_or(0);
         let start = i * self.stride;
+        let contd = self.contd.get(i).copied().unwrap_or(false);
         (
             self.bytes.get(start..start + self.stride).unwrap_or(&[]),
             len,
+            u32::from(contd) * crate::port::rings::XDP_PKT_CONTD,
         )
     }
 }
@@ -153,11 +195,21 @@ pub struct MemCounters {
     pub transmitted: u64,
     /// Their bytes.
     pub tx_bytes: u64,
+    /// Packets among them (a multi-buffer packet's buffers count once).
+    pub tx_packets: u64,
     /// Frames the port holds for good (taken from the fill ring behind a descriptor pointing
     /// outside the UMEM, or behind an invalid TX descriptor).
     pub held: u64,
-    /// The first transmitted frames, as many as asked for with [`MemQueue::capture`].
+    /// The first transmitted packets, as many as asked for with [`MemQueue::capture`] (a
+    /// multi-buffer packet's buffers joined).
     pub captured: Vec<Vec<u8>>,
+    /// Buffers of a multi-buffer packet being captured.
+    partial: Vec<u8>,
+    /// While capturing: the addresses of the buffers delivered and transmitted, in order
+    /// (what shows a packet left in the very buffers it came in).
+    pub rx_addrs: Vec<u64>,
+    /// See `rx_addrs`.
+    pub tx_addrs: Vec<u64>,
 }
 
 /// One queue of an emulated zero-copy port: its four rings and the device behind them.
@@ -212,7 +264,7 @@ impl MemQueue {
         self
     }
 
-    /// Delivers `frames` frames in all, then raises `done`.
+    /// Delivers `frames` frames in all, and raises `done` once the poller has read them.
     pub fn with_budget(mut self, frames: u64, done: Arc<AtomicBool>) -> MemQueue {
         self.budget = frames;
         self.done = Some(done);
@@ -255,14 +307,29 @@ impl MemQueue {
         let Some(traffic) = self.traffic.as_deref() else {
             return;
         };
-        let want = want.min(usize::try_from(self.budget).unwrap_or(usize::MAX));
+        let budget = usize::try_from(self.budget).unwrap_or(usize::MAX);
         let mut made = 0;
-        while made < want && self.rx.room() > 0 {
+        // As the kernel does, a packet's buffers go on the RX ring together: one is begun
+        // only when the ring and the fill ring have room for all of them, and finished past
+        // `want`. Only the budget cuts one short (a test's broken ring).
+        let mut mid_packet = false;
+        while made < budget && (made < want || mid_packet) && self.rx.room() > 0 {
+            if !mid_packet {
+                let need = traffic.buffers_from(self.next);
+                if need > self.rx.room() {
+                    break;
+                }
+                if need > self.fill.len() {
+                    self.stats.rx_fill_ring_empty_descs += 1;
+                    break;
+                }
+            }
             let Some(base) = self.fill.pop() else {
                 self.stats.rx_fill_ring_empty_descs += 1;
                 break;
             };
-            let (template, len) = traffic.frame(self.next);
+            let (template, len, options) = traffic.frame(self.next);
+            mid_packet = options & crate::port::rings::XDP_PKT_CONTD != 0;
             self.next += 1;
             if self.next == traffic.len() {
                 self.next = 0;
@@ -310,23 +377,17 @@ impl MemQueue {
                         frame.copy_from_slice(template);
                     }
                 }
-                XdpDesc {
-                    addr,
-                    len,
-                    options: 0,
-                }
+                XdpDesc { addr, len, options }
             };
+            if self.capture > 0 && self.counters.rx_addrs.len() < 256 {
+                self.counters.rx_addrs.push(desc.addr);
+            }
             self.rx.push(desc);
         }
-        if self.rx.room() == 0 && made < want {
+        if self.rx.room() == 0 && made < want.min(budget) {
             self.stats.rx_ring_full += 1;
         }
         self.budget -= made as u64;
-        if self.budget == 0 {
-            if let Some(done) = &self.done {
-                done.store(true, Relaxed);
-            }
-        }
     }
 
     /// Takes fill entries out of sight until [`Faults::posted`] are posted.
@@ -355,11 +416,20 @@ impl MemQueue {
                 Some(off) => {
                     self.counters.transmitted += 1;
                     self.counters.tx_bytes += u64::from(d.len);
+                    let last = d.options & crate::port::rings::XDP_PKT_CONTD == 0;
+                    if self.capture > 0 && self.counters.tx_addrs.len() < 256 {
+                        self.counters.tx_addrs.push(d.addr);
+                    }
+                    self.counters.tx_packets += u64::from(last);
                     if self.counters.captured.len() < self.capture {
                         // SAFETY: the frame is on its way out: the poller gave it up on the
                         // TX ring and gets it back only through the completion ring below.
                         let bytes = unsafe { area.frame(off, d.len) };
-                        self.counters.captured.push(bytes.to_vec());
+                        self.counters.partial.extend_from_slice(bytes);
+                        if last {
+                            let packet = std::mem::take(&mut self.counters.partial);
+                            self.counters.captured.push(packet);
+                        }
                     }
                     self.completion.push(d.addr);
                 }
@@ -396,6 +466,13 @@ impl RingIo for MemQueue {
                 None => break,
             }
         }
+        // The budget is spent once its last frame has been read (a multi-buffer packet's
+        // rest may wait on the ring after the part a burst took).
+        if self.budget == 0 && self.rx.len() == 0 {
+            if let Some(done) = &self.done {
+                done.store(true, Relaxed);
+            }
+        }
         n
     }
     fn rx_available(&self) -> u32 {
@@ -404,8 +481,9 @@ impl RingIo for MemQueue {
 
     #[inline]
     fn tx_burst(&mut self, descs: &[XdpDesc]) -> usize {
+        let cap = crate::port::rings::whole_packets(descs, self.tx.room() as usize);
         let mut n = 0;
-        for d in descs {
+        for d in descs.iter().take(cap) {
             if !self.tx.push(*d) {
                 break;
             }

@@ -9,6 +9,29 @@
 
 pub use xdpilone::xdp::XdpDesc;
 
+/// Descriptor option: more buffers of this packet follow (linux/if_xdp.h; AF_XDP
+/// multi-buffer, set on every buffer of a packet but its last).
+pub const XDP_PKT_CONTD: u32 = 1;
+
+/// How many of `descs`, at most `cap`, are whole packets: a ring with room for `cap` takes
+/// those, and a packet's buffers never straddle two reservations (the kernel would take the
+/// first part for a packet of its own).
+#[inline(always)]
+pub(crate) fn whole_packets(descs: &[XdpDesc], cap: usize) -> usize {
+    let mut n = cap.min(descs.len());
+    if n == descs.len() {
+        return n;
+    }
+    while n > 0
+        && descs
+            .get(n - 1)
+            .is_some_and(|d| d.options & XDP_PKT_CONTD != 0)
+    {
+        n -= 1;
+    }
+    n
+}
+
 pub use crate::port::ownership::SocketFrames;
 use crate::port::umem::Area;
 
@@ -49,7 +72,8 @@ pub trait RingIo: 'static {
     /// RX descriptors waiting.
     fn rx_available(&self) -> u32;
 
-    /// Puts as many of `descs` on the TX ring as fit (one reservation); returns how many.
+    /// Puts as many of `descs` on the TX ring as fit (one reservation), whole packets only
+    /// ([`whole_packets`]); returns how many.
     fn tx_burst(&mut self, descs: &[XdpDesc]) -> usize;
     /// TX descriptors not yet taken by the device.
     fn tx_pending(&self) -> u32;

@@ -23,6 +23,9 @@ use crate::types::SocketMode;
 const XDP_COPY: u16 = 1 << 1;
 /// Bind flag: zero-copy, or fail (linux/if_xdp.h).
 const XDP_ZEROCOPY: u16 = 1 << 2;
+/// Bind flag: multi-buffer, a packet larger than a frame comes and goes as a chain of
+/// descriptors (linux/if_xdp.h, Linux 6.6).
+const XDP_USE_SG: u16 = 1 << 4;
 
 /// A socket could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +61,8 @@ pub(crate) struct QueueRings {
     pub copy_mode: bool,
     /// Frames given to and returned by this socket (the count of what its kernel side holds).
     ledger: Ledger,
+    /// Entries of each ring.
+    entries: u32,
 }
 
 impl QueueRings {
@@ -111,10 +116,30 @@ impl RingIo for QueueRings {
 
     #[inline]
     fn tx_burst(&mut self, descs: &[XdpDesc]) -> usize {
-        let mut w = self
-            .tx
-            .transmit(u32::try_from(descs.len()).unwrap_or(u32::MAX));
-        let cap = w.capacity() as usize;
+        let want = u32::try_from(descs.len()).unwrap_or(u32::MAX);
+        let reserved = self.tx.transmit(want).capacity() as usize;
+        let mut cap = crate::port::rings::whole_packets(descs, reserved);
+        if cap == 0 && reserved > 0 {
+            // The reservation is served from a cached view of the kernel's consumer and
+            // refreshed only once that view shows the ring full, so it can grant fewer
+            // slots than a multi-buffer packet needs while the ring has room: then nothing
+            // would ever go. Where the ring has room for the whole packet, its first part
+            // goes now and the rest in the caller's next reservation (refreshed, as this
+            // one used the cached room up). The kernel takes a packet published in parts:
+            // copy mode keeps the part it built until the rest comes, zero-copy batches
+            // read whole packets only.
+            let packet = descs
+                .iter()
+                .position(|d| d.options & crate::port::rings::XDP_PKT_CONTD == 0)
+                .map_or(descs.len(), |i| i + 1);
+            let room = self.entries.saturating_sub(self.tx.pending()) as usize;
+            if room >= packet {
+                cap = reserved;
+            }
+        }
+        // The first reservation was dropped (cancelled) above; this one grants the same
+        // slots (nothing else moved the producer in between).
+        let mut w = self.tx.transmit(want);
         let n = w.insert(descs.iter().copied().take(cap));
         w.commit();
         self.ledger.sent = self.ledger.sent.wrapping_add(n);
@@ -243,6 +268,9 @@ pub(crate) struct RingSizes {
     pub headroom: u32,
     /// Copy, zero-copy, or the kernel's choice (the UMEM's own socket carries it).
     pub mode: SocketMode,
+    /// Bind with XDP_USE_SG: packets larger than a frame come as chains (the UMEM's own
+    /// socket carries it).
+    pub multi_buffer: bool,
 }
 
 /// The UMEM and its sockets, in drop order: rings, then the UMEM registration. The area itself
@@ -308,6 +336,7 @@ fn bind_one(
                 SocketMode::Copy => XDP_COPY,
                 SocketMode::Zerocopy => XDP_ZEROCOPY,
             }
+            | if sizes.multi_buffer { XDP_USE_SG } else { 0 }
     } else {
         0
     };
@@ -327,7 +356,12 @@ fn bind_one(
         let step = match sizes.mode {
             // The kernel's reason is the errno: EOPNOTSUPP (the driver has no zero-copy),
             // ENOENT/EINVAL (virtio_net without ACCESS_PLATFORM or RING_RESET), EBUSY, ...
+            SocketMode::Zerocopy if first && sizes.multi_buffer => {
+                "bind in zero-copy mode with multi-buffer (socket_mode = \"zerocopy\", XDP_USE_SG)"
+            }
             SocketMode::Zerocopy if first => "bind in zero-copy mode (socket_mode = \"zerocopy\")",
+            // EINVAL here: a kernel older than 6.6 has no AF_XDP multi-buffer.
+            _ if first && sizes.multi_buffer => "bind with multi-buffer (XDP_USE_SG, Linux 6.6)",
             _ => "bind",
         };
         err(step, s, e)
@@ -350,6 +384,7 @@ fn bind_one(
         queue: s.queue,
         copy_mode,
         ledger: Ledger::default(),
+        entries: sizes.entries,
     })
 }
 

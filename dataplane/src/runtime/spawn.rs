@@ -133,6 +133,38 @@ fn poller_spec(
             .and_then(|e| e.poller_cpu),
         None => p.cpu,
     };
+    let room = cfg
+        .dataplane
+        .frame_size
+        .saturating_sub(XDP_PACKET_HEADROOM + parse_align(&cfg.dataplane.align).unwrap_or(0));
+    let drivers: Vec<(sys::DriverXdp, u32)> = cfg
+        .interfaces
+        .iter()
+        .map(|name| {
+            let d = sys::if_index(name)
+                .ok()
+                .and_then(|i| sys::driver_xdp(i).ok())
+                .unwrap_or(sys::DriverXdp {
+                    zerocopy: false,
+                    zc_max_segs: 1,
+                });
+            (d, sys::interface_mtu(name).unwrap_or(1500))
+        })
+        .collect();
+    let multi_buffer = wants_multi_buffer(cfg.dataplane.socket_mode, &drivers, room);
+    if !multi_buffer && id == 0 {
+        for (name, (_, mtu)) in cfg.interfaces.iter().zip(&drivers) {
+            if mtu + ETH_HLEN > room {
+                tracing::warn!(
+                    "{name}: MTU {mtu} is more than one {}-byte frame holds ({room} bytes with \
+                     the headroom) and its driver chains no zero-copy buffers: the kernel drops \
+                     larger packets; socket_mode = \"copy\" (or \"auto\") forwards them as \
+                     multi-buffer packets",
+                    cfg.dataplane.frame_size
+                );
+            }
+        }
+    }
     let mut sockets = Vec::new();
     for q in &p.queues {
         for (port, name) in cfg.interfaces.iter().enumerate() {
@@ -160,12 +192,45 @@ fn poller_spec(
         idle_spin: std::time::Duration::from_micros(u64::from(cfg.dataplane.idle_spin_us)),
         tx_kick_budget: cfg.dataplane.tx_kick_budget,
         socket_mode: cfg.dataplane.socket_mode,
+        multi_buffer,
         icmp_rate: cfg.dataplane.icmp_rate,
         icmp_burst: cfg.dataplane.icmp_burst,
         resolve: resolve.cloned(),
         reopen: None,
         reopened: None,
     })
+}
+
+/// The kernel's headroom before each received frame (XDP_PACKET_HEADROOM).
+const XDP_PACKET_HEADROOM: u32 = 256;
+/// An Ethernet header: what a frame adds to the MTU.
+const ETH_HLEN: u32 = 14;
+
+/// Whether a poller's sockets bind with AF_XDP multi-buffer (XDP_USE_SG), given its ports'
+/// drivers and MTUs and the bytes one frame holds (`room`). Copy mode always can (Linux
+/// 6.6). Zero-copy can where every driver chains zero-copy buffers (`zc_max_segs` > 1;
+/// virtio_net cannot, and refuses the bind): bound without, packets over one frame are
+/// dropped by the kernel. `auto` keeps zero-copy where every driver offers it and every
+/// port's MTU fits one frame; otherwise it asks for multi-buffer, and the kernel binds in
+/// copy mode where zero-copy cannot chain. The port's MTU may rise later: a socket bound
+/// with multi-buffer follows it, so only a choice between zero-copy and jumbo frames
+/// leaves it off.
+pub(crate) fn wants_multi_buffer(
+    mode: crate::types::SocketMode,
+    ports: &[(sys::DriverXdp, u32)],
+    room: u32,
+) -> bool {
+    use crate::types::SocketMode;
+    let zc_chains = ports.iter().all(|(d, _)| d.zerocopy && d.zc_max_segs > 1);
+    match mode {
+        SocketMode::Copy => true,
+        SocketMode::Zerocopy => zc_chains,
+        SocketMode::Auto => {
+            let zc = ports.iter().all(|(d, _)| d.zerocopy);
+            let fits = ports.iter().all(|(_, mtu)| mtu + ETH_HLEN <= room);
+            !zc || zc_chains || !fits
+        }
+    }
 }
 
 impl Pollers {

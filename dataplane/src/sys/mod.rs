@@ -27,8 +27,8 @@ pub(crate) use thread::{current_thread_affinity, set_fifo, set_thread_affinity, 
 pub use thread::{gettid, pin_current_thread, set_sched_idle, thread_cpu_ns, ThreadHold};
 pub(crate) use udp::{enable_pktinfo, recv_with_ifindex};
 pub(crate) use xdp::{
-    force_rcvbuf, poll_readable, pollfd_in, xdp_link_create, xsk_is_zerocopy, xsk_set_tx_budget,
-    xsk_statistics,
+    driver_xdp, force_rcvbuf, poll_readable, pollfd_in, xdp_link_create, xsk_is_zerocopy,
+    xsk_set_tx_budget, xsk_statistics, DriverXdp,
 };
 
 /// A failed system call, with the name of the call.

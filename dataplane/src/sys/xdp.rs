@@ -146,3 +146,43 @@ mod tests {
         assert_eq!(e.call, "getsockopt(XDP_OPTIONS)");
     }
 }
+
+/// What a driver offers AF_XDP, as the kernel reports it (netdev netlink, through
+/// libbpf's `bpf_xdp_query`), attached or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DriverXdp {
+    /// The `xsk-zerocopy` XDP feature.
+    pub zerocopy: bool,
+    /// Most buffers per packet a zero-copy socket may take (1: zero-copy has no
+    /// multi-buffer here).
+    pub zc_max_segs: u32,
+}
+
+/// `NETDEV_XDP_ACT_XSK_ZEROCOPY` (linux/netdev.h).
+const XDP_ACT_XSK_ZEROCOPY: u64 = 1 << 3;
+
+/// What the driver of interface `ifindex` offers AF_XDP.
+pub(crate) fn driver_xdp(ifindex: u32) -> Result<DriverXdp, SyscallError> {
+    use libbpf_rs::libbpf_sys;
+    let mut opts = libbpf_sys::bpf_xdp_query_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_xdp_query_opts>() as _,
+        ..Default::default()
+    };
+    let ifindex = i32::try_from(ifindex).map_err(|_| SyscallError {
+        call: "bpf_xdp_query",
+        io_error: io::Error::from_raw_os_error(libc::ENODEV),
+    })?;
+    // SAFETY: `opts` is a bpf_xdp_query_opts of the size its `sz` says, valid and writable
+    // for the call; libbpf keeps no pointer to it.
+    let rc = unsafe { libbpf_sys::bpf_xdp_query(ifindex, 0, &mut opts) };
+    if rc != 0 {
+        return Err(SyscallError {
+            call: "bpf_xdp_query",
+            io_error: io::Error::from_raw_os_error(-rc),
+        });
+    }
+    Ok(DriverXdp {
+        zerocopy: opts.feature_flags & XDP_ACT_XSK_ZEROCOPY != 0,
+        zc_max_segs: opts.xdp_zc_max_segs,
+    })
+}

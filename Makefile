@@ -2,7 +2,7 @@
 # and `make test` (the whole test suite). Both need root for the netns/XDP parts.
 SHELL := /bin/bash
 CARGO ?= cargo
-DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool iputils-ping \
+DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool iputils-ping curl \
 	procps util-linux python3 libhwloc-dev libudev-dev traceroute iputils-tracepath iperf3 bird2 stress-ng man-db \
 	prometheus
 

@@ -141,10 +141,14 @@ impl Control {
             self.resync_wanted = true;
             return false;
         }
-        let mtu = mtu
-            .or_else(|| self.spec.rib.table().port(port).map(|(m, _)| m))
-            .unwrap_or(0);
+        let old_mtu = self.spec.rib.table().port(port).map(|(m, _)| m);
+        let mtu = mtu.or(old_mtu).unwrap_or(0);
         self.spec.rib.writer().set_port(port, mtu, up);
+        if let Some(old) = old_mtu.filter(|&o| o != mtu && was.is_some()) {
+            self.note(format!(
+                "port {name}: mtu now {mtu} (was {old}): packets up to it are forwarded, larger ones fragmented or answered with ICMP"
+            ));
+        }
         if was == Some(true) && !up {
             self.resync_wanted = true;
         }

@@ -17,7 +17,7 @@ pub struct GenArgs {
     /// Interface to send from (in the current netns).
     #[arg(long)]
     iface: String,
-    /// Frame size on the wire, FCS included (64..=1518).
+    /// Frame size on the wire, FCS included (64..=9018; over 1518, a jumbo frame, needs --rate).
     #[arg(long, default_value_t = 64)]
     size: usize,
     /// Distinct flows (UDP source ports).
@@ -97,6 +97,13 @@ pub fn main(a: GenArgs) -> Result<()> {
         count: if a.count == 0 { u64::MAX } else { a.count },
         stop: &stop,
     };
+    if a.size > 1518 && a.rate == 0 {
+        anyhow::bail!(
+            "--size {}: a jumbo frame is sent by the paced packet-socket sender only: give --rate \
+             (the XDP and AF_XDP senders build frames in one page)",
+            a.size
+        );
+    }
     let strategy = match (a.rate, a.xsk) {
         (0, false) => Strategy::Live,
         (0, true) => Strategy::Xsk,

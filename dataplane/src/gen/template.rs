@@ -10,7 +10,7 @@ use crate::testbed;
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct GenSpec {
-    /// Frame size on the wire, FCS included (64..=1518).
+    /// Frame size on the wire, FCS included (64..=9018: up to a 9000-byte MTU).
     pub size: usize,
     /// Distinct flows (UDP source ports), 1..=65000.
     pub flows: u32,
@@ -30,7 +30,7 @@ pub struct GenSpec {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GenError {
     /// Size out of range.
-    #[error("frame size {0} must be 64..=1518 (IPv6: 66..=1518)")]
+    #[error("frame size {0} must be 64..={MAX_FRAME} (IPv6: 66..={MAX_FRAME}; over 1518 is a jumbo frame, for links of MTU 9000)")]
     Size(usize),
     /// Flow count out of range.
     #[error("flows {0} must be 1..=65000")]
@@ -63,11 +63,14 @@ pub struct Template {
     pub hdr_len: usize,
 }
 
+/// Largest frame the generator builds: a 9000-byte IP packet, its Ethernet header and FCS.
+pub const MAX_FRAME: usize = 9018;
+
 impl Template {
     /// Builds the template for `spec`.
     pub fn new(spec: &GenSpec) -> Result<Template, GenError> {
         let min = if spec.ipv6 { 66 } else { 64 };
-        if !(min..=1518).contains(&spec.size) {
+        if !(min..=MAX_FRAME).contains(&spec.size) {
             return Err(GenError::Size(spec.size));
         }
         if !(1..=65_000).contains(&spec.flows) {
@@ -203,7 +206,13 @@ mod tests {
 
     #[test]
     fn frames_parse_back_with_valid_checksums_and_flows() {
-        for (ipv6, size) in [(false, 64), (false, 1518), (true, 66), (true, 512)] {
+        for (ipv6, size) in [
+            (false, 64),
+            (false, 1518),
+            (true, 66),
+            (true, 512),
+            (false, 9018),
+        ] {
             let t = Template::new(&spec(ipv6, size)).expect("valid");
             assert_eq!(t.frame.len() + 4, size, "wire size includes the FCS");
             let mut ports = std::collections::BTreeSet::new();

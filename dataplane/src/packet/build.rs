@@ -2,7 +2,7 @@
 //!
 //! Not on the per-packet path: it runs when a generator or a test makes its frames, on
 //! buffers it sized itself, so fixed offsets into them cannot miss and lengths fit their
-//! fields (frames are at most 1518 bytes).
+//! fields (frames are at most 9018 bytes).
 #![allow(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use std::net::{Ipv4Addr, Ipv6Addr};
 

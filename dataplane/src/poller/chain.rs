@@ -85,7 +85,8 @@ fn check_chain(area: &Area, chain: &[XdpDesc]) -> Result<(), DropReason> {
 
 impl<Q: RingIo> Poller<Q> {
     /// Decides the burst of `n` descriptors in `self.burst`, which holds a multi-buffer
-    /// packet (or the rest of one dropped before), packet by packet. Returns the packets.
+    /// packet (or the rest of one dropped before), packet by packet. Returns the
+    /// descriptors read (a full burst reads at least `batch`: the idle policy's measure).
     #[cold]
     #[inline(never)]
     pub(super) fn receive_chains(&mut self, i: usize, mut n: usize, rt: Routes<'_>) -> usize {
@@ -170,7 +171,7 @@ impl<Q: RingIo> Poller<Q> {
         if links != 0 {
             self.stats.add(Counter::RxChainBuffers, links);
         }
-        usize::try_from(packets).unwrap_or(0)
+        n
     }
 
     /// Puts a received buffer back on the free list (one pointing outside the UMEM is not

@@ -189,7 +189,7 @@ impl<Q: RingIo> Poller<Q> {
             let mut full = false;
             for i in 0..self.queues.len() {
                 let n = self.receive(i, rt);
-                full |= n == self.batch as usize;
+                full |= n >= self.batch as usize;
                 work += n;
                 self.flush();
             }

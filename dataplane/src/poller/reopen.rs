@@ -13,7 +13,7 @@ use xdpilone::xdp::XdpDesc;
 use super::Poller;
 use crate::packet::DropReason;
 use crate::poller::stats::Counter;
-use crate::port::rings::RingIo;
+use crate::port::rings::{RingIo, XDP_PKT_CONTD};
 use crate::port::xsk::{self, QueueRings, SocketSpec};
 use crate::sys;
 
@@ -132,7 +132,8 @@ impl<Q: RingIo> Poller<Q> {
             return;
         };
         let mut burst = [XdpDesc::default(); 64];
-        let (mut n, mut bytes) = (0u64, 0u64);
+        // Packets and the buffers after each first apart, as the receive path counts them.
+        let (mut n, mut links, mut bytes) = (0u64, 0u64, 0u64);
         loop {
             let got = q.rx_burst(&mut self.area, &mut burst);
             for d in burst.iter().take(got) {
@@ -140,18 +141,27 @@ impl<Q: RingIo> Poller<Q> {
                     self.free.push(d.addr & self.frame_mask);
                 }
                 bytes += u64::from(d.len);
+                links += u64::from(d.options & XDP_PKT_CONTD);
             }
             n += got as u64;
             if got == 0 {
                 break;
             }
         }
+        // The socket's successor starts with no chain of its own to finish.
+        if let Some(o) = self.open_chain.get_mut(i) {
+            *o = false;
+        }
         let (free, mask) = (&mut self.free, self.frame_mask);
         let done = q.complete(&self.area, self.ring, |a| free.push(a & mask));
+        let packets = n - links;
         if n > 0 {
-            self.stats.add(Counter::RxPackets, n);
+            self.stats.add(Counter::RxPackets, packets);
             self.stats.add(Counter::RxBytes, bytes);
-            self.stats.add_drop(DropReason::LinkDown, n);
+            self.stats.add_drop(DropReason::LinkDown, packets);
+        }
+        if links > 0 {
+            self.stats.add(Counter::RxChainBuffers, links);
         }
         if done > 0 {
             self.stats.add(Counter::Completions, u64::from(done));

@@ -151,7 +151,27 @@ fn poller_spec(
             (d, sys::interface_mtu(name).unwrap_or(1500))
         })
         .collect();
-    let multi_buffer = wants_multi_buffer(cfg.dataplane.socket_mode, &drivers, room);
+    // AF_XDP multi-buffer is Linux 6.6's: older kernels refuse XDP_USE_SG (EINVAL).
+    let multi_buffer =
+        sys::kernel_at_least(6, 6) && wants_multi_buffer(cfg.dataplane.socket_mode, &drivers, room);
+    if multi_buffer
+        && id == 0
+        && cfg.dataplane.socket_mode == crate::types::SocketMode::Auto
+        && drivers.iter().all(|(d, _)| d.zerocopy)
+        && drivers.iter().any(|(d, _)| d.zc_max_segs <= 1)
+    {
+        tracing::info!(
+            "socket_mode = \"auto\": the ports' drivers offer zero-copy but cannot chain zero-copy \
+             buffers for their MTUs ({}), so the sockets bind with multi-buffer, which the kernel \
+             serves in copy mode; MTUs within one {}-byte frame keep zero-copy",
+            drivers
+                .iter()
+                .map(|(_, m)| m.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            cfg.dataplane.frame_size
+        );
+    }
     if !multi_buffer && id == 0 {
         for (name, (_, mtu)) in cfg.interfaces.iter().zip(&drivers) {
             if mtu + ETH_HLEN > room {
@@ -221,7 +241,11 @@ pub(crate) fn wants_multi_buffer(
     room: u32,
 ) -> bool {
     use crate::types::SocketMode;
-    let zc_chains = ports.iter().all(|(d, _)| d.zerocopy && d.zc_max_segs > 1);
+    // Buffers a packet of the port's MTU takes (at least 2: a chain at all).
+    let buffers = |mtu: u32| (mtu + ETH_HLEN).div_ceil(room.max(1)).max(2);
+    let zc_chains = ports
+        .iter()
+        .all(|(d, mtu)| d.zerocopy && d.zc_max_segs >= buffers(*mtu));
     match mode {
         SocketMode::Copy => true,
         SocketMode::Zerocopy => zc_chains,
@@ -307,5 +331,67 @@ impl Pollers {
             }
         }
         Ok((reports, self.snapshots()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::SocketMode;
+
+    const ROOM: u32 = 2048 - XDP_PACKET_HEADROOM;
+
+    fn port(zerocopy: bool, zc_max_segs: u32, mtu: u32) -> (sys::DriverXdp, u32) {
+        (
+            sys::DriverXdp {
+                zerocopy,
+                zc_max_segs,
+            },
+            mtu,
+        )
+    }
+
+    #[test]
+    fn multi_buffer_where_it_keeps_what_the_mode_promises() {
+        let veth = port(false, 0, 1500);
+        let virtio = port(true, 1, 1500);
+        let virtio_jumbo = port(true, 1, 9000);
+        let ice_jumbo = port(true, 5, 9000);
+        let ice_more = port(true, 17, 9000);
+        // Copy: always (the MTU may rise while running).
+        for p in [veth, virtio, virtio_jumbo] {
+            assert!(wants_multi_buffer(SocketMode::Copy, &[p], ROOM));
+        }
+        // Zero-copy: only where the driver chains as many buffers as the MTU takes (9000
+        // bytes in 1792-byte buffers: 6).
+        assert!(!wants_multi_buffer(
+            SocketMode::Zerocopy,
+            &[virtio_jumbo],
+            ROOM
+        ));
+        assert!(!wants_multi_buffer(
+            SocketMode::Zerocopy,
+            &[ice_jumbo],
+            ROOM
+        ));
+        assert!(wants_multi_buffer(SocketMode::Zerocopy, &[ice_more], ROOM));
+        // Auto: keeps zero-copy where the MTUs fit a frame; jumbo MTUs over a driver that
+        // cannot chain go multi-buffer (copy); no zero-copy at all: multi-buffer.
+        assert!(!wants_multi_buffer(
+            SocketMode::Auto,
+            &[virtio, virtio],
+            ROOM
+        ));
+        assert!(wants_multi_buffer(
+            SocketMode::Auto,
+            &[virtio, virtio_jumbo],
+            ROOM
+        ));
+        assert!(wants_multi_buffer(SocketMode::Auto, &[veth, veth], ROOM));
+        assert!(wants_multi_buffer(
+            SocketMode::Auto,
+            &[ice_more, ice_more],
+            ROOM
+        ));
     }
 }

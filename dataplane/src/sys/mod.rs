@@ -20,7 +20,9 @@ pub(crate) use cpu::prefetch;
 pub use mmap::MemPolicy;
 pub(crate) use mmap::{mbind, page_nodes, Mmap};
 pub use netif::{enter_netns, if_index};
-pub(crate) use netif::{if_name, interface_mac, interface_mtu, local_addresses, rx_queue_count};
+pub(crate) use netif::{
+    if_name, interface_mac, interface_mtu, kernel_at_least, local_addresses, rx_queue_count,
+};
 pub use packet_socket::PacketSocket;
 pub(crate) use packet_socket::{FrameSender, SEND_BATCH_MAX};
 pub(crate) use thread::{current_thread_affinity, set_fifo, set_thread_affinity, set_timer_slack};

@@ -110,3 +110,16 @@ pub fn enter_netns(name: &str) -> Result<(), SyscallError> {
     }
     Ok(())
 }
+
+/// Whether the running kernel's release is at least `major.minor` (false when unreadable).
+pub(crate) fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
+        return false;
+    };
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (a, b) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (a, b) >= (major, minor)
+}

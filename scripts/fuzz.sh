@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes each target (fuzz/fuzz_targets/: packet_path, the per-packet decision; config_parse,
+# Fuzzes each target (fuzz/fuzz_targets/: packet_path, the per-packet decision; chain_path, the
+# poller's multi-buffer path on packets cut into chains; config_parse,
 # the config and routes file; netlink_events, the control thread against a model of the
 # kernel's state) with cargo-fuzz on the nightly toolchain, for RUNS executions or
 # SECONDS_MAX seconds each, whichever comes first, starting from the committed seeds
@@ -18,7 +19,7 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     echo "fuzz: installing cargo-fuzz"
     cargo install --locked cargo-fuzz
 fi
-TARGETS=${TARGETS:-packet_path config_parse netlink_events}
+TARGETS=${TARGETS:-packet_path chain_path config_parse netlink_events}
 cd fuzz
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

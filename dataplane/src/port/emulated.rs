@@ -109,8 +109,7 @@ impl Traffic {
     /// Buffers of multi-buffer packets, in turn: each with its contents (at most 1792 bytes)
     /// and whether more of its packet follow (XDP_PKT_CONTD). Malformed chains are the
     /// caller's to make: an empty buffer, too many, a flag that never clears.
-    #[cfg(test)]
-    pub(crate) fn buffers(bufs: &[(Vec<u8>, bool)]) -> Traffic {
+    pub fn buffers(bufs: &[(Vec<u8>, bool)]) -> Traffic {
         let frames: Vec<Vec<u8>> = bufs.iter().map(|(b, _)| b.clone()).collect();
         let mut t = Traffic::new(&frames);
         t.contd = bufs.iter().map(|(_, c)| *c).collect();
@@ -119,8 +118,7 @@ impl Traffic {
 
     /// `packets`, each cut into buffers of `seg` bytes (the last shorter) as a port bound
     /// with multi-buffer delivers a packet larger than a frame.
-    #[cfg(test)]
-    pub(crate) fn chained(packets: &[Vec<u8>], seg: usize) -> Traffic {
+    pub fn chained(packets: &[Vec<u8>], seg: usize) -> Traffic {
         let mut bufs = Vec::new();
         for p in packets {
             let pieces: Vec<&[u8]> = p.chunks(seg.max(1)).collect();
@@ -286,8 +284,7 @@ impl MemQueue {
     }
 
     /// Keeps a copy of the first `frames` transmitted frames (tests; it allocates per frame).
-    #[cfg(test)]
-    pub(crate) fn capture(mut self, frames: usize) -> MemQueue {
+    pub fn capture(mut self, frames: usize) -> MemQueue {
         self.capture = frames;
         self
     }

@@ -47,8 +47,8 @@ use routes::{prefixes_from_args, Prefixes};
 
 const PORTS: u16 = 2;
 
-/// (flows, address families).
-type TrafficKey = (usize, Family);
+/// (flows, address families, IP packet size: 0 for 64-byte frames).
+type TrafficKey = (usize, Family, usize);
 
 /// The address families of a cell's traffic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +86,9 @@ struct Cell {
     offset: u32,
     shared_stats: bool,
     interleave: bool,
+    /// IP packet size in bytes (0: 64-byte frames). Over a frame's 1792 bytes of room, each
+    /// packet is a chain of buffers (AF_XDP multi-buffer).
+    ip_size: usize,
 }
 
 impl Cell {
@@ -99,6 +102,7 @@ impl Cell {
             offset: 0,
             shared_stats: false,
             interleave: false,
+            ip_size: 0,
         }
     }
     fn name(&self) -> String {
@@ -109,6 +113,9 @@ impl Cell {
             self.family.name(),
             self.burst
         );
+        if self.ip_size != 0 {
+            s.push_str(&format!(", {}-byte packets", self.ip_size));
+        }
         if self.pollers > 1 {
             s.push_str(&format!(
                 "; {} pollers, {}, {}, {}",
@@ -255,7 +262,16 @@ fn rib_rate(p6: &[(u128, u8)]) {
 
 /// 64-byte frames to port `port`: `flows` destinations inside random table prefixes, of the
 /// `family` asked for (every other one IPv6 for the mix).
-fn traffic(routes: &Routes, port: u16, flows: usize, family: Family) -> Arc<Traffic> {
+/// Room for a packet in a 2048-byte UMEM frame after the emulated port's headroom.
+const FRAME_ROOM: usize = 2048 - 256;
+
+fn traffic(
+    routes: &Routes,
+    port: u16,
+    flows: usize,
+    family: Family,
+    ip_size: usize,
+) -> Arc<Traffic> {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(u64::from(port) + 7);
     let (p4, p6) = &routes.prefixes;
     let n = if family == Family::Mix {
@@ -276,17 +292,29 @@ fn traffic(routes: &Routes, port: u16, flows: usize, family: Family) -> Arc<Traf
             if family == Family::V6 || (family == Family::Mix && i % 2 == 1) {
                 let (p, l) = p6[rng.gen_range(0..p6.len())];
                 spec.dst6 = (p | (rng.gen::<u128>() & !mask6(l))).into();
-                spec.payload_len = FrameSpec::v6_payload_for_wire_size(64);
+                spec.payload_len = if ip_size == 0 {
+                    FrameSpec::v6_payload_for_wire_size(64)
+                } else {
+                    ip_size - 48
+                };
                 udp_v6(&spec)
             } else {
                 let (p, l) = p4[rng.gen_range(0..p4.len())];
                 spec.dst4 = (p | (rng.gen::<u32>() & !mask4(l))).into();
-                spec.payload_len = FrameSpec::v4_payload_for_wire_size(64);
+                spec.payload_len = if ip_size == 0 {
+                    FrameSpec::v4_payload_for_wire_size(64)
+                } else {
+                    ip_size - 28
+                };
                 udp_v4(&spec)
             }
         })
         .collect();
-    Arc::new(Traffic::new(&frames))
+    if frames.iter().any(|f| f.len() > FRAME_ROOM) {
+        Arc::new(Traffic::chained(&frames, FRAME_ROOM))
+    } else {
+        Arc::new(Traffic::new(&frames))
+    }
 }
 
 /// One repeat of one poller: packets it sent, CPU ns its thread used.
@@ -414,7 +442,7 @@ impl Runner {
                 drop(ready_tx);
                 let (pid, tid) = (std::process::id(), sys::gettid() as u32);
                 let sent = |p: &MemPoller| -> u64 {
-                    p.queues().iter().map(|q| q.counters().transmitted).sum()
+                    p.queues().iter().map(|q| q.counters().tx_packets()).sum()
                 };
                 loop {
                     barrier.wait();
@@ -494,7 +522,7 @@ fn paired(routes: &Routes, cache: &[(TrafficKey, Vec<Arc<Traffic>>)], burst: u32
     let find = |family| {
         cache
             .iter()
-            .find(|(k, _)| *k == (flows, family))
+            .find(|(k, _)| *k == (flows, family, 0))
             .map(|(_, t)| t)
     };
     let (Some(t4), Some(t6)) = (find(Family::V4), find(Family::V6)) else {
@@ -562,7 +590,12 @@ fn port_alone(traffic: &Arc<Traffic>, opts: &Opts) -> Vec<Sample> {
                     for _ in 0..256 {
                         let got = q.rx_burst(&mut area, &mut burst);
                         q.fill(got as u32, burst.iter().take(got).map(|d| d.addr & !2047));
-                        packets += got as u64;
+                        // Packets: a chain's buffers count once.
+                        packets += burst
+                            .iter()
+                            .take(got)
+                            .filter(|d| d.options & dataplane::port::rings::XDP_PKT_CONTD == 0)
+                            .count() as u64;
                     }
                 }
                 Sample {
@@ -703,6 +736,14 @@ fn main() {
             }
         }
     }
+    // Packet sizes, after the 64-byte cells (so `--cell K` keeps its numbers): 1500 bytes
+    // in one buffer, 9000 in a chain of six.
+    for ip_size in [1500, 9000] {
+        cells.push(Cell {
+            ip_size,
+            ..Cell::new(Mode::L3fwd, 1024, Family::V4, 32)
+        });
+    }
     if ablation {
         cells.clear();
         for interleave in [false, true] {
@@ -730,10 +771,10 @@ fn main() {
     // Traffic per (flows, mix), built once: the 1M-flow sets take a while.
     let mut cache: Vec<(TrafficKey, Vec<Arc<Traffic>>)> = Vec::new();
     for cell in &cells {
-        let key = (cell.flows, cell.family);
+        let key = (cell.flows, cell.family, cell.ip_size);
         if !cache.iter().any(|(k, _)| *k == key) {
             let t: Vec<Arc<Traffic>> = (0..PORTS)
-                .map(|p| traffic(&routes, p, cell.flows, cell.family))
+                .map(|p| traffic(&routes, p, cell.flows, cell.family, cell.ip_size))
                 .collect();
             cache.push((key, t));
         }
@@ -751,11 +792,16 @@ fn main() {
     let single = std::env::args().any(|a| a == "--cell");
     if !ablation && !single && opts.packets == 0 {
         // The emulated port's own share, for each traffic set the cells used.
-        for ((flows, family), t) in &cache {
+        for ((flows, family, ip_size), t) in &cache {
             let alone = port_alone(&t[0], &opts);
+            let size = if *ip_size == 0 {
+                String::new()
+            } else {
+                format!(", {ip_size}-byte packets")
+            };
             rows.push(row(
                 format!(
-                    "port alone, {flows} flows {} (the emulated NIC's share)",
+                    "port alone, {flows} flows {}{size} (the emulated NIC's share)",
                     family.name()
                 ),
                 &alone,
@@ -763,6 +809,31 @@ fn main() {
         }
     }
     print(&rows);
+    // Bytes per second for the packet-size cells: Gbit/s of IP packets per core.
+    let sized: Vec<(&Cell, &Row)> = cells
+        .iter()
+        .zip(&rows)
+        .filter(|(c, _)| c.ip_size != 0)
+        .collect();
+    if !sized.is_empty() {
+        println!();
+        println!("| packet size | ns/packet | Mpps per core | Gbit/s per core (IP bytes) |");
+        println!("|---|---|---|---|");
+        for (c, r) in sized {
+            let gbps = |mpps: f64| mpps * 1e6 * c.ip_size as f64 * 8.0 / 1e9;
+            println!(
+                "| {} B | {:.1} ({:.1}-{:.1}) | {:.2} | {:.1} ({:.1}-{:.1}) |",
+                c.ip_size,
+                r.ns.0,
+                r.ns.1,
+                r.ns.2,
+                r.mpps.0,
+                gbps(r.mpps.0),
+                gbps(r.mpps.1),
+                gbps(r.mpps.2)
+            );
+        }
+    }
     if !ablation && !single && opts.packets == 0 {
         paired(&routes, &cache, bursts[0], &opts);
     }

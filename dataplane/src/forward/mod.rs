@@ -141,7 +141,7 @@ impl Forwarder {
         ingress: Ingress,
         frame: &[u8],
     ) -> Result<Parsed<'r>, DropReason> {
-        self.prepare_wire(rt, ingress, frame, frame.len())
+        self.prepare_with(rt, ingress, frame, None)
     }
 
     /// [`Forwarder::prepare`] of a packet `wire` bytes long whose first buffer is `frame`
@@ -154,6 +154,19 @@ impl Forwarder {
         ingress: Ingress,
         frame: &[u8],
         wire: usize,
+    ) -> Result<Parsed<'r>, DropReason> {
+        self.prepare_with(rt, ingress, frame, Some(wire))
+    }
+
+    /// [`Forwarder::prepare`] (`wire` None: the frame is the whole packet, the per-packet
+    /// path's case, kept free of the multi-buffer length) or [`Forwarder::prepare_wire`].
+    #[inline(always)]
+    fn prepare_with<'r>(
+        &self,
+        rt: Routes<'r>,
+        ingress: Ingress,
+        frame: &[u8],
+        wire: Option<usize>,
     ) -> Result<Parsed<'r>, DropReason> {
         match self.mode {
             Mode::L3fwd => {
@@ -171,7 +184,10 @@ impl Forwarder {
                         DropReason::MulticastSource
                     });
                 }
-                let l3 = packet::parse_l3_wire(frame, wire)?;
+                let l3 = match wire {
+                    None => packet::parse_l3(frame)?,
+                    Some(wire) => packet::parse_l3_wire(frame, wire)?,
+                };
                 match l3 {
                     L3::V4 { dst, .. } => rt.prefetch_v4(dst),
                     L3::V6 { dst, .. } => rt.prefetch_v6(dst),

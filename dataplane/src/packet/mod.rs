@@ -76,9 +76,15 @@ fn be16(b: &[u8], off: usize) -> Option<u16> {
 /// Returns the destination address and packet length on success. IPv4 options are refused
 /// here (the steering program gives them to the kernel); IPv6 extension headers are walked
 /// ([`ipv6_chain`]) and forwarded unchanged.
-#[cfg(test)]
+#[inline(always)]
 pub(crate) fn parse_l3(frame: &[u8]) -> Result<L3, DropReason> {
-    parse_l3_wire(frame, frame.len())
+    let ethertype = be16(frame, eth::ETHERTYPE).ok_or(DropReason::Truncated)?;
+    match ethertype {
+        ETH_P_IPV4 => parse_v4::<false>(frame, 0),
+        ETH_P_IPV6 => parse_v6::<false>(frame, 0),
+        ETH_P_8021Q | ETH_P_8021AD => Err(DropReason::VlanTagged),
+        _ => Err(DropReason::NotIp),
+    }
 }
 
 /// [`parse_l3`] of a packet `wire` bytes long of which `frame` is the first buffer (a
@@ -88,8 +94,8 @@ pub(crate) fn parse_l3(frame: &[u8]) -> Result<L3, DropReason> {
 pub(crate) fn parse_l3_wire(frame: &[u8], wire: usize) -> Result<L3, DropReason> {
     let ethertype = be16(frame, eth::ETHERTYPE).ok_or(DropReason::Truncated)?;
     match ethertype {
-        ETH_P_IPV4 => parse_v4(frame, wire),
-        ETH_P_IPV6 => parse_v6(frame, wire),
+        ETH_P_IPV4 => parse_v4::<true>(frame, wire),
+        ETH_P_IPV6 => parse_v6::<true>(frame, wire),
         ETH_P_8021Q | ETH_P_8021AD => Err(DropReason::VlanTagged),
         _ => Err(DropReason::NotIp),
     }
@@ -140,9 +146,13 @@ pub(crate) fn link_local_v6(a: u128) -> bool {
 }
 
 #[inline(always)]
-fn parse_v4(frame: &[u8], wire: usize) -> Result<L3, DropReason> {
+fn parse_v4<const WIRE: bool>(frame: &[u8], wire: usize) -> Result<L3, DropReason> {
     let ip = frame.get(ETH_HLEN..).ok_or(DropReason::Truncated)?;
-    let ip_wire = wire.saturating_sub(ETH_HLEN);
+    let ip_wire = if WIRE {
+        wire.saturating_sub(ETH_HLEN)
+    } else {
+        ip.len()
+    };
     let hdr: &[u8; ipv4::HLEN] = ip
         .get(..ipv4::HLEN)
         .and_then(|s| s.try_into().ok())
@@ -263,9 +273,8 @@ pub(crate) fn ipv6_chain(ip: &[u8]) -> Result<Ipv6Chain, DropReason> {
 }
 
 #[inline(always)]
-fn parse_v6(frame: &[u8], wire: usize) -> Result<L3, DropReason> {
+fn parse_v6<const WIRE: bool>(frame: &[u8], wire: usize) -> Result<L3, DropReason> {
     let ip = frame.get(ETH_HLEN..).ok_or(DropReason::Truncated)?;
-    let ip_wire = wire.saturating_sub(ETH_HLEN);
     let hdr: &[u8; IPV6_HLEN] = ip
         .get(..IPV6_HLEN)
         .and_then(|s| s.try_into().ok())
@@ -276,12 +285,16 @@ fn parse_v6(frame: &[u8], wire: usize) -> Result<L3, DropReason> {
     let payload = [hdr[ipv6::PAYLOAD_LEN], hdr[ipv6::PAYLOAD_LEN + 1]];
     let payload = usize::from(u16::from_be_bytes(payload));
     let len = IPV6_HLEN + payload;
-    if len > ip_wire {
-        return Err(DropReason::BadLength);
-    }
-    // What of the packet this buffer holds (all of it, but for a multi-buffer packet's
-    // first): its extension headers are walked there.
-    let ip = ip.get(..len.min(ip.len())).ok_or(DropReason::BadLength)?;
+    let ip = if WIRE {
+        if len > wire.saturating_sub(ETH_HLEN) {
+            return Err(DropReason::BadLength);
+        }
+        // What of the packet this buffer holds (a multi-buffer packet's first): its
+        // extension headers are walked there.
+        ip.get(..len.min(ip.len())).ok_or(DropReason::BadLength)?
+    } else {
+        ip.get(..len).ok_or(DropReason::BadLength)?
+    };
     let mut a = [0u8; 16];
     a.copy_from_slice(&hdr[ipv6::SRC..ipv6::SRC + 16]);
     let src = u128::from_be_bytes(a);

@@ -84,20 +84,25 @@ fn check_chain(area: &Area, chain: &[XdpDesc]) -> Result<(), DropReason> {
 }
 
 impl<Q: RingIo> Poller<Q> {
-    /// Decides the burst of `n` descriptors in `self.burst`, which holds a multi-buffer
+    /// Decides the burst of `n` descriptors in `self.burst` (copied to `chain_burst`, where
+    /// it is read on), which holds a multi-buffer
     /// packet (or the rest of one dropped before), packet by packet. Returns the
     /// descriptors read (a full burst reads at least `batch`: the idle policy's measure).
     #[cold]
     #[inline(never)]
     pub(super) fn receive_chains(&mut self, i: usize, mut n: usize, rt: Routes<'_>) -> usize {
+        if let (Some(to), Some(from)) = (self.chain_burst.get_mut(..n), self.burst.get(..n)) {
+            to.copy_from_slice(from);
+        }
         // The burst ends at a packet's end: read on, one descriptor at a time (more could
         // end inside the next packet), while its last descriptor continues.
         while self
-            .burst
+            .chain_burst
             .get(n.wrapping_sub(1))
             .is_some_and(|d| d.options & XDP_PKT_CONTD != 0)
         {
-            let (Some(q), Some(more)) = (self.queues.get_mut(i), self.burst.get_mut(n..n + 1))
+            let (Some(q), Some(more)) =
+                (self.queues.get_mut(i), self.chain_burst.get_mut(n..n + 1))
             else {
                 break;
             };
@@ -116,7 +121,7 @@ impl<Q: RingIo> Poller<Q> {
         // The rest of a chain dropped as unterminated in an earlier burst: given back,
         // counted with that packet (its buffers as links, no packet of their own).
         if self.open_chain.get(i).copied().unwrap_or(false) {
-            while let Some(d) = self.burst.get(at).copied().filter(|_| at < n) {
+            while let Some(d) = self.chain_burst.get(at).copied().filter(|_| at < n) {
                 at += 1;
                 links += 1;
                 bytes += u64::from(d.len);
@@ -134,7 +139,7 @@ impl<Q: RingIo> Poller<Q> {
             let mut chain = Chain::new();
             let mut too_long = false;
             let mut ended = false;
-            while let Some(d) = self.burst.get(at).copied().filter(|_| at < n) {
+            while let Some(d) = self.chain_burst.get(at).copied().filter(|_| at < n) {
                 at += 1;
                 bytes += u64::from(d.len);
                 too_long |= chain.try_push(d).is_err();
@@ -160,7 +165,7 @@ impl<Q: RingIo> Poller<Q> {
                 Err(r) => {
                     tally.drop(r);
                     for k in start..at {
-                        if let Some(d) = self.burst.get(k).copied() {
+                        if let Some(d) = self.chain_burst.get(k).copied() {
                             self.give_back(&d);
                         }
                     }
@@ -224,7 +229,7 @@ impl<Q: RingIo> Poller<Q> {
             .iter()
             .any(|s| s.len > MAX_BATCH - STAGE_HEADROOM);
         if busy {
-            self.flush();
+            self.flush_cold();
         }
         match verdict {
             Ok(out) => {

@@ -515,7 +515,7 @@ mod tests {
         assert_eq!(s.get(Counter::TxPackets), 900);
         assert_eq!(s.get(Counter::TxChainBuffers), 600 * 5);
         let out = p.queues()[1].counters().clone();
-        assert_eq!((out.tx_packets, out.transmitted), (900, 3_900));
+        assert_eq!((out.tx_packets(), out.transmitted), (900, 3_900));
         // Routed in place: next hop's MAC, TTL 63, the header checksum right, and every
         // payload byte as it came.
         let sent = &out.captured[0];

@@ -83,7 +83,11 @@ struct Poller<Q: RingIo> {
     /// Per socket: a multi-buffer packet was dropped before its last buffer came; the
     /// buffers up to that one are its rest, given back.
     open_chain: Box<[bool]>,
-    burst: Box<[XdpDesc; BURST_SLOTS]>,
+    /// The burst as read (the fast path's: exactly the parse results' capacity, so their
+    /// pushes need no check).
+    burst: Box<[XdpDesc; MAX_BATCH]>,
+    /// A burst holding multi-buffer packets, read on to its last packet's end.
+    chain_burst: Box<[XdpDesc; BURST_SLOTS]>,
     fwd: Arc<Forwarder>,
     stats: Arc<PollerStats>,
     ports: usize,
@@ -259,6 +263,13 @@ impl<Q: RingIo> Poller<Q> {
         self.stats.add(Counter::BusyPasses, passes[1]);
         self.stats.set_free_frames(self.free.len() as u64);
         *passes = [0; 2];
+    }
+
+    /// [`Poller::flush`] from the multi-buffer path (mid-burst, once a stage fills up): out
+    /// of line, so the loop's own call stays inlined.
+    #[inline(never)]
+    fn flush_cold(&mut self) {
+        self.flush();
     }
 
     /// Puts every staged frame on its TX ring; frames that do not fit are dropped and recycled.

@@ -79,6 +79,9 @@ pub struct Traffic {
     stride: usize,
     /// Per template: more buffers of its packet follow (XDP_PKT_CONTD on its descriptor).
     contd: Box<[bool]>,
+    /// Any template continues: the port then delivers whole packets, buffer by buffer (the
+    /// single-buffer traffic of the benchmark skips that bookkeeping).
+    chained: bool,
 }
 
 impl Traffic {
@@ -101,6 +104,7 @@ impl Traffic {
         Traffic {
             bytes,
             contd: vec![false; lens.len()].into_boxed_slice(),
+            chained: false,
             lens: lens.into_boxed_slice(),
             stride,
         }
@@ -113,6 +117,7 @@ impl Traffic {
         let frames: Vec<Vec<u8>> = bufs.iter().map(|(b, _)| b.clone()).collect();
         let mut t = Traffic::new(&frames);
         t.contd = bufs.iter().map(|(_, c)| *c).collect();
+        t.chained = t.contd.iter().any(|c| *c);
         t
     }
 
@@ -152,11 +157,12 @@ impl Traffic {
     }
 
     /// Frame `i` padded to the stride, its length, and its descriptor's options.
+    /// `CHAINED`: the traffic has multi-buffer packets (else the options are 0, unread).
     #[inline(always)]
-    fn frame(&self, i: usize) -> (&[u8], u32, u32) {
+    fn frame<const CHAINED: bool>(&self, i: usize) -> (&[u8], u32, u32) {
         let len = self.lens.get(i).copied().unwrap_or(0);
         let start = i * self.stride;
-        let contd = self.contd.get(i).copied().unwrap_or(false);
+        let contd = CHAINED && self.contd.get(i).copied().unwrap_or(false);
         (
             self.bytes.get(start..start + self.stride).unwrap_or(&[]),
             len,
@@ -193,8 +199,9 @@ pub struct MemCounters {
     pub transmitted: u64,
     /// Their bytes.
     pub tx_bytes: u64,
-    /// Packets among them (a multi-buffer packet's buffers count once).
-    pub tx_packets: u64,
+    /// Buffers among them that a next buffer of the same packet follows (XDP_PKT_CONTD):
+    /// packets transmitted = `transmitted - tx_chained` ([`MemCounters::tx_packets`]).
+    pub tx_chained: u64,
     /// Frames the port holds for good (taken from the fill ring behind a descriptor pointing
     /// outside the UMEM, or behind an invalid TX descriptor).
     pub held: u64,
@@ -208,6 +215,13 @@ pub struct MemCounters {
     pub rx_addrs: Vec<u64>,
     /// See `rx_addrs`.
     pub tx_addrs: Vec<u64>,
+}
+
+impl MemCounters {
+    /// Packets transmitted (a multi-buffer packet's buffers count once).
+    pub fn tx_packets(&self) -> u64 {
+        self.transmitted - self.tx_chained
+    }
 }
 
 /// One queue of an emulated zero-copy port: its four rings and the device behind them.
@@ -296,19 +310,43 @@ impl MemQueue {
 
     /// Turns up to `want` fill entries into RX descriptors of ready-made frames.
     #[inline]
-    #[allow(unsafe_code)]
     fn receive_frames(&mut self, area: &mut Area, want: usize) {
         if self.posted.len() < self.faults.posted as usize {
             self.post();
         }
-        let Some(traffic) = self.traffic.as_deref() else {
+        let Some(traffic) = self.traffic.take() else {
             return;
         };
+        if traffic.chained {
+            self.receive_chained(area, &traffic, want);
+        } else {
+            let want = want.min(usize::try_from(self.budget).unwrap_or(usize::MAX));
+            let mut made = 0;
+            while made < want && self.rx.room() > 0 {
+                let Some(base) = self.fill.pop() else {
+                    self.stats.rx_fill_ring_empty_descs += 1;
+                    break;
+                };
+                let desc = self.make_frame::<false>(area, &traffic, base);
+                self.rx.push(desc);
+                made += 1;
+            }
+            if self.rx.room() == 0 && made < want {
+                self.stats.rx_ring_full += 1;
+            }
+            self.budget -= made as u64;
+        }
+        self.traffic = Some(traffic);
+    }
+
+    /// [`MemQueue::receive_frames`] of multi-buffer traffic. As the kernel does, a packet's
+    /// buffers go on the RX ring together: one is begun only when the ring and the fill ring
+    /// have room for all of them, and finished past `want`. Only the budget cuts one short
+    /// (a test's broken ring).
+    #[cold]
+    fn receive_chained(&mut self, area: &mut Area, traffic: &Traffic, want: usize) {
         let budget = usize::try_from(self.budget).unwrap_or(usize::MAX);
         let mut made = 0;
-        // As the kernel does, a packet's buffers go on the RX ring together: one is begun
-        // only when the ring and the fill ring have room for all of them, and finished past
-        // `want`. Only the budget cuts one short (a test's broken ring).
         let mut mid_packet = false;
         while made < budget && (made < want || mid_packet) && self.rx.room() > 0 {
             if !mid_packet {
@@ -325,66 +363,79 @@ impl MemQueue {
                 self.stats.rx_fill_ring_empty_descs += 1;
                 break;
             };
-            let (template, len, options) = traffic.frame(self.next);
-            mid_packet = options & crate::port::rings::XDP_PKT_CONTD != 0;
-            self.next += 1;
-            if self.next == traffic.len() {
-                self.next = 0;
-            }
-            let addr = base + u64::from(self.headroom);
-            // The stride is at most 1792 bytes (Traffic caps it).
-            let stride = u32::try_from(template.len()).unwrap_or(0);
-            self.counters.delivered += 1;
-            made += 1;
-            let bad =
-                self.faults.bad_every != 0 && self.counters.delivered % self.faults.bad_every == 0;
-            let desc = if bad {
-                self.counters.bad += 1;
-                if self.counters.bad % 2 == 1 {
-                    // Runs past the end of its frame: the poller drops it and recycles it.
-                    XdpDesc {
-                        addr,
-                        len: area.frame_size(),
-                        options: 0,
-                    }
-                } else {
-                    self.counters.held += 1;
-                    XdpDesc {
-                        addr: u64::from(area.frames()) * u64::from(area.frame_size()) + addr,
-                        len,
-                        options: 0,
-                    }
-                }
-            } else {
-                // The whole padded stride is written: a copy of a fixed 64 bytes is two
-                // vector stores, where a copy of the frame's own length is a memmove call.
-                if let Some(off) = area.check(addr, stride) {
-                    // SAFETY: `base` came off the fill ring just above: the poller gave the
-                    // frame to the port and reads it only after it comes back on the RX ring
-                    // below, as with a NIC's DMA. `&mut Area` keeps any other view away.
-                    let frame = unsafe { area.frame_mut(off, stride) };
-                    if let (Some(dst), Some(src)) =
-                        (frame.first_chunk_mut::<64>(), template.first_chunk::<64>())
-                    {
-                        if stride == 64 {
-                            *dst = *src;
-                        }
-                    }
-                    if stride != 64 && frame.len() == template.len() {
-                        frame.copy_from_slice(template);
-                    }
-                }
-                XdpDesc { addr, len, options }
-            };
+            let desc = self.make_frame::<true>(area, traffic, base);
+            mid_packet = desc.options & crate::port::rings::XDP_PKT_CONTD != 0;
             if self.capture > 0 && self.counters.rx_addrs.len() < 256 {
                 self.counters.rx_addrs.push(desc.addr);
             }
             self.rx.push(desc);
+            made += 1;
         }
         if self.rx.room() == 0 && made < want.min(budget) {
             self.stats.rx_ring_full += 1;
         }
         self.budget -= made as u64;
+    }
+
+    /// Writes the next template into the fill frame at `base` and returns its descriptor
+    /// (or a bad one, as [`Faults::bad_every`] asks).
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    fn make_frame<const CHAINED: bool>(
+        &mut self,
+        area: &mut Area,
+        traffic: &Traffic,
+        base: u64,
+    ) -> XdpDesc {
+        let (template, len, options) = traffic.frame::<CHAINED>(self.next);
+        self.next += 1;
+        if self.next == traffic.len() {
+            self.next = 0;
+        }
+        let addr = base + u64::from(self.headroom);
+        // The stride is at most 1792 bytes (Traffic caps it).
+        let stride = u32::try_from(template.len()).unwrap_or(0);
+        self.counters.delivered += 1;
+        let bad =
+            self.faults.bad_every != 0 && self.counters.delivered % self.faults.bad_every == 0;
+        if bad {
+            self.counters.bad += 1;
+            if self.counters.bad % 2 == 1 {
+                // Runs past the end of its frame: the poller drops it and recycles it.
+                XdpDesc {
+                    addr,
+                    len: area.frame_size(),
+                    options: 0,
+                }
+            } else {
+                self.counters.held += 1;
+                XdpDesc {
+                    addr: u64::from(area.frames()) * u64::from(area.frame_size()) + addr,
+                    len,
+                    options: 0,
+                }
+            }
+        } else {
+            // The whole padded stride is written: a copy of a fixed 64 bytes is two vector
+            // stores, where a copy of the frame's own length is a memmove call.
+            if let Some(off) = area.check(addr, stride) {
+                // SAFETY: `base` came off the fill ring just before this call: the poller
+                // gave the frame to the port and reads it only after it comes back on the RX
+                // ring, as with a NIC's DMA. `&mut Area` keeps any other view away.
+                let frame = unsafe { area.frame_mut(off, stride) };
+                if let (Some(dst), Some(src)) =
+                    (frame.first_chunk_mut::<64>(), template.first_chunk::<64>())
+                {
+                    if stride == 64 {
+                        *dst = *src;
+                    }
+                }
+                if stride != 64 && frame.len() == template.len() {
+                    frame.copy_from_slice(template);
+                }
+            }
+            XdpDesc { addr, len, options }
+        }
     }
 
     /// Takes fill entries out of sight until [`Faults::posted`] are posted.
@@ -413,17 +464,17 @@ impl MemQueue {
                 Some(off) => {
                     self.counters.transmitted += 1;
                     self.counters.tx_bytes += u64::from(d.len);
-                    let last = d.options & crate::port::rings::XDP_PKT_CONTD == 0;
-                    if self.capture > 0 && self.counters.tx_addrs.len() < 256 {
-                        self.counters.tx_addrs.push(d.addr);
-                    }
-                    self.counters.tx_packets += u64::from(last);
+                    let links = u64::from(d.options & crate::port::rings::XDP_PKT_CONTD);
+                    self.counters.tx_chained += links;
                     if self.counters.captured.len() < self.capture {
+                        if self.counters.tx_addrs.len() < 256 {
+                            self.counters.tx_addrs.push(d.addr);
+                        }
                         // SAFETY: the frame is on its way out: the poller gave it up on the
                         // TX ring and gets it back only through the completion ring below.
                         let bytes = unsafe { area.frame(off, d.len) };
                         self.counters.partial.extend_from_slice(bytes);
-                        if last {
+                        if links == 0 {
                             let packet = std::mem::take(&mut self.counters.partial);
                             self.counters.captured.push(packet);
                         }

@@ -6,7 +6,7 @@ DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool ipu
 	procps util-linux python3 libhwloc-dev libudev-dev traceroute iputils-tracepath iperf3 bird2 stress-ng man-db \
 	prometheus
 
-.PHONY: deps build test test-loaded loom stress sanitize vmtest vmtest-zc vmbench demo fleet-demo latency bench lint fmt clean fuzz fuzz-ci install
+.PHONY: deps build test test-loaded loom stress sanitize vmtest vmtest-zc vmbench demo fleet-demo latency latency-jumbo bench lint fmt clean fuzz fuzz-ci install
 
 deps:
 	@scripts/deps.sh $(DEB_PACKAGES)
@@ -73,6 +73,11 @@ demo: build
 # one TCP run per DUT under a system-wide perf record (profile-*.txt: where the CPU goes).
 latency: build
 	python3 scripts/latency.py --out bench/out/latency $(if $(PROFILE),--profile)
+
+# The same with every testbed link at MTU 9000: TCP through the kernel and through the
+# dataplane (AF_XDP multi-buffer chains) side by side: bench/out/latency-jumbo/.
+latency-jumbo: build
+	python3 scripts/latency.py --mtu 9000 --duts kernel,adaptive,busy --out bench/out/latency-jumbo
 
 # Two appliances (dataplane + BIRD + `dataplane announce`) behind a BIRD upstream with ECMP and
 # BFD, in namespaces: 30 s of paced UDP flows, appliance a's dataplane stalled (SIGSTOP) at

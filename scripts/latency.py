@@ -12,7 +12,9 @@ Writes OUT/latency.md (the table), OUT/latency.json and OUT/rtt-cdf.svg (RTT dis
 Timings on a shared 2-vCPU VM are noisy: compare within one run.
 
   scripts/latency.py [--out DIR] [--secs S] [--pings N] [--duts kernel,kernel-mtu,adaptive,sleep,busy]
-                     [--knob ring_size=8192 ...] [--profile] [--host-rps CPUMASK]
+                     [--knob ring_size=8192 ...] [--profile] [--host-rps CPUMASK] [--mtu 9000]
+
+--mtu 9000 runs it all with jumbo frames on every link (`make latency-jumbo`).
 
 --profile adds, before each DUT's measurements, one 1-stream IPv4 TCP run under a system-wide
 `perf record`: OUT/profile-<dut>.txt has each CPU's busy share during it and where the samples
@@ -304,6 +306,9 @@ def main():
                     help="steer the hosts' receive work to these CPUs (RPS on their veths), off the DUT's")
     ap.add_argument("--profile", action="store_true",
                     help="first, one 1-stream TCP run per DUT under perf record -a: OUT/profile-*.txt")
+    ap.add_argument("--mtu", type=int, default=1500,
+                    help="every testbed link's MTU (9000: jumbo frames; the dataplane forwards them as "
+                         "AF_XDP multi-buffer chains)")
     ap.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE",
                     help="a [dataplane] key for every dataplane run, e.g. ring_size=8192 (repeatable)")
     args = ap.parse_args()
@@ -320,6 +325,9 @@ def main():
     results = []
     try:
         bed.up()
+        if args.mtu != 1500:
+            for ns, dev in ((bed.gen, "g0"), (bed.dut, "d0"), (bed.dut, "d1"), (bed.sink, "s0")):
+                sh(*in_ns(ns, "ip", "link", "set", "dev", f"{bed.p}-{dev}", "mtu", str(args.mtu)))
         if args.host_rps:
             # The hosts' own receive work (the sink's TCP, the generator's ACK processing)
             # runs where a host's veth hands it: by default in whoever transmitted, which for

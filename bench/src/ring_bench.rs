@@ -830,7 +830,8 @@ fn main() {
             let alone = rows
                 .iter()
                 .find(|a| {
-                    a.name.starts_with(&format!("port alone, {} flows", c.flows))
+                    a.name
+                        .starts_with(&format!("port alone, {} flows", c.flows))
                         && a.name.contains(&format!("{}-byte", c.ip_size))
                 })
                 .map_or("-".to_string(), |a| format!("{:.1}", a.ns.0));

@@ -33,15 +33,6 @@ fn set_mtu(t: &Testbed, mtu: u32, ingress: bool, egress: bool) {
     }
 }
 
-/// Runs `args` in namespace `n`, whatever its exit status.
-fn try_ns(n: &str, args: &[&str]) -> std::process::Output {
-    Command::new("ip")
-        .args(["netns", "exec", n])
-        .args(args)
-        .output()
-        .expect("ip netns exec")
-}
-
 fn text(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -54,29 +45,14 @@ fn iperf3(t: &Testbed, family: &str, dst: &str, args: &[&str]) -> serde_json::Va
         .stderr(Stdio::null())
         .spawn()
         .expect("iperf3 server");
-    wait_tcp(&t.sink_ns(), 5201);
+    wait_listening(&t.sink_ns(), 5201);
     let mut cmd = vec!["iperf3", family, "-c", dst, "-J"];
     cmd.extend_from_slice(args);
-    let out = try_ns(&t.gen_ns(), &cmd);
+    let out = ns_output(&t.gen_ns(), &cmd);
     let _ = server.kill();
     let _ = server.wait();
     assert!(out.status.success(), "iperf3 {cmd:?}: {}", text(&out));
     serde_json::from_str(&text(&out)).expect("iperf3 json")
-}
-
-/// Waits (up to 5 s) until a TCP socket listens on `port` in namespace `n`.
-fn wait_tcp(n: &str, port: u16) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while text(&ns(n, &["ss", "-Hltn", &format!("sport = :{port}")]))
-        .trim()
-        .is_empty()
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "nothing listens on {port} in {n}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// `tracepath`'s "pmtu N" to `dst` from the generator.
@@ -86,7 +62,7 @@ fn tracepath_pmtu(t: &Testbed, v6: bool, dst: &str) -> Option<u32> {
         args.push("-6");
     }
     args.push(dst);
-    let out = text(&try_ns(&t.gen_ns(), &args));
+    let out = text(&ns_output(&t.gen_ns(), &args));
     let at = out.find("pmtu ")?;
     out[at + 5..].split_whitespace().next()?.parse().ok()
 }
@@ -165,9 +141,9 @@ fn jumbo_frames_cross_the_dataplane_with_real_clients() {
         .stderr(Stdio::null())
         .spawn()
         .expect("http server");
-    wait_tcp(&t.sink_ns(), 8080);
+    wait_listening(&t.sink_ns(), 8080);
     let url = format!("http://{}:8080/blob", testbed::SINK_V4);
-    let out = try_ns(
+    let out = ns_output(
         &t.gen_ns(),
         &[
             "bash",
@@ -230,21 +206,7 @@ fn a_9000_to_1500_hop_fragments_ipv4_and_says_too_big_otherwise() {
         "ping -M dont -s 8000 through a 1500-byte egress",
     );
     // With DF: fragmentation needed, with the egress MTU (RFC 1191).
-    let out = try_ns(
-        &t.gen_ns(),
-        &[
-            "ping",
-            "-c",
-            "1",
-            "-W",
-            "2",
-            "-M",
-            "do",
-            "-s",
-            "8000",
-            testbed::SINK_V4,
-        ],
-    );
+    let out = ping_df(&t.gen_ns(), testbed::SINK_V4, 8000, 2);
     assert!(
         !out.status.success(),
         "a DF packet got through: {}",
@@ -256,7 +218,7 @@ fn a_9000_to_1500_hop_fragments_ipv4_and_says_too_big_otherwise() {
         text(&out)
     );
     // IPv6: packet too big with the MTU (RFC 4443 3.2); the sender then fragments itself.
-    let out = try_ns(
+    let out = ns_output(
         &t.gen_ns(),
         &[
             "ping",
@@ -317,21 +279,7 @@ fn an_mtu_raised_to_9000_while_running_carries_jumbo_frames() {
     let kernel_before = kernel_forwarded(&t.dut_ns());
     let mut dut = Dut::start(&bed, &config(t, ""));
     // At 1500 the generator's own stack refuses 8000 bytes with DF.
-    let out = try_ns(
-        &t.gen_ns(),
-        &[
-            "ping",
-            "-c",
-            "1",
-            "-W",
-            "1",
-            "-M",
-            "do",
-            "-s",
-            "8000",
-            testbed::SINK_V4,
-        ],
-    );
+    let out = ping_df(&t.gen_ns(), testbed::SINK_V4, 8000, 1);
     assert!(
         !out.status.success(),
         "8000 bytes at MTU 1500: {}",

@@ -472,31 +472,6 @@ fn udp_checksums_survive_the_testbed() {
     let _ = dut.stop();
 }
 
-/// Runs `args` in namespace `ns_name`, whatever its exit status.
-fn ns_output(ns_name: &str, args: &[&str]) -> std::process::Output {
-    Command::new("ip")
-        .args(["netns", "exec", ns_name])
-        .args(args)
-        .output()
-        .expect("ip netns exec")
-}
-
-/// Waits (up to 5 s) until a TCP socket listens on `port` in namespace `ns`.
-fn wait_listening(ns_name: &str, port: u16) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let out = ns(ns_name, &["ss", "-Hltn", &format!("sport = :{port}")]);
-        if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "nothing listens on {port} in {ns_name}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn ipv4_without_df_is_fragmented_to_the_egress_mtu() {
     if !root_or_skip("ipv4 fragmentation") {
@@ -562,21 +537,7 @@ fn ipv4_without_df_is_fragmented_to_the_egress_mtu() {
         "ping -M dont -s 1472 through a 1400-byte egress",
     );
     // ping -M do: the router's "fragmentation needed" with the egress MTU.
-    let out = ns_output(
-        &t.gen_ns(),
-        &[
-            "ping",
-            "-c",
-            "1",
-            "-W",
-            "2",
-            "-M",
-            "do",
-            "-s",
-            "1472",
-            testbed::SINK_V4,
-        ],
-    );
+    let out = ping_df(&t.gen_ns(), testbed::SINK_V4, 1472, 2);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "a DF packet got through: {text}");
     assert!(

@@ -242,3 +242,38 @@ pub fn kernel_forwarded(n: &str) -> (u64, u64) {
         .expect("number");
     (v4, v6)
 }
+
+/// Runs `args` in namespace `ns_name`, whatever its exit status.
+pub fn ns_output(ns_name: &str, args: &[&str]) -> std::process::Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns_name])
+        .args(args)
+        .output()
+        .expect("ip netns exec")
+}
+
+/// Waits (up to 5 s) until a TCP socket listens on `port` in namespace `ns_name`.
+pub fn wait_listening(ns_name: &str, port: u16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let out = ns(ns_name, &["ss", "-Hltn", &format!("sport = :{port}")]);
+        if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing listens on {port} in {ns_name}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// One IPv4 echo request of `size` payload bytes with DF set (`ping -M do`) from namespace
+/// `ns_name` to `dst`, waiting `wait_s` seconds: its output, answered or not.
+pub fn ping_df(ns_name: &str, dst: &str, size: u32, wait_s: u32) -> std::process::Output {
+    let (size, wait) = (size.to_string(), wait_s.to_string());
+    ns_output(
+        ns_name,
+        &["ping", "-c", "1", "-W", &wait, "-M", "do", "-s", &size, dst],
+    )
+}

@@ -369,13 +369,7 @@ fn fragment_chain(
         .get_mut(usize::from(out))
         .ok_or(DropReason::TxRingFull)?;
     let n = plan.count();
-    if stage.len + n > MAX_BATCH {
-        return Err(DropReason::TxRingFull);
-    }
-    let slots = stage
-        .descs
-        .get_mut(stage.len..stage.len + n)
-        .ok_or(DropReason::TxRingFull)?;
+    let slots = stage.next_slots(n).ok_or(DropReason::TxRingFull)?;
     for k in 0..n {
         let built = free.pop().and_then(|base| {
             let len = write_chain_fragment(area, chain, &plan, k, base, frame_size);

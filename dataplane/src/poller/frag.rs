@@ -7,7 +7,7 @@
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use xdpilone::xdp::XdpDesc;
 
-use super::{Stage, MAX_BATCH};
+use super::Stage;
 use crate::fib::Routes;
 use crate::forward::Forwarder;
 use crate::packet::{frag, DropReason};
@@ -38,13 +38,7 @@ pub(super) fn fragment(
         .get_mut(usize::from(out))
         .ok_or(DropReason::TxRingFull)?;
     let n = plan.count();
-    if stage.len + n > MAX_BATCH {
-        return Err(DropReason::TxRingFull);
-    }
-    let slots = stage
-        .descs
-        .get_mut(stage.len..stage.len + n)
-        .ok_or(DropReason::TxRingFull)?;
+    let slots = stage.next_slots(n).ok_or(DropReason::TxRingFull)?;
     // The others first, copied from the frame (only its header fields change, and each
     // fragment's header is set whole), into slots 1.. in order.
     for k in 1..n {
@@ -109,6 +103,7 @@ mod tests {
     use crate::packet::build::{udp_v4, FrameSpec};
     use crate::packet::checksum;
     use crate::packet::field::{eth, ipv4};
+    use crate::poller::MAX_BATCH;
     use crate::types::Mode;
 
     const FRAME: u32 = 2048;

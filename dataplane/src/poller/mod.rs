@@ -64,6 +64,15 @@ struct Stage {
     len: usize,
 }
 
+impl Stage {
+    /// The next `n` free slots, for a packet staged as `n` descriptors at once (its
+    /// fragments); None when they do not fit. The caller adds `n` to `len` once they are
+    /// written.
+    fn next_slots(&mut self, n: usize) -> Option<&mut [XdpDesc]> {
+        self.descs.get_mut(self.len..self.len.checked_add(n)?)
+    }
+}
+
 /// The poller's owned state, over the rings of backend `Q` (AF_XDP sockets, or in-memory rings
 /// in tests and the benchmark). Field order is drop order: the rings and the UMEM registration
 /// go before the memory they point into.

@@ -152,8 +152,8 @@ fn poller_spec(
         })
         .collect();
     // AF_XDP multi-buffer is Linux 6.6's: older kernels refuse XDP_USE_SG (EINVAL).
-    let multi_buffer =
-        sys::kernel_at_least(6, 6) && wants_multi_buffer(cfg.dataplane.socket_mode, &drivers, room);
+    let kernel_sg = sys::kernel_at_least(6, 6);
+    let multi_buffer = kernel_sg && wants_multi_buffer(cfg.dataplane.socket_mode, &drivers, room);
     if multi_buffer
         && id == 0
         && cfg.dataplane.socket_mode == crate::types::SocketMode::Auto
@@ -174,7 +174,15 @@ fn poller_spec(
     }
     if !multi_buffer && id == 0 {
         for (name, (_, mtu)) in cfg.interfaces.iter().zip(&drivers) {
-            if mtu + ETH_HLEN > room {
+            if mtu + ETH_HLEN > room && !kernel_sg {
+                tracing::warn!(
+                    "{name}: MTU {mtu} is more than one {}-byte frame holds ({room} bytes with \
+                     the headroom) and this kernel has no AF_XDP multi-buffer (Linux 6.6): the \
+                     kernel drops larger packets; lower the MTU to {} or run Linux 6.6 or later",
+                    cfg.dataplane.frame_size,
+                    room - ETH_HLEN
+                );
+            } else if mtu + ETH_HLEN > room {
                 tracing::warn!(
                     "{name}: MTU {mtu} is more than one {}-byte frame holds ({room} bytes with \
                      the headroom) and its driver chains no zero-copy buffers: the kernel drops \

@@ -171,6 +171,12 @@ fn jumbo_frames_cross_the_dataplane_with_real_clients() {
     assert_eq!(tracepath_pmtu(t, true, testbed::SINK_V6), Some(9000));
     let s = dut.stop();
     assert_chains_forwarded(&s, kernel_before, t);
+    // tracepath's first probes, 9000 bytes with TTL 1, were answered by the dataplane
+    // (time exceeded, built in the chain's first buffer): hop 1 is the DUT.
+    assert!(
+        drop_count(&s, DropReason::TtlExceeded) > 0 && counter(&s, Counter::IcmpSent) > 0,
+        "{s}"
+    );
     for reason in [
         DropReason::ChainUnterminated,
         DropReason::ChainTooLong,

@@ -165,7 +165,11 @@ fn parse_v4<const WIRE: bool>(frame: &[u8], wire: usize) -> Result<L3, DropReaso
         return Err(DropReason::BadIhl);
     }
     let total = u16::from_be_bytes([hdr[ipv4::TOTAL_LEN], hdr[ipv4::TOTAL_LEN + 1]]);
-    if usize::from(total) < ihl || usize::from(total) > ip_wire {
+    // A multi-buffer packet is exactly its IP length (no Ethernet padding at that size):
+    // were it longer, the egress MTU check, made on the IP length, would let the whole chain
+    // out.
+    let exact = !WIRE || usize::from(total) == ip_wire;
+    if usize::from(total) < ihl || usize::from(total) > ip_wire || !exact {
         return Err(DropReason::BadLength);
     }
     let sum = if ihl == ipv4::HLEN {
@@ -286,7 +290,8 @@ fn parse_v6<const WIRE: bool>(frame: &[u8], wire: usize) -> Result<L3, DropReaso
     let payload = usize::from(u16::from_be_bytes(payload));
     let len = IPV6_HLEN + payload;
     let ip = if WIRE {
-        if len > wire.saturating_sub(ETH_HLEN) {
+        // Exactly the IP length, as for IPv4.
+        if len != wire.saturating_sub(ETH_HLEN) {
             return Err(DropReason::BadLength);
         }
         // What of the packet this buffer holds (a multi-buffer packet's first): its

@@ -154,16 +154,15 @@ fn poller_spec(
     // AF_XDP multi-buffer is Linux 6.6's: older kernels refuse XDP_USE_SG (EINVAL).
     let kernel_sg = sys::kernel_at_least(6, 6);
     let multi_buffer = kernel_sg && wants_multi_buffer(cfg.dataplane.socket_mode, &drivers, room);
-    if multi_buffer
-        && id == 0
-        && cfg.dataplane.socket_mode == crate::types::SocketMode::Auto
+    let socket_mode = bind_mode(cfg.dataplane.socket_mode, multi_buffer, &drivers, room);
+    if id == 0
+        && socket_mode != cfg.dataplane.socket_mode
         && drivers.iter().all(|(d, _)| d.zerocopy)
-        && drivers.iter().any(|(d, _)| d.zc_max_segs <= 1)
     {
         tracing::info!(
-            "socket_mode = \"auto\": the ports' drivers offer zero-copy but cannot chain zero-copy \
-             buffers for their MTUs ({}), so the sockets bind with multi-buffer, which the kernel \
-             serves in copy mode; MTUs within one {}-byte frame keep zero-copy",
+            "socket_mode = \"auto\": the ports' drivers offer zero-copy but cannot chain as many \
+             zero-copy buffers as their MTUs ({}) take, so the sockets bind in copy mode with \
+             multi-buffer; MTUs within one {}-byte frame keep zero-copy",
             drivers
                 .iter()
                 .map(|(_, m)| m.to_string())
@@ -185,9 +184,9 @@ fn poller_spec(
             } else if mtu + ETH_HLEN > room {
                 tracing::warn!(
                     "{name}: MTU {mtu} is more than one {}-byte frame holds ({room} bytes with \
-                     the headroom) and its driver chains no zero-copy buffers: the kernel drops \
-                     larger packets; socket_mode = \"copy\" (or \"auto\") forwards them as \
-                     multi-buffer packets",
+                     the headroom) and its driver cannot chain as many zero-copy buffers as it \
+                     takes: the kernel drops larger packets; socket_mode = \"copy\" (or \
+                     \"auto\") forwards them as multi-buffer packets",
                     cfg.dataplane.frame_size
                 );
             }
@@ -219,7 +218,7 @@ fn poller_spec(
         idle: cfg.dataplane.idle,
         idle_spin: std::time::Duration::from_micros(u64::from(cfg.dataplane.idle_spin_us)),
         tx_kick_budget: cfg.dataplane.tx_kick_budget,
-        socket_mode: cfg.dataplane.socket_mode,
+        socket_mode,
         multi_buffer,
         icmp_rate: cfg.dataplane.icmp_rate,
         icmp_burst: cfg.dataplane.icmp_burst,
@@ -227,6 +226,33 @@ fn poller_spec(
         reopen: None,
         reopened: None,
     })
+}
+
+/// Whether every port's driver takes zero-copy chains as long as a packet of its MTU needs
+/// (`zc_max_segs`, at least 2: a chain at all).
+pub(crate) fn zero_copy_chains(ports: &[(sys::DriverXdp, u32)], room: u32) -> bool {
+    let buffers = |mtu: u32| (mtu + ETH_HLEN).div_ceil(room.max(1)).max(2);
+    ports
+        .iter()
+        .all(|(d, mtu)| d.zerocopy && d.zc_max_segs >= buffers(*mtu))
+}
+
+/// The socket mode a poller binds with: the config's, but `auto` with multi-buffer over
+/// drivers that cannot chain zero-copy buffers for their MTUs binds in copy mode (left to
+/// the kernel, a driver that chains some buffers, fewer than the MTU takes, would bind
+/// zero-copy and get chains it cannot send).
+pub(crate) fn bind_mode(
+    mode: crate::types::SocketMode,
+    multi_buffer: bool,
+    ports: &[(sys::DriverXdp, u32)],
+    room: u32,
+) -> crate::types::SocketMode {
+    use crate::types::SocketMode;
+    if mode == SocketMode::Auto && multi_buffer && !zero_copy_chains(ports, room) {
+        SocketMode::Copy
+    } else {
+        mode
+    }
 }
 
 /// The kernel's headroom before each received frame (XDP_PACKET_HEADROOM).
@@ -249,11 +275,7 @@ pub(crate) fn wants_multi_buffer(
     room: u32,
 ) -> bool {
     use crate::types::SocketMode;
-    // Buffers a packet of the port's MTU takes (at least 2: a chain at all).
-    let buffers = |mtu: u32| (mtu + ETH_HLEN).div_ceil(room.max(1)).max(2);
-    let zc_chains = ports
-        .iter()
-        .all(|(d, mtu)| d.zerocopy && d.zc_max_segs >= buffers(*mtu));
+    let zc_chains = zero_copy_chains(ports, room);
     match mode {
         SocketMode::Copy => true,
         SocketMode::Zerocopy => zc_chains,
@@ -401,5 +423,31 @@ mod tests {
             &[ice_more, ice_more],
             ROOM
         ));
+    }
+
+    #[test]
+    fn auto_binds_copy_where_zero_copy_cannot_chain_what_the_mtu_takes() {
+        let virtio = port(true, 1, 1500);
+        let ice_jumbo = port(true, 5, 9000);
+        let ice_more = port(true, 17, 9000);
+        // Zero-copy kept where no chain is needed, or where the driver chains enough.
+        assert_eq!(
+            bind_mode(SocketMode::Auto, false, &[virtio], ROOM),
+            SocketMode::Auto
+        );
+        assert_eq!(
+            bind_mode(SocketMode::Auto, true, &[ice_more], ROOM),
+            SocketMode::Auto
+        );
+        // 6 buffers at MTU 9000, the driver takes 5: copy, not the kernel's zero-copy.
+        assert_eq!(
+            bind_mode(SocketMode::Auto, true, &[ice_jumbo], ROOM),
+            SocketMode::Copy
+        );
+        // An explicit mode is the operator's.
+        assert_eq!(
+            bind_mode(SocketMode::Zerocopy, false, &[ice_jumbo], ROOM),
+            SocketMode::Zerocopy
+        );
     }
 }

@@ -624,6 +624,25 @@ mod tests {
     }
 
     #[test]
+    fn a_chain_longer_than_its_ip_length_is_dropped_not_sent_whole() {
+        // The IPv4 header says 1000 bytes (within the 1500-byte egress MTU), the chain holds
+        // 9014: were the MTU check made on the header alone, 9014 bytes would leave.
+        let mut lie = jumbo(false, true);
+        let tl = eth::HLEN + ipv4::TOTAL_LEN;
+        lie[tl..tl + 2].copy_from_slice(&1000u16.to_be_bytes());
+        lie[SUM4..SUM4 + 2].copy_from_slice(&[0, 0]);
+        let c = packet::checksum(&lie[IP4]);
+        lie[SUM4..SUM4 + 2].copy_from_slice(&c.to_be_bytes());
+        let mut p = chain_poller(Traffic::chained(&[lie], SEG), 1500, Faults::default());
+        deliver(&mut p, 6 * 20);
+        let s = p.inner.stats.snapshot();
+        assert_eq!(s.drop_count(DropReason::BadLength), 20, "{:?}", s.drops);
+        assert_eq!(s.get(Counter::TxPackets), 0);
+        let f = p.finish().frames;
+        assert_eq!(f.accounted(), 1024, "{f:?}");
+    }
+
+    #[test]
     fn a_chain_whose_end_never_came_is_dropped_and_its_rest_given_back() {
         let traffic = Traffic::chained(&[jumbo(false, true)], SEG);
         let mut p = chain_poller(traffic, 9000, Faults::default());

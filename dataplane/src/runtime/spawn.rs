@@ -172,22 +172,24 @@ fn poller_spec(
         );
     }
     if !multi_buffer && id == 0 {
+        let (why, what) = if kernel_sg {
+            (
+                "its driver cannot chain as many zero-copy buffers as it takes",
+                "socket_mode = \"copy\" (or \"auto\") forwards them as multi-buffer packets",
+            )
+        } else {
+            (
+                "this kernel has no AF_XDP multi-buffer (Linux 6.6)",
+                "lower the MTU to fit one frame or run Linux 6.6 or later",
+            )
+        };
         for (name, (_, mtu)) in cfg.interfaces.iter().zip(&drivers) {
-            if mtu + ETH_HLEN > room && !kernel_sg {
+            if mtu + ETH_HLEN > room {
                 tracing::warn!(
                     "{name}: MTU {mtu} is more than one {}-byte frame holds ({room} bytes with \
-                     the headroom) and this kernel has no AF_XDP multi-buffer (Linux 6.6): the \
-                     kernel drops larger packets; lower the MTU to {} or run Linux 6.6 or later",
+                     the headroom, MTU {}) and {why}: the kernel drops larger packets; {what}",
                     cfg.dataplane.frame_size,
                     room - ETH_HLEN
-                );
-            } else if mtu + ETH_HLEN > room {
-                tracing::warn!(
-                    "{name}: MTU {mtu} is more than one {}-byte frame holds ({room} bytes with \
-                     the headroom) and its driver cannot chain as many zero-copy buffers as it \
-                     takes: the kernel drops larger packets; socket_mode = \"copy\" (or \
-                     \"auto\") forwards them as multi-buffer packets",
-                    cfg.dataplane.frame_size
                 );
             }
         }

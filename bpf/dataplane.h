@@ -12,6 +12,10 @@
  * does not own, and the dataplane's routes nested inside them. */
 #define DP_MAX_FOREIGN 65536
 
+/* Largest RSS indirection table whose buckets the steering program counts (mlx5 has 256
+ * entries, ice up to 2048, QEMU's virtio-net 128). */
+#define DP_MAX_RSS_BUCKETS 2048
+
 /* Per-CPU counters of the steering program, one slot each. */
 enum dp_steer_stat {
 	DP_STEER_REDIRECTED = 0, /* handed to the AF_XDP socket of this queue */
@@ -24,6 +28,7 @@ enum dp_steer_stat {
 	DP_STEER_PASS_OPTIONS,   /* IPv4 with options: the kernel's slow path (RFC 791 / 1812) */
 	DP_STEER_DROP_MCAST_SRC, /* multicast Ethernet source: dropped */
 	DP_STEER_PASS_FOREIGN,   /* routed out of an interface that is not a dataplane port */
+	DP_STEER_RSS_NO_HASH,    /* redirected, but the driver gave no RSS hash to count it by */
 	DP_STEER_STAT_MAX,
 };
 

@@ -105,10 +105,52 @@ static __always_inline int count(__u32 slot, int action)
 	return action;
 }
 
-static __always_inline int to_socket(struct xdp_md *ctx)
+/* RSS buckets (xdp_steer_rss only): packets redirected to a socket, per bucket of the NIC's
+ * indirection table (bucket = the NIC's hash modulo the table size, as the NIC picks the
+ * queue), so the balancer (dataplane/src/rebalance) knows which buckets load which queue.
+ * Per-CPU: the program runs on the CPU serving the queue, a single writer per slot. */
+const volatile __u32 rss_table_size = 1;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DP_MAX_RSS_BUCKETS);
+	__type(key, __u32);
+	__type(value, __u64);
+} rss_buckets SEC(".maps");
+
+/* The kernel's enum is larger; only its size matters for the kfunc's signature. */
+enum xdp_rss_hash_type {
+	XDP_RSS_TYPE_NONE_ = 0,
+};
+
+/* The hash the NIC computed for this frame (virtio_net with the device's hash report,
+ * mlx5, ice, veth's skb hash). A device-bound program only: xdp_steer_rss is loaded with
+ * the port's ifindex. */
+extern int bpf_xdp_metadata_rx_hash(const struct xdp_md *ctx, __u32 *hash,
+				    enum xdp_rss_hash_type *rss_type) __ksym __weak;
+
+static __always_inline void count_bucket(struct xdp_md *ctx)
+{
+	enum xdp_rss_hash_type type;
+	__u32 hash, bucket;
+	__u64 *c;
+
+	if (bpf_xdp_metadata_rx_hash(ctx, &hash, &type)) {
+		count(DP_STEER_RSS_NO_HASH, 0);
+		return;
+	}
+	bucket = hash % rss_table_size;
+	c = bpf_map_lookup_elem(&rss_buckets, &bucket);
+	if (c)
+		*c += 1;
+}
+
+static __always_inline int to_socket(struct xdp_md *ctx, const int buckets)
 {
 	int ret = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
 
+	if (buckets && ret == XDP_REDIRECT)
+		count_bucket(ctx);
 	return count(ret == XDP_REDIRECT ? DP_STEER_REDIRECTED : DP_STEER_PASS_NO_SOCKET, ret);
 }
 
@@ -116,11 +158,8 @@ static __always_inline int to_socket(struct xdp_md *ctx)
 #define IP6_HDR_LEN 40
 #define IPPROTO_ICMPV6_ 58
 
-/* "xdp.frags": the program reads only the headers in a packet's first buffer (data to
- * data_end), so it is safe for multi-buffer packets, and the kernel then lets a port's MTU
- * exceed one page (veth and virtio_net refuse a single-buffer program there with ERANGE). */
-SEC("xdp.frags")
-int xdp_steer(struct xdp_md *ctx)
+/* The steering decision; `buckets` (a constant in each program) also counts RSS buckets. */
+static __always_inline int steer(struct xdp_md *ctx, const int buckets)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -143,7 +182,7 @@ int xdp_steer(struct xdp_md *ctx)
 	if (proto == bpf_htons(ETH_P_IP)) {
 		/* A header too short to read goes to the poller, which counts it. */
 		if ((void *)(l3 + IP4_HDR_MIN) > end)
-			return to_socket(ctx);
+			return to_socket(ctx, buckets);
 		if ((l3[0] & 0x0f) > 5 && (l3[0] >> 4) == 4)
 			return count(DP_STEER_PASS_OPTIONS, XDP_PASS);
 		__u32 dst;
@@ -164,11 +203,11 @@ int xdp_steer(struct xdp_md *ctx)
 			if (f && *f)
 				return count(DP_STEER_PASS_FOREIGN, XDP_PASS);
 		}
-		return to_socket(ctx);
+		return to_socket(ctx, buckets);
 	}
 	if (proto == bpf_htons(ETH_P_IPV6)) {
 		if ((void *)(l3 + IP6_HDR_LEN) > end)
-			return to_socket(ctx);
+			return to_socket(ctx, buckets);
 		struct in6_key dst;
 
 		__builtin_memcpy(&dst, l3 + 24, 16);
@@ -193,12 +232,29 @@ int xdp_steer(struct xdp_md *ctx)
 			if (f && *f)
 				return count(DP_STEER_PASS_FOREIGN, XDP_PASS);
 		}
-		return to_socket(ctx);
+		return to_socket(ctx, buckets);
 	}
 	/* VLAN-tagged frames belong to the kernel's VLAN sub-interfaces. */
 	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD))
 		return count(DP_STEER_PASS_VLAN, XDP_PASS);
 	return count(DP_STEER_PASS_NOT_IP, XDP_PASS);
+}
+
+/* "xdp.frags": the programs read only the headers in a packet's first buffer (data to
+ * data_end), so they are safe for multi-buffer packets, and the kernel then lets a port's
+ * MTU exceed one page (veth and virtio_net refuse a single-buffer program there with
+ * ERANGE). One of the two is loaded per port: xdp_steer, or, with rebalancing on, the
+ * device-bound xdp_steer_rss. */
+SEC("xdp.frags")
+int xdp_steer(struct xdp_md *ctx)
+{
+	return steer(ctx, 0);
+}
+
+SEC("xdp.frags")
+int xdp_steer_rss(struct xdp_md *ctx)
+{
+	return steer(ctx, 1);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -360,6 +360,54 @@ fn zero_copy_asked_for_where_the_driver_has_none_refuses_with_the_kernels_reason
 }
 
 #[test]
+fn rebalancing_on_a_port_without_an_indirection_table_says_so_and_forwards() {
+    if !root_or_skip("rebalance on veth") {
+        return;
+    }
+    let bed = Bed::up("rbv", 1);
+    let t = &bed.0;
+    let cfg = format!(
+        "{}\n[rebalance]\nenabled = true\n",
+        l3_config(t, &[(None, vec![0])])
+    );
+    let mut dut = Dut::start(&bed, &cfg);
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    for i in 0..50u16 {
+        gen.send(&udp_v4(&FrameSpec {
+            sport: 4000 + i,
+            ..spec(9)
+        }))
+        .expect("send");
+    }
+    let frames = capture(&sink, Duration::from_millis(500), Duration::from_secs(10));
+    assert!(dut.wait_log("rebalancing is off", Duration::from_secs(5)));
+    let lines = dut.log_lines().to_vec();
+    let s = dut.stop();
+    assert_eq!(marked_frames(&frames).len(), 50, "forwarded as today: {s}");
+    for ifname in [t.dut_in(), t.dut_out()] {
+        assert!(
+            lines.iter().any(|l| l.contains(&format!(
+                "rebalance: {ifname} has no RSS indirection table to rewrite"
+            )) && l.contains("forwarding as configured")),
+            "{lines:?}"
+        );
+    }
+    assert!(s["rebalance"].is_null(), "{s}");
+    // Nothing was journaled for a table: the journal is gone after the stop.
+    assert_frames_accounted(&s);
+    // Generic XDP cannot carry the device-bound counting program: refused before attaching.
+    let generic = cfg.replace("[dataplane]\n", "[dataplane]\nxdp_mode = \"generic\"\n");
+    let (ok, e) = run_once(&bed, "rb-generic", &generic, &[]);
+    assert!(!ok);
+    assert!(
+        e.contains("rebalance.enabled") && e.contains("xdp_mode = \"native\""),
+        "{e}"
+    );
+    assert!(!has_xdp(&t.dut_ns(), &t.dut_in()));
+}
+
+#[test]
 fn steering_counter_names_match_the_bpf_map() {
     if !root_or_skip("steer map") {
         return;

@@ -44,6 +44,7 @@ pub mod packet;
 pub mod placement;
 pub mod poller;
 pub mod port;
+pub mod rebalance;
 pub mod runtime;
 pub mod sys;
 pub mod telemetry;

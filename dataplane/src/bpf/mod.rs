@@ -7,7 +7,7 @@
 
 use std::mem::MaybeUninit;
 use std::net::IpAddr;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject};
@@ -19,7 +19,7 @@ mod skel;
 pub use skel::gen::types::dp_gen_cfg as GenConfig;
 
 /// Names of the steering program's counters, in `enum dp_steer_stat` order (bpf/dataplane.h).
-pub const STEER_STAT_NAMES: [&str; 10] = [
+pub const STEER_STAT_NAMES: [&str; 11] = [
     "redirected",
     "pass_not_ip",
     "pass_local",
@@ -30,7 +30,12 @@ pub const STEER_STAT_NAMES: [&str; 10] = [
     "pass_options",
     "drop_multicast_source",
     "pass_foreign",
+    "rss_no_hash",
 ];
+
+/// Largest RSS indirection table whose buckets the steering program counts
+/// (`DP_MAX_RSS_BUCKETS`).
+pub const MAX_RSS_BUCKETS: u32 = 2048;
 
 /// A BPF step failed.
 #[derive(Debug, thiserror::Error)]
@@ -167,28 +172,97 @@ fn attach_mode_name(mode: u8) -> &'static str {
 /// `NETDEV_XDP_ACT_XSK_ZEROCOPY` (linux/netdev.h).
 const XDP_ACT_XSK_ZEROCOPY: u64 = 1 << 3;
 
+/// `BPF_F_XDP_DEV_BOUND_ONLY` (linux/bpf.h): the program uses the device's metadata kfuncs
+/// and attaches to that device only.
+const XDP_DEV_BOUND_ONLY: u32 = 1 << 6;
+
+/// Counting RSS buckets: which device's hash to read, and its indirection table's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RssCounting {
+    /// The port's interface index (the program is bound to that device).
+    pub ifindex: u32,
+    /// Entries in the port's indirection table (1..=[`MAX_RSS_BUCKETS`]).
+    pub table_size: u32,
+}
+
 /// The steering program of one interface, with its own XSKMAP.
 pub struct Steer {
     skel: skel::steer::SteerSkel<'static>,
     link: Option<OwnedFd>,
     ifname: String,
+    /// Set when the loaded program is `xdp_steer_rss`.
+    rss: Option<RssCounting>,
 }
 
 impl Steer {
     /// Opens and loads (not attached yet); frames to `port_mac` are the port's own.
     pub fn load(ifname: &str, port_mac: [u8; 6]) -> Result<Steer, BpfError> {
+        Steer::load_with(ifname, port_mac, None)
+    }
+
+    /// Loads `xdp_steer`, or with `rss` the device-bound `xdp_steer_rss`, which also counts
+    /// redirected packets per bucket of the NIC's indirection table, by the NIC's hash. A
+    /// device-bound program attaches natively only (never generic).
+    pub fn load_with(
+        ifname: &str,
+        port_mac: [u8; 6],
+        rss: Option<RssCounting>,
+    ) -> Result<Steer, BpfError> {
         let mut open = skel::steer::SteerSkelBuilder::default()
             .open(object_storage())
             .map_err(lb("opening steer.bpf.o"))?;
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.port_mac = port_mac;
+            ro.rss_table_size = rss.map_or(1, |r| r.table_size.clamp(1, MAX_RSS_BUCKETS));
         }
-        let skel = open.load().map_err(lb("loading steer.bpf.o (verifier)"))?;
+        match rss {
+            Some(r) => {
+                open.progs.xdp_steer.set_autoload(false);
+                open.progs.xdp_steer_rss.set_ifindex(r.ifindex);
+                open.progs.xdp_steer_rss.set_flags(XDP_DEV_BOUND_ONLY);
+            }
+            None => open.progs.xdp_steer_rss.set_autoload(false),
+        }
+        let skel = open.load().map_err(lb(if rss.is_some() {
+            format!("loading steer.bpf.o (verifier), xdp_steer_rss bound to {ifname}")
+        } else {
+            "loading steer.bpf.o (verifier)".to_string()
+        }))?;
         Ok(Steer {
             skel,
             link: None,
             ifname: ifname.into(),
+            rss,
         })
+    }
+
+    /// The loaded program's fd.
+    fn prog_fd(&self) -> BorrowedFd<'_> {
+        if self.rss.is_some() {
+            self.skel.progs.xdp_steer_rss.as_fd()
+        } else {
+            self.skel.progs.xdp_steer.as_fd()
+        }
+    }
+
+    /// Whether this program counts RSS buckets, and over which table size.
+    pub fn rss_counting(&self) -> Option<RssCounting> {
+        self.rss
+    }
+
+    /// Packets redirected per RSS bucket since load, summed over CPUs (empty when the
+    /// program does not count buckets). Read into `out`, reused between calls.
+    pub fn rss_buckets(&self, out: &mut Vec<u64>) {
+        out.clear();
+        let Some(r) = self.rss else { return };
+        let m = &self.skel.maps.rss_buckets;
+        out.extend((0..r.table_size.min(MAX_RSS_BUCKETS)).map(|b| {
+            sum_percpu_u64(
+                m.lookup_percpu(&b.to_ne_bytes(), MapFlags::ANY)
+                    .ok()
+                    .flatten(),
+            )
+        }));
     }
 
     /// Marks an address as the box's own: frames to it are passed to the kernel.
@@ -274,14 +348,14 @@ impl Steer {
 
     /// Attaches to the interface.
     pub(crate) fn attach(&mut self, generic: bool) -> Result<(), BpfError> {
-        let fd = self.skel.progs.xdp_steer.as_fd().as_raw_fd();
+        let fd = self.prog_fd().as_raw_fd();
         self.link = Some(attach(fd, &self.ifname, generic)?);
         Ok(())
     }
 
     /// How the kernel says the interface's XDP program is attached now.
     pub(crate) fn attached(&self) -> Result<Attached, BpfError> {
-        let fd = self.skel.progs.xdp_steer.as_fd();
+        let fd = self.prog_fd();
         let ifindex = sys::if_index(&self.ifname).map_err(|source| BpfError::Attach {
             ifname: self.ifname.clone(),
             mode: "query",

@@ -213,6 +213,71 @@ fn default_tx_budget() -> u32 {
     0
 }
 
+/// `[rebalance]`: live RSS rebalancing (docs/REBALANCE.md). Off unless `enabled = true`.
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RebalanceSection {
+    /// Rewrite the NICs' indirection tables while running.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Milliseconds between steps while balanced.
+    #[serde(default = "default_rebalance_period")]
+    pub period_ms: u32,
+    /// Milliseconds between steps while the imbalance is over twice the threshold.
+    #[serde(default = "default_rebalance_fast_period")]
+    pub fast_period_ms: u32,
+    /// Act when the busiest poller is over the mean by more than this share.
+    #[serde(default = "default_rebalance_threshold")]
+    pub threshold: f64,
+    /// Pack the load onto the fewest pollers that keep each under this busy share, so the
+    /// others sleep; absent: every poller keeps a share.
+    #[serde(default)]
+    pub target_load: Option<f64>,
+    /// Most buckets moved in one step while no poller is over its capacity.
+    #[serde(default = "default_rebalance_max_moves")]
+    pub max_moves: u32,
+    /// Steps a moved bucket stays where it was put.
+    #[serde(default = "default_rebalance_cooldown")]
+    pub cooldown: u32,
+    /// A bucket over this share of one core is reported as a heavy flow and never moved.
+    #[serde(default = "default_rebalance_heavy")]
+    pub heavy: f64,
+}
+
+impl Default for RebalanceSection {
+    fn default() -> Self {
+        RebalanceSection {
+            enabled: false,
+            period_ms: default_rebalance_period(),
+            fast_period_ms: default_rebalance_fast_period(),
+            threshold: default_rebalance_threshold(),
+            target_load: None,
+            max_moves: default_rebalance_max_moves(),
+            cooldown: default_rebalance_cooldown(),
+            heavy: default_rebalance_heavy(),
+        }
+    }
+}
+
+fn default_rebalance_period() -> u32 {
+    1000
+}
+fn default_rebalance_fast_period() -> u32 {
+    250
+}
+fn default_rebalance_threshold() -> f64 {
+    0.10
+}
+fn default_rebalance_max_moves() -> u32 {
+    16
+}
+fn default_rebalance_cooldown() -> u32 {
+    4
+}
+fn default_rebalance_heavy() -> f64 {
+    0.95
+}
+
 /// `[[interfaces]]` entry.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -304,6 +369,9 @@ pub(crate) struct ConfigFile {
     /// Static neighbours (l3fwd).
     #[serde(default)]
     pub neighbours: Vec<NeighbourSection>,
+    /// Live RSS rebalancing.
+    #[serde(default)]
+    pub rebalance: RebalanceSection,
 }
 
 /// A validated configuration.
@@ -321,6 +389,8 @@ pub struct Config {
     pub routes: Vec<Route>,
     /// Neighbours.
     pub neighbours: Vec<Neighbour>,
+    /// Live RSS rebalancing (validated).
+    pub rebalance: RebalanceSection,
 }
 
 impl Config {

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::routes::{routes_from_file, routes_from_sections};
 use super::PortOf;
 use super::{invalid, parse_align, port, Config, ConfigError, ConfigFile, DataplaneSection};
-use super::{InterfaceSection, NeighbourSection, PollerSection, RouteSource};
+use super::{InterfaceSection, NeighbourSection, PollerSection, RebalanceSection, RouteSource};
 use crate::types::{parse_mac, Mode, Neighbour, MAX_PORTS};
 
 /// Checks every section and builds the validated config (`ncpu`: the CPUs of the machine it
@@ -29,7 +29,22 @@ pub(super) fn validate(
         routes.extend(routes_from_file(&path, &port_of)?);
     }
     let neighbours = neighbours(&file.neighbours, &port_of)?;
+    rebalance(&file.rebalance)?;
     let d = &file.dataplane;
+    if file.rebalance.enabled && d.xdp_mode == super::XdpMode::Generic {
+        return Err(invalid(
+            "rebalance.enabled",
+            true,
+            "needs dataplane.xdp_mode = \"native\": the per-bucket counts come from a device-bound program, which the kernel attaches in the driver only",
+        ));
+    }
+    if file.rebalance.enabled && d.stats != super::StatsMode::Percpu {
+        return Err(invalid(
+            "rebalance.enabled",
+            true,
+            "needs dataplane.stats = \"percpu\": the balancer reads each poller's busy share",
+        ));
+    }
     if d.routes == RouteSource::Kernel && !(routes.is_empty() && neighbours.is_empty()) {
         return Err(invalid(
             "dataplane.routes",
@@ -51,7 +66,57 @@ pub(super) fn validate(
         pollers: file.pollers,
         routes,
         neighbours,
+        rebalance: file.rebalance,
     })
+}
+
+/// `[rebalance]`: periods, shares and counts in the ranges the balancer can work with.
+fn rebalance(r: &RebalanceSection) -> Result<(), ConfigError> {
+    if !(10..=60_000).contains(&r.period_ms) {
+        return Err(invalid(
+            "rebalance.period_ms",
+            r.period_ms,
+            "must be 10..=60000",
+        ));
+    }
+    if !(10..=r.period_ms).contains(&r.fast_period_ms) {
+        return Err(invalid(
+            "rebalance.fast_period_ms",
+            r.fast_period_ms,
+            format!("must be 10..=period_ms ({})", r.period_ms),
+        ));
+    }
+    if !(r.threshold > 0.0 && r.threshold <= 1.0) {
+        return Err(invalid(
+            "rebalance.threshold",
+            r.threshold,
+            "must be over 0 and at most 1 (0.10: act at 1.10 times the mean)",
+        ));
+    }
+    if let Some(t) = r.target_load {
+        if !(t > 0.0 && t <= 1.0) {
+            return Err(invalid(
+                "rebalance.target_load",
+                t,
+                "must be over 0 and at most 1 (a poller's busy share)",
+            ));
+        }
+    }
+    if r.max_moves == 0 {
+        return Err(invalid(
+            "rebalance.max_moves",
+            r.max_moves,
+            "must be at least 1",
+        ));
+    }
+    if !(r.heavy > 0.0 && r.heavy <= 4.0) {
+        return Err(invalid(
+            "rebalance.heavy",
+            r.heavy,
+            "must be over 0 and at most 4 (shares of one core)",
+        ));
+    }
+    Ok(())
 }
 
 /// `[dataplane]`: each knob within what the rings, the UMEM and the kernel accept.

@@ -104,6 +104,16 @@ pub enum Change {
         /// After (read back).
         after: Vec<usize>,
     },
+    /// A NIC's RSS indirection table, journaled before the rebalancer's first write.
+    RssTable {
+        /// Interface.
+        ifname: String,
+        /// The table as it was.
+        before: Vec<u32>,
+        /// It was the driver's default spread (`i % rings`): restored by a reset, so the
+        /// kernel goes on following channel changes as it did.
+        default: bool,
+    },
 }
 
 /// A change could not be made.
@@ -249,6 +259,33 @@ impl IrqChanges {
         Ok(())
     }
 
+    /// Journals `ifname`'s indirection table as it is before the first write to it (once per
+    /// interface).
+    pub(crate) fn journal_rss_table(
+        &mut self,
+        ifname: &str,
+        before: Vec<u32>,
+        rings: u32,
+    ) -> Result<(), String> {
+        let known = self
+            .changes
+            .iter()
+            .any(|c| matches!(c, Change::RssTable { ifname: i, .. } if i == ifname));
+        if known {
+            return Ok(());
+        }
+        let default = rings > 0
+            && before
+                .iter()
+                .enumerate()
+                .all(|(i, &q)| q == i as u32 % rings);
+        self.record(Change::RssTable {
+            ifname: ifname.into(),
+            before,
+            default,
+        })
+    }
+
     /// What was changed, one line each.
     pub(crate) fn describe(&self) -> Vec<String> {
         self.changes
@@ -271,6 +308,19 @@ impl IrqChanges {
                     "irq: IRQ {irq} cpus [{}] -> [{}]",
                     cpu_list(before),
                     cpu_list(after)
+                ),
+                Change::RssTable {
+                    ifname,
+                    before,
+                    default,
+                } => format!(
+                    "rss: {ifname} indirection table of {} entries journaled{}",
+                    before.len(),
+                    if *default {
+                        " (the default spread)"
+                    } else {
+                        ""
+                    }
                 ),
             })
             .collect()
@@ -309,6 +359,25 @@ impl IrqChanges {
                     format!(
                         "irq: {name} cpus back to [{}]{}",
                         cpu_list(&now),
+                        r.err().map_or(String::new(), |e| format!(" (failed: {e})"))
+                    )
+                }
+                Change::RssTable {
+                    ifname,
+                    before,
+                    default,
+                } => {
+                    let r = sys::set_rss_table(&ifname, if default { &[] } else { &before });
+                    let back = sys::rss_table(&ifname);
+                    let same = back.as_ref().is_ok_and(|t| *t == before);
+                    format!(
+                        "rss: {ifname} indirection table {}{}",
+                        match (&r, same, default) {
+                            (Err(_), ..) => "not restored",
+                            (Ok(()), true, true) => "reset to the default spread, read back",
+                            (Ok(()), true, false) => "restored, read back",
+                            (Ok(()), false, _) => "written back, but reads back otherwise",
+                        },
                         r.err().map_or(String::new(), |e| format!(" (failed: {e})"))
                     )
                 }

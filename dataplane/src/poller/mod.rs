@@ -178,9 +178,12 @@ impl<Q: RingIo> Poller<Q> {
     }
 
     fn run(&mut self, stop: &AtomicBool) {
-        // Loop passes, busy passes: tallied here and added to the counters every 256 passes,
-        // so an idle busy-polling loop does not write its counter line on every pass.
-        let mut passes = [0u64; 2];
+        // Loop passes, busy passes, busy cycles: tallied here and added to the counters every
+        // 256 passes and before each sleep, so an idle busy-polling loop does not write its
+        // counter line on every pass. One clock read per pass: a pass with work adds the
+        // cycles since the previous pass ended.
+        let mut passes = [0u64; 3];
+        let mut pass_end = sys::cycles();
         let table = self.fwd.table().clone();
         let Some(mut reader) = self.reader.take() else {
             return;
@@ -208,8 +211,13 @@ impl<Q: RingIo> Poller<Q> {
             }
             work += self.maintain(&table);
             work += self.reopen_pending();
+            let now = sys::cycles();
             passes[0] += 1;
-            passes[1] += u64::from(work != 0);
+            if work != 0 {
+                passes[1] += 1;
+                passes[2] += now.wrapping_sub(pass_end);
+            }
+            pass_end = now;
             if passes[0] == 256 {
                 self.add_passes(&mut passes);
             }
@@ -249,7 +257,9 @@ impl<Q: RingIo> Poller<Q> {
             }
             if nap {
                 drop(online);
+                self.add_passes(&mut passes);
                 self.sleep();
+                pass_end = sys::cycles();
                 online = reader.online();
             }
         }
@@ -266,12 +276,14 @@ impl<Q: RingIo> Poller<Q> {
         self.stats.add(Counter::IdleSleeps, 1);
     }
 
-    /// Adds the tallied [loop, busy] passes to the counters and clears the tally.
-    fn add_passes(&mut self, passes: &mut [u64; 2]) {
+    /// Adds the tallied [loop passes, busy passes, busy cycles] to the counters and clears
+    /// the tally.
+    fn add_passes(&mut self, passes: &mut [u64; 3]) {
         self.stats.add(Counter::LoopPasses, passes[0]);
         self.stats.add(Counter::BusyPasses, passes[1]);
+        self.stats.add(Counter::BusyCycles, passes[2]);
         self.stats.set_free_frames(self.free.len() as u64);
-        *passes = [0; 2];
+        *passes = [0; 3];
     }
 
     /// [`Poller::flush`] from the multi-buffer path (mid-burst, once a stage fills up): out

@@ -71,10 +71,14 @@ pub enum Counter {
     /// Buffers after the first of multi-buffer packets put on TX rings: buffers sent =
     /// `tx_packets` + this (completions count buffers).
     TxChainBuffers,
+    /// Cycles ([`crate::sys::cycles`]) spent in loop passes that found work: against the
+    /// same clock's cycles over an interval, the poller's busy share of its time, whatever
+    /// the idle mode (the rebalancer's load measure).
+    BusyCycles,
 }
 
 /// Number of [`Counter`] slots.
-pub(crate) const COUNTERS: usize = 23;
+pub(crate) const COUNTERS: usize = 24;
 /// Names of the [`Counter`] slots, in order.
 pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "rx_packets",
@@ -100,6 +104,7 @@ pub const COUNTER_NAMES: [&str; COUNTERS] = [
     "frames_misplaced",
     "rx_chain_buffers",
     "tx_chain_buffers",
+    "busy_cycles",
 ];
 /// One line on what each [`Counter`] counts, in order (the metrics' help texts).
 pub(crate) const COUNTER_HELP: [&str; COUNTERS] = [
@@ -126,6 +131,7 @@ pub(crate) const COUNTER_HELP: [&str; COUNTERS] = [
     "Frames a reclaim found more or fewer of than the socket's counts said it held (0 unless a frame was lost).",
     "Buffers after the first of multi-buffer (jumbo) packets taken from RX rings.",
     "Buffers after the first of multi-buffer (jumbo) packets put on TX rings.",
+    "Time-stamp-counter cycles spent in loop passes that found work (busy share = its rate / the TSC's).",
 ];
 /// RX burst-size buckets: bucket `b` counts bursts of `2^b ..= 2^(b+1) - 1` frames (the last,
 /// 256). VPP's "vectors per call", as a distribution.
@@ -390,7 +396,7 @@ mod tests {
         assert_eq!(t.total_drops(), 4);
         assert_eq!(t.delta(&s), s);
         assert_eq!(s.drops_line(), "no_route=2");
-        assert_eq!(COUNTER_NAMES.len(), Counter::TxChainBuffers as usize + 1);
+        assert_eq!(COUNTER_NAMES.len(), Counter::BusyCycles as usize + 1);
     }
 
     #[test]

@@ -11,16 +11,20 @@ use crate::placement::plan::Plan;
 use crate::poller::Ready;
 use crate::sys;
 
-/// Loads one steering program per interface and fills its local-address map.
-pub(super) fn load_steering(cfg: &Config) -> Result<Vec<Steer>, RunError> {
+/// Loads one steering program per interface and fills its local-address map; a port whose
+/// indirection table the rebalancer owns gets the device-bound program that counts buckets.
+pub(super) fn load_steering(
+    cfg: &Config,
+    tables: &super::rebalance::Found,
+) -> Result<Vec<Steer>, RunError> {
     let locals: Vec<IpAddr> = sys::local_addresses()?
         .into_iter()
         .map(|(_, a)| a)
         .collect();
     let mut steers = Vec::new();
-    for name in &cfg.interfaces {
+    for (port, name) in cfg.interfaces.iter().enumerate() {
         let mac = sys::interface_mac(name).ok_or_else(|| RunError::NoInterface(name.clone()))?;
-        let mut s = Steer::load(name, mac)?;
+        let mut s = Steer::load_with(name, mac, super::rebalance::counting(tables, port))?;
         for a in &locals {
             s.add_local(*a)?;
         }

@@ -27,6 +27,7 @@ use crate::sys::privilege;
 mod attach;
 mod check;
 pub(crate) mod health;
+mod rebalance;
 mod recreate;
 mod report;
 mod spawn;
@@ -35,6 +36,7 @@ mod started;
 use started::{drop_privileges, start_control, Started};
 
 pub use check::build_rib;
+pub use rebalance::RebalanceReport;
 pub use report::PollerSetup;
 
 /// Why a run could not start (nothing is left attached when one of these is returned).
@@ -150,6 +152,8 @@ pub struct RunSummary {
     pub control: crate::control::ControlReport,
     /// Drops by reason name (all pollers), for readers that want names rather than indices.
     pub drops_by_reason: std::collections::BTreeMap<&'static str, u64>,
+    /// What the rebalancer did (None: off, or no port had an indirection table).
+    pub rebalance: Option<RebalanceReport>,
 }
 
 /// Runs the dataplane until `opts.stop` is set or `opts.duration` passes.
@@ -167,12 +171,18 @@ pub fn run(
     let _ = sys::raise_memlock_limit();
     // Everything that can fail runs before the first attach, the interrupt journal included:
     // a stale one (a run that died without restoring) is refused here.
-    let irq = match (opts.apply_irq, &opts.irq_state) {
+    // Rebalancing journals the NICs' indirection tables in the same file.
+    let journaled = opts.apply_irq || cfg.rebalance.enabled;
+    let irq = match (journaled, &opts.irq_state) {
         (true, Some(path)) => IrqChanges::journaled(path)?,
         _ => IrqChanges::default(),
     };
     let (fwd, rib, ifindexes) = check::forwarder(cfg, &mut log)?;
-    let steers = attach::load_steering(cfg)?;
+    let tables = rebalance::find_tables(cfg);
+    for l in &tables.lines {
+        log(l);
+    }
+    let steers = attach::load_steering(cfg, &tables)?;
     // The control thread first: in kernel mode it reads the kernel's tables before any
     // poller starts, so the first packet finds them.
     let resolve = crate::control::resolve_queue();
@@ -209,6 +219,14 @@ pub fn run(
         .then(|| report::publisher(cfg, &setup, pollers));
     pollers.go();
     log(&report::attached_line(cfg));
+    let mut rebalancer = rebalance::Rebalancer::start(
+        cfg,
+        tables,
+        opts.plan.as_ref(),
+        &mut started.irq,
+        pollers,
+        &mut log,
+    );
     let start = Instant::now();
     report::watch(
         opts,
@@ -224,6 +242,7 @@ pub fn run(
                 generic: attach::generic(cfg),
             },
             table: fwd.table(),
+            rebalancer: rebalancer.as_mut(),
         },
         publisher.as_ref(),
         start,
@@ -244,6 +263,7 @@ pub fn run(
             attached,
             irq_changes: stopped.irq_changes,
             control: links.status.report(),
+            rebalance: rebalancer.map(|r| r.report),
         },
     ))
 }

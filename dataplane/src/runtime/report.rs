@@ -111,6 +111,8 @@ pub(super) struct ControlSide<'a> {
     pub recreate: super::recreate::RecreateSide<'a>,
     /// The table (the ports' link state, for the health checks).
     pub table: &'a crate::fib::Table,
+    /// The rebalancer, when on.
+    pub rebalancer: Option<&'a mut super::rebalance::Rebalancer>,
 }
 
 /// The steering programs' foreign-route maps as last set (to know when any foreign prefix
@@ -251,7 +253,7 @@ pub(super) fn watch(
     opts: &RunOptions,
     pollers: &Pollers,
     steers: &mut [Steer],
-    control: ControlSide<'_>,
+    mut control: ControlSide<'_>,
     publisher: Option<&Publisher>,
     start: Instant,
     log: &mut impl FnMut(&str),
@@ -291,6 +293,9 @@ pub(super) fn watch(
                 }
             ));
         }
+        if let Some(r) = control.rebalancer.as_deref_mut() {
+            r.tick(now, steers, pollers, log);
+        }
         if now >= next_health {
             health_check(&mut health, pollers, steers.len(), control.table, now);
             next_health = now + HEALTH_EVERY;
@@ -300,6 +305,9 @@ pub(super) fn watch(
             p.publish_control(control.status);
             p.publish_sockets();
             p.publish_queues(&pollers.queue_snapshots());
+            if let Some(r) = control.rebalancer.as_deref() {
+                r.publish(p);
+            }
             next_publish = now + PUBLISH_EVERY;
         }
         if opts.stop.load(std::sync::atomic::Ordering::Relaxed)
@@ -445,6 +453,8 @@ pub(super) struct Collected {
     pub irq_changes: Vec<Change>,
     /// What the control plane did.
     pub control: crate::control::ControlReport,
+    /// What the rebalancer did.
+    pub rebalance: Option<super::rebalance::RebalanceReport>,
 }
 
 /// The final summary from the pollers' last counters and what the run collected.
@@ -463,6 +473,7 @@ pub(super) fn summary(
         .collect();
     RunSummary {
         drops_by_reason,
+        rebalance: c.rebalance,
         plan: opts.plan.clone(),
         irq_changes: c.irq_changes,
         control: c.control,

@@ -335,6 +335,11 @@ impl Pollers {
         self.handles.iter().any(|h| h.is_finished())
     }
 
+    /// Which poller threads have ended, by poller.
+    pub(crate) fn finished(&self) -> Vec<bool> {
+        self.handles.iter().map(|h| h.is_finished()).collect()
+    }
+
     /// Every poller's per-socket counters (empty in the shared ablation).
     pub(crate) fn queue_snapshots(&self) -> Vec<Vec<[u64; crate::poller::stats::QUEUE_COUNTERS]>> {
         match self.stats_mode {

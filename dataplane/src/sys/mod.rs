@@ -8,6 +8,7 @@ use std::io;
 use std::os::fd::RawFd;
 
 mod cpu;
+mod ethtool;
 mod mmap;
 mod netif;
 mod packet_socket;
@@ -16,7 +17,9 @@ mod thread;
 mod udp;
 mod xdp;
 
+pub use cpu::cycles;
 pub(crate) use cpu::prefetch;
+pub(crate) use ethtool::{rss_rings, rss_table, set_rss_table};
 pub use mmap::MemPolicy;
 pub(crate) use mmap::{mbind, page_nodes, Mmap};
 pub use netif::{enter_netns, if_index};

@@ -366,6 +366,38 @@ impl Publisher {
         }
     }
 
+    /// Sets the rebalancer's progress: steps, moves, imbalance, pollers engaged, buckets and
+    /// busy share per poller, and each table port's packets per bucket with its queue.
+    pub(crate) fn publish_rebalance(&self, r: &RebalanceView<'_>) {
+        counter!("dataplane_rebalance_steps_total").absolute(r.steps);
+        counter!("dataplane_rebalance_moves_total").absolute(r.moves);
+        counter!("dataplane_rebalance_write_errors_total").absolute(r.write_errors);
+        counter!("dataplane_rebalance_heavy_flows_total").absolute(r.heavy);
+        gauge!("dataplane_rebalance_imbalance").set(r.imbalance);
+        gauge!("dataplane_rebalance_pollers_engaged").set(r.engaged as f64);
+        for ((poller, cpu), (buckets, busy)) in self
+            .pollers
+            .iter()
+            .zip(r.buckets_per_poller.iter().zip(r.busy))
+        {
+            gauge!("dataplane_rebalance_poller_buckets", "poller" => poller.clone(), "cpu" => cpu.clone())
+                .set(*buckets as f64);
+            gauge!("dataplane_rebalance_poller_busy", "poller" => poller.clone(), "cpu" => cpu.clone())
+                .set(*busy);
+        }
+        for (port, table, counts) in r.ports {
+            for (b, (q, c)) in table.iter().zip(counts.iter()).enumerate() {
+                counter!(
+                    "dataplane_rss_bucket_packets_total",
+                    "port" => port.clone(),
+                    "bucket" => b.to_string(),
+                    "queue" => q.to_string()
+                )
+                .absolute(*c);
+            }
+        }
+    }
+
     /// Sets the forwarding table's size and the control plane's progress.
     pub(crate) fn publish_control(&self, s: &crate::control::ControlStatus) {
         let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
@@ -381,6 +413,28 @@ impl Publisher {
             .absolute(get(&s.reloads_refused));
         counter!("dataplane_netlink_resyncs_total").absolute(get(&s.resyncs));
     }
+}
+
+/// The rebalancer's state, as the metrics show it.
+pub(crate) struct RebalanceView<'a> {
+    /// Steps taken.
+    pub steps: u64,
+    /// Buckets moved.
+    pub moves: u64,
+    /// Table writes that failed.
+    pub write_errors: u64,
+    /// Heavy buckets reported.
+    pub heavy: u64,
+    /// Largest poller load over the mean at the last step.
+    pub imbalance: f64,
+    /// Pollers engaged.
+    pub engaged: usize,
+    /// Buckets per poller.
+    pub buckets_per_poller: &'a [usize],
+    /// Busy share per poller.
+    pub busy: &'a [f64],
+    /// Per table port: interface, table (bucket -> queue), packets per bucket since start.
+    pub ports: &'a [(String, Vec<u32>, Vec<u64>)],
 }
 
 /// `rx_bytes` -> `dataplane_rx_bytes_total`; event counts keep their `_events` suffix.

@@ -1,0 +1,333 @@
+//! The balancer driven by the simulated NIC: skew, shifts, flash crowds, heavy flows,
+//! scaling, stalled pollers, NUMA nodes, queues the dataplane does not own; and properties
+//! over random tables and traffic.
+use proptest::prelude::*;
+
+use super::balancer::{Balancer, Layout, Settings, Why};
+use super::sim::{default_table, SimNic, Traffic};
+
+const CAP: f64 = 10_000.0;
+
+fn balancer(nic: &SimNic, settings: Settings) -> Balancer {
+    Balancer::new(settings, nic.layout.clone(), nic.tables.clone()).expect("layout")
+}
+
+/// Runs `periods` steps of `traffic`; returns each period's (max/mean, drops, moves).
+fn run(
+    nic: &mut SimNic,
+    b: &mut Balancer,
+    traffic: &Traffic,
+    periods: usize,
+) -> Vec<(f64, f64, usize)> {
+    (0..periods)
+        .map(|_| {
+            let seen = nic.period(traffic);
+            let d = b.step(&seen.buckets, &seen.pollers);
+            nic.apply(&d.moves);
+            assert_eq!(
+                b.tables(),
+                &nic.tables[..],
+                "the balancer's view is the NIC's"
+            );
+            (seen.max_over_mean(), seen.drops, d.moves.len())
+        })
+        .collect()
+}
+
+/// Four heavy flows the default table puts on queue 0, and 1000 light ones: 70% of four
+/// pollers in all, but queue 0 over its capacity.
+fn skewed(nic: &SimNic) -> Traffic {
+    Traffic::heavy_on(&nic.tables[0], 0, 1_000_000, 4, 2_000.0).and(Traffic::light(0, 1000, 20.0))
+}
+
+#[test]
+fn skewed_traffic_is_evened_out_then_left_alone() {
+    let mut nic = SimNic::one_port(4, 128, CAP);
+    let traffic = skewed(&nic);
+    let before = nic.period(&traffic);
+    assert!(
+        before.max_over_mean() > 1.5,
+        "the skew is real: {}",
+        before.max_over_mean()
+    );
+    assert!(before.drops > 0.0, "static RSS drops on queue 0");
+    let mut b = balancer(&nic, Settings::default());
+    let trace = run(&mut nic, &mut b, &traffic, 40);
+    // Within 8 fast periods (2 s at 250 ms): even, and no drop.
+    let (ratio, drops, _) = trace[8];
+    assert!(
+        ratio <= 1.15,
+        "max/mean {ratio:.3} after 8 periods: {trace:?}"
+    );
+    assert_eq!(drops, 0.0);
+    // Converged: no move in the last 30 periods (at one per second, far under 1 per 10 s).
+    let late: usize = trace[10..].iter().map(|t| t.2).sum();
+    assert_eq!(late, 0, "moves after convergence: {trace:?}");
+}
+
+#[test]
+fn a_heavy_flow_is_reported_once_and_never_chased() {
+    let mut nic = SimNic::one_port(4, 128, CAP);
+    let giant = Traffic::heavy_on(&nic.tables[0], 1, 7, 1, 12_000.0);
+    let traffic = giant.clone().and(Traffic::light(0, 1000, 15.0));
+    let bucket = giant.flows[0].hash % 128;
+    let mut b = balancer(&nic, Settings::default());
+    let mut reports = 0;
+    for _ in 0..30 {
+        let seen = nic.period(&traffic);
+        let d = b.step(&seen.buckets, &seen.pollers);
+        for h in &d.heavy {
+            assert_eq!((h.port, h.bucket, h.queue), (0, bucket, 1));
+            assert!(h.demand > 1.0, "{h:?}");
+            reports += 1;
+        }
+        assert!(
+            d.moves.iter().all(|m| m.bucket != bucket),
+            "the heavy bucket moved: {:?}",
+            d.moves
+        );
+        nic.apply(&d.moves);
+    }
+    assert_eq!(reports, 1, "reported once");
+    // Everything else left its poller: it carries the heavy bucket alone (with the light
+    // flows that hash into the same bucket).
+    let seen = nic.period(&traffic);
+    let alone = seen.buckets[0][bucket as usize] as f64 / CAP;
+    assert!(alone > 1.2);
+    assert!((seen.offered[1] - alone).abs() < 1e-9, "{:?}", seen.offered);
+}
+
+#[test]
+fn low_load_is_packed_on_one_poller_and_spread_again_within_one_period() {
+    let mut nic = SimNic::one_port(4, 128, CAP);
+    let settings = Settings {
+        target_load: Some(0.7),
+        ..Settings::default()
+    };
+    let mut b = balancer(&nic, settings);
+    let night = Traffic::light(0, 1000, 2.0); // 2000 packets: 5% of the four pollers
+    run(&mut nic, &mut b, &night, 6);
+    let seen = nic.period(&night);
+    assert_eq!(seen.loaded_pollers(), 1, "{:?}", seen.offered);
+    assert_eq!(b.engaged().iter().filter(|&&e| e).count(), 1);
+    // Morning: 24,000 packets need ceil(2.4 / 0.7) = 4 pollers.
+    let day = night.scaled(12.0);
+    let first = nic.period(&day);
+    assert!(first.drops > 0.0, "one poller cannot carry it");
+    let d = b.step(&first.buckets, &first.pollers);
+    nic.apply(&d.moves);
+    assert_eq!(d.engaged, 4);
+    let next = nic.period(&day);
+    assert_eq!(
+        next.drops, 0.0,
+        "spread within one period: {:?}",
+        next.offered
+    );
+    assert!(next.offered.iter().all(|&l| l < 0.9), "{:?}", next.offered);
+}
+
+#[test]
+fn scaling_does_not_flap_at_the_edge() {
+    let mut nic = SimNic::one_port(4, 128, CAP);
+    let settings = Settings {
+        target_load: Some(0.7),
+        ..Settings::default()
+    };
+    let mut b = balancer(&nic, settings);
+    // 13,500 packets: two pollers at 0.675, just under the target.
+    let edge = Traffic::light(0, 1000, 13.5);
+    let trace = run(&mut nic, &mut b, &edge, 40);
+    let late: usize = trace[15..].iter().map(|t| t.2).sum();
+    assert_eq!(late, 0, "{trace:?}");
+    assert!(trace[15..].iter().all(|t| t.1 == 0.0));
+}
+
+#[test]
+fn a_stalled_pollers_buckets_leave_at_the_next_step() {
+    let mut nic = SimNic::one_port(4, 128, CAP);
+    let traffic = Traffic::light(0, 1000, 20.0);
+    let mut b = balancer(&nic, Settings::default());
+    run(&mut nic, &mut b, &traffic, 3);
+    nic.stalled[2] = true;
+    let seen = nic.period(&traffic);
+    assert!(seen.drops > 0.0);
+    let d = b.step(&seen.buckets, &seen.pollers);
+    assert!(d
+        .moves
+        .iter()
+        .all(|m| m.from == 2 && m.why == Why::Evacuate));
+    nic.apply(&d.moves);
+    assert!(!nic.tables[0].contains(&2), "{:?}", nic.tables[0]);
+    assert_eq!(nic.period(&traffic).drops, 0.0);
+    // Back: it is given load again.
+    nic.stalled[2] = false;
+    run(&mut nic, &mut b, &traffic, 10);
+    assert!(nic.period(&traffic).offered[2] > 0.3);
+}
+
+#[test]
+fn moves_stay_in_the_numa_node_while_it_can_take_them() {
+    let mut nic = SimNic::one_port(4, 128, CAP);
+    nic.layout.poller_nodes = vec![0, 0, 1, 1];
+    // Queue 0 overloaded; queue 1 (its node) under the mean; queue 3 (the other node) the
+    // least loaded of all.
+    let table = nic.tables[0].clone();
+    let traffic = Traffic::heavy_on(&table, 0, 50, 60, 120.0)
+        .and(Traffic::heavy_on(&table, 1, 9_000, 35, 100.0))
+        .and(Traffic::heavy_on(&table, 2, 20_000, 45, 100.0))
+        .and(Traffic::heavy_on(&table, 3, 30_000, 20, 100.0));
+    let mut b = balancer(&nic, Settings::default());
+    let seen = nic.period(&traffic);
+    let d = b.step(&seen.buckets, &seen.pollers);
+    let first = d.moves.first().expect("a move");
+    assert_eq!((first.from, first.to), (0, 1), "{:?}", d.moves);
+    // Across nodes only once queue 1 is at the mean: every move to node 1 comes after the
+    // last one to queue 1.
+    let last_local = d.moves.iter().rposition(|m| m.to == 1).unwrap();
+    assert!(
+        d.moves.iter().take(last_local).all(|m| m.to == 1),
+        "{:?}",
+        d.moves
+    );
+}
+
+#[test]
+fn queues_the_dataplane_does_not_own_are_never_touched() {
+    let mut nic = SimNic::one_port(4, 128, CAP);
+    nic.layout.ports[0][3] = None; // queue 3 is the kernel's
+    let traffic = skewed(&nic);
+    let mut b = balancer(&nic, Settings::default());
+    run(&mut nic, &mut b, &traffic, 20);
+    let table = &nic.tables[0];
+    for (i, &q) in default_table(128, 4).iter().enumerate() {
+        assert_eq!(q == 3, table[i] == 3, "bucket {i}: {} -> {}", q, table[i]);
+    }
+}
+
+#[test]
+fn a_traffic_shift_and_a_flash_crowd_are_followed_within_two_seconds() {
+    let mut nic = SimNic::one_port(4, 128, CAP);
+    let mut b = balancer(&nic, Settings::default());
+    let base = Traffic::light(0, 1000, 20.0);
+    run(&mut nic, &mut b, &base, 10);
+    // Shift: the heavy flows appear, on whichever queue the table now gives them.
+    let q = nic.tables[0][5];
+    let shifted = base
+        .clone()
+        .and(Traffic::heavy_on(&nic.tables[0], q, 77, 5, 1_200.0));
+    let trace = run(&mut nic, &mut b, &shifted, 12);
+    assert!(trace[0].0 > 1.15, "the shift unbalances: {trace:?}");
+    assert!(trace[8].0 <= 1.15, "{trace:?}");
+    // Flash crowd: 3000 new flows.
+    let crowd = shifted.and(Traffic::light(500_000, 3000, 3.0));
+    let trace = run(&mut nic, &mut b, &crowd, 12);
+    assert!(trace[8].0 <= 1.15, "{trace:?}");
+    assert_eq!(trace[8].1, 0.0);
+}
+
+#[test]
+fn a_table_naming_a_missing_queue_is_refused() {
+    let layout = Layout {
+        ports: vec![vec![Some(0), Some(1)]],
+        poller_nodes: vec![0, 0],
+    };
+    let e = Balancer::new(Settings::default(), layout, vec![vec![0, 1, 2, 0]]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "port 0: bucket 2 names queue 2, but the port has 2 queue(s)"
+    );
+}
+
+/// A random NIC (2..8 queues, one possibly not owned, 8..256 buckets), random flows.
+fn nic_and_traffic() -> impl Strategy<Value = (SimNic, Traffic, usize)> {
+    (
+        2u32..8,
+        3u32..9,
+        prop::bool::ANY,
+        prop::collection::vec((any::<u32>(), 1.0f64..3000.0), 1..300),
+    )
+        .prop_map(|(queues, size_log, foreign, flows)| {
+            let size = 1usize << size_log;
+            let mut nic = SimNic::one_port(queues, size, CAP);
+            if foreign {
+                nic.layout.ports[0][queues as usize - 1] = None;
+            }
+            let traffic = Traffic {
+                flows: flows
+                    .into_iter()
+                    .map(|(hash, rate)| super::sim::Flow {
+                        port: 0,
+                        hash,
+                        rate,
+                    })
+                    .collect(),
+            };
+            (nic, traffic, queues as usize)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Every owned bucket always names a queue with a running poller; a bucket of a queue not
+    /// owned never changes, and no bucket is moved to one.
+    #[test]
+    fn every_bucket_names_a_running_poller(
+        (mut nic, traffic, queues) in nic_and_traffic(),
+        stall in prop::collection::vec(prop::bool::ANY, 8),
+        scale in prop::bool::ANY,
+    ) {
+        let settings = Settings { target_load: scale.then_some(0.7), ..Settings::default() };
+        let mut b = balancer(&nic, settings);
+        let original = nic.tables[0].clone();
+        let layout = nic.layout.clone();
+        let owned = |q: u32| layout.poller_of(0, q).is_some();
+        let owned_queues: Vec<u32> = (0..queues as u32).filter(|&q| owned(q)).collect();
+        // At least one owned poller keeps running.
+        for (p, s) in stall.iter().enumerate().take(queues) {
+            nic.stalled[p] = *s && owned_queues.first() != Some(&(p as u32));
+        }
+        for _ in 0..4 {
+            let seen = nic.period(&traffic);
+            let d = b.step(&seen.buckets, &seen.pollers);
+            nic.apply(&d.moves);
+        }
+        for (i, &q) in nic.tables[0].iter().enumerate() {
+            let was = original[i];
+            if !owned(was) {
+                prop_assert_eq!(q, was);
+            } else {
+                prop_assert!(owned(q), "bucket {} moved to a queue not owned", i);
+                let p = nic.layout.poller_of(0, q).unwrap();
+                prop_assert!(!nic.stalled[p], "bucket {} on stalled poller {}", i, p);
+            }
+        }
+    }
+
+    /// Without scaling and with every poller running, a step never raises the largest
+    /// poller load, as predicted and as the next period measures it.
+    #[test]
+    fn a_step_never_makes_the_max_load_worse((mut nic, traffic, _q) in nic_and_traffic()) {
+        let mut b = balancer(&nic, Settings::default());
+        for _ in 0..6 {
+            let seen = nic.period(&traffic);
+            let d = b.step(&seen.buckets, &seen.pollers);
+            let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+            prop_assert!(max(&d.demand_after) <= max(&d.demand_before) + 1e-9);
+            nic.apply(&d.moves);
+            let next = nic.period(&traffic);
+            prop_assert!(max(&next.offered) <= max(&seen.offered) + 1e-3,
+                "{:?} -> {:?}", seen.offered, next.offered);
+        }
+    }
+
+    /// On a steady load the balancer converges: no move after a while.
+    #[test]
+    fn a_steady_load_converges((mut nic, traffic, _q) in nic_and_traffic(), scale in prop::bool::ANY) {
+        let settings = Settings { target_load: scale.then_some(0.7), ..Settings::default() };
+        let mut b = balancer(&nic, settings);
+        let trace = run(&mut nic, &mut b, &traffic, 60);
+        let late: usize = trace[40..].iter().map(|t| t.2).sum();
+        prop_assert_eq!(late, 0, "moves in the last 20 periods: {:?}", trace);
+    }
+}

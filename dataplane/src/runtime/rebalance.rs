@@ -1,0 +1,442 @@
+//! Live RSS rebalancing in a run (`[rebalance] enabled = true`): at setup, each port's
+//! indirection table is read and journaled, and its steering program is the device-bound
+//! `xdp_steer_rss`, which counts packets per bucket by the NIC's hash; then, from the main
+//! thread's watch loop (never a poller), every period: the bucket counts and the pollers'
+//! busy cycles are read, the balancer (`rebalance::balancer`) decides, and the tables of
+//! the ports whose buckets moved are written and read back. The stop (or `dataplane irq
+//! restore` after a crash) puts back the tables the NICs had.
+use std::time::{Duration, Instant};
+
+use crate::bpf::{RssCounting, Steer, MAX_RSS_BUCKETS};
+use crate::config::{Config, RebalanceSection};
+use crate::placement::affinity::IrqChanges;
+use crate::placement::plan::Plan;
+use crate::poller::stats::{Counter, Snapshot};
+use crate::rebalance::{Balancer, Decision, Heavy, Layout, Move, PollerLoad, Settings};
+use crate::sys;
+use crate::sys::privilege;
+
+use super::spawn::Pollers;
+
+/// A port whose table the rebalancer owns.
+#[derive(Debug, Clone)]
+pub(super) struct TablePort {
+    /// Port index.
+    pub port: usize,
+    /// Interface.
+    pub ifname: String,
+    /// RX rings the table may name.
+    pub rings: u32,
+    /// The table at start.
+    pub table: Vec<u32>,
+}
+
+/// What setup found: the ports with a table (their programs count buckets), and one line
+/// for each port without.
+#[derive(Debug, Default)]
+pub(super) struct Found {
+    pub ports: Vec<TablePort>,
+    pub lines: Vec<String>,
+}
+
+/// Reads each port's table (a port without one keeps today's forwarding, with a line
+/// saying so).
+pub(super) fn find_tables(cfg: &Config) -> Found {
+    let mut found = Found::default();
+    if !cfg.rebalance.enabled {
+        return found;
+    }
+    for (port, ifname) in cfg.interfaces.iter().enumerate() {
+        let table = sys::rss_table(ifname);
+        let rings = sys::rss_rings(ifname);
+        match (table, rings) {
+            (Ok(table), Ok(rings)) if table.len() <= MAX_RSS_BUCKETS as usize && rings > 0 => {
+                found.ports.push(TablePort {
+                    port,
+                    ifname: ifname.clone(),
+                    rings,
+                    table,
+                });
+            }
+            (Ok(table), Ok(_)) => found.lines.push(format!(
+                "rebalance: {ifname}: an indirection table of {} entries (more than the {MAX_RSS_BUCKETS} counted): not rebalanced, forwarding as configured",
+                table.len()
+            )),
+            (Err(e), _) | (_, Err(e)) => found.lines.push(format!(
+                "rebalance: {ifname} has no RSS indirection table to rewrite ({e}; veth and single-queue devices have none): not rebalanced, forwarding as configured"
+            )),
+        }
+    }
+    found
+}
+
+/// How the steering program of `port` is to count buckets (None: it does not).
+pub(super) fn counting(found: &Found, port: usize) -> Option<RssCounting> {
+    let t = found.ports.iter().find(|t| t.port == port)?;
+    Some(RssCounting {
+        ifindex: sys::if_index(&t.ifname).ok()?,
+        table_size: t.table.len() as u32,
+    })
+}
+
+/// What the rebalancer did, for the summary and the metrics.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RebalanceReport {
+    /// Interfaces whose tables were rebalanced.
+    pub ports: Vec<String>,
+    /// Steps taken.
+    pub steps: u64,
+    /// Buckets moved, in all.
+    pub moves: u64,
+    /// Table writes that failed (the balancer then took the table the NIC had).
+    pub write_errors: u64,
+    /// Largest poller load over the mean at the last step (1.0: even).
+    pub imbalance: f64,
+    /// Pollers engaged at the last step.
+    pub engaged: usize,
+    /// Buckets per poller at the last step.
+    pub buckets_per_poller: Vec<usize>,
+    /// Each poller's busy share at the last step.
+    pub busy: Vec<f64>,
+    /// Heavy buckets reported.
+    pub heavy: Vec<Heavy>,
+    /// The last moves (at most [`MOVES_KEPT`]), with the seconds since start.
+    pub recent_moves: Vec<(f64, Move)>,
+    /// Each step: seconds since start, each poller's busy share, the moves made (for a plot).
+    pub timeline: Vec<(f64, Vec<f64>, usize)>,
+}
+
+/// Moves kept in the report.
+pub const MOVES_KEPT: usize = 256;
+/// Steps kept in the timeline (an hour at one a second).
+const TIMELINE_KEPT: usize = 3600;
+
+/// The rebalancer of a run.
+pub(super) struct Rebalancer {
+    balancer: Balancer,
+    /// The ports with a table, in balancer order (balancer port i = ports[i]).
+    ports: Vec<TablePort>,
+    /// Each table port's steering program index (= its port index).
+    last_buckets: Vec<Vec<u64>>,
+    scratch: Vec<u64>,
+    last_pollers: Vec<Snapshot>,
+    last_cycles: u64,
+    next: Instant,
+    start: Instant,
+    pub report: RebalanceReport,
+}
+
+fn settings(r: &RebalanceSection) -> Settings {
+    Settings {
+        threshold: r.threshold,
+        target_load: r.target_load,
+        max_moves: r.max_moves as usize,
+        cooldown: r.cooldown,
+        heavy: r.heavy,
+        period: Duration::from_millis(u64::from(r.period_ms)),
+        fast_period: Duration::from_millis(u64::from(r.fast_period_ms)),
+    }
+}
+
+/// Which poller serves each queue of each table port, and each poller's node (the plan's
+/// memory node of its first queue; 0 without a plan).
+fn layout(cfg: &Config, ports: &[TablePort], plan: Option<&Plan>) -> Layout {
+    let node_of_queue = |q: u32| {
+        plan.and_then(|p| p.entries.iter().find(|e| e.queue == q))
+            .and_then(|e| e.mem_node)
+            .unwrap_or(0)
+    };
+    Layout {
+        ports: ports
+            .iter()
+            .map(|t| {
+                let queues = t
+                    .rings
+                    .max(t.table.iter().copied().max().map_or(0, |m| m + 1));
+                (0..queues)
+                    .map(|q| cfg.pollers.iter().position(|p| p.queues.contains(&q)))
+                    .collect()
+            })
+            .collect(),
+        poller_nodes: cfg
+            .pollers
+            .iter()
+            .map(|p| p.queues.first().map_or(0, |&q| node_of_queue(q)))
+            .collect(),
+    }
+}
+
+impl Rebalancer {
+    /// A rebalancer over the tables found; each is journaled before anything is written.
+    /// None (with a line) when no port has a table.
+    pub(super) fn start(
+        cfg: &Config,
+        found: Found,
+        plan: Option<&Plan>,
+        journal: &mut IrqChanges,
+        pollers: &Pollers,
+        log: &mut impl FnMut(&str),
+    ) -> Option<Rebalancer> {
+        if found.ports.is_empty() {
+            if cfg.rebalance.enabled {
+                log("rebalance: no port has an indirection table: rebalancing is off");
+            }
+            return None;
+        }
+        for t in &found.ports {
+            if let Err(e) = journal.journal_rss_table(&t.ifname, t.table.clone(), t.rings) {
+                log(&format!(
+                    "rebalance: {}: {e}: not rebalanced (a table that is not journaled is never written)",
+                    t.ifname
+                ));
+                return None;
+            }
+        }
+        let ports = found.ports;
+        let tables: Vec<Vec<u32>> = ports.iter().map(|t| t.table.clone()).collect();
+        let balancer =
+            match Balancer::new(settings(&cfg.rebalance), layout(cfg, &ports, plan), tables) {
+                Ok(b) => b,
+                Err(e) => {
+                    log(&format!("rebalance: {e}: rebalancing is off"));
+                    return None;
+                }
+            };
+        let now = Instant::now();
+        let names: Vec<String> = ports.iter().map(|t| t.ifname.clone()).collect();
+        log(&format!(
+            "rebalance: on for {} ({}), {} bucket(s); threshold {:.0}%, {}",
+            names.join(", "),
+            ports
+                .iter()
+                .map(|t| format!("{} rings", t.rings))
+                .collect::<Vec<_>>()
+                .join(", "),
+            ports.iter().map(|t| t.table.len()).sum::<usize>(),
+            cfg.rebalance.threshold * 100.0,
+            match cfg.rebalance.target_load {
+                Some(t) => format!("pollers packed under {:.0}% busy", t * 100.0),
+                None => "every poller keeps a share".into(),
+            }
+        ));
+        Some(Rebalancer {
+            report: RebalanceReport {
+                ports: names,
+                buckets_per_poller: balancer.buckets_per_poller(),
+                ..RebalanceReport::default()
+            },
+            last_buckets: ports.iter().map(|t| vec![0; t.table.len()]).collect(),
+            scratch: Vec::new(),
+            last_pollers: pollers.snapshots(),
+            last_cycles: sys::cycles(),
+            next: now + Duration::from_millis(u64::from(cfg.rebalance.fast_period_ms)),
+            start: now,
+            balancer,
+            ports,
+        })
+    }
+
+    /// One step when its period is up: read, decide, write the tables that changed.
+    pub(super) fn tick(
+        &mut self,
+        now: Instant,
+        steers: &[Steer],
+        pollers: &Pollers,
+        log: &mut impl FnMut(&str),
+    ) {
+        if now < self.next {
+            return;
+        }
+        let buckets = self.read_buckets(steers);
+        let loads = self.read_pollers(pollers);
+        let d = self.balancer.step(&buckets, &loads);
+        self.next = now + d.next_period;
+        self.record(&d, &loads, now, log);
+        if !d.moves.is_empty() {
+            self.write_tables(&d, log);
+        }
+        self.report.buckets_per_poller = self.balancer.buckets_per_poller();
+    }
+
+    /// Publishes the metrics.
+    pub(super) fn publish(&self, p: &crate::telemetry::Publisher) {
+        let ports: Vec<(String, Vec<u32>, Vec<u64>)> = self
+            .ports
+            .iter()
+            .zip(self.balancer.tables())
+            .zip(&self.last_buckets)
+            .map(|((t, table), counts)| (t.ifname.clone(), table.clone(), counts.clone()))
+            .collect();
+        let r = &self.report;
+        p.publish_rebalance(&crate::telemetry::RebalanceView {
+            steps: r.steps,
+            moves: r.moves,
+            write_errors: r.write_errors,
+            heavy: r.heavy.len() as u64,
+            imbalance: r.imbalance,
+            engaged: r.engaged,
+            buckets_per_poller: &r.buckets_per_poller,
+            busy: &r.busy,
+            ports: &ports,
+        });
+    }
+
+    /// Packets per bucket since the last step, per table port.
+    fn read_buckets(&mut self, steers: &[Steer]) -> Vec<Vec<u64>> {
+        let mut out = Vec::with_capacity(self.ports.len());
+        for (i, t) in self.ports.iter().enumerate() {
+            let Some(s) = steers.get(t.port) else {
+                out.push(Vec::new());
+                continue;
+            };
+            s.rss_buckets(&mut self.scratch);
+            let last = self.last_buckets.get_mut(i);
+            let delta = match last {
+                Some(last) => {
+                    let d = self
+                        .scratch
+                        .iter()
+                        .zip(last.iter())
+                        .map(|(now, before)| now.saturating_sub(*before))
+                        .collect();
+                    last.clone_from(&self.scratch);
+                    d
+                }
+                None => Vec::new(),
+            };
+            out.push(delta);
+        }
+        out
+    }
+
+    /// Each poller's busy share and packets since the last step; a poller whose loop made
+    /// no pass at all (neither worked nor slept) has stopped.
+    fn read_pollers(&mut self, pollers: &Pollers) -> Vec<PollerLoad> {
+        let now = pollers.snapshots();
+        let cycles = sys::cycles();
+        let span = cycles.wrapping_sub(self.last_cycles).max(1) as f64;
+        let finished = pollers.finished();
+        let loads = now
+            .iter()
+            .enumerate()
+            .map(|(p, s)| {
+                let d = self
+                    .last_pollers
+                    .get(p)
+                    .map_or(*s, |before| s.delta(before));
+                let passes = d.get(Counter::LoopPasses) + d.get(Counter::IdleSleeps);
+                PollerLoad {
+                    busy: (d.get(Counter::BusyCycles) as f64 / span).clamp(0.0, 1.0),
+                    packets: d.get(Counter::RxPackets),
+                    alive: passes > 0 && !finished.get(p).copied().unwrap_or(false),
+                }
+            })
+            .collect();
+        self.last_pollers = now;
+        self.last_cycles = cycles;
+        loads
+    }
+
+    fn record(
+        &mut self,
+        d: &Decision,
+        loads: &[PollerLoad],
+        now: Instant,
+        log: &mut impl FnMut(&str),
+    ) {
+        let t = (now - self.start).as_secs_f64();
+        let r = &mut self.report;
+        r.steps += 1;
+        r.moves += d.moves.len() as u64;
+        r.imbalance = d.imbalance_before;
+        r.engaged = d.engaged;
+        r.busy = loads.iter().map(|l| l.busy).collect();
+        if r.timeline.len() < TIMELINE_KEPT {
+            r.timeline.push((t, r.busy.clone(), d.moves.len()));
+        }
+        for m in &d.moves {
+            if r.recent_moves.len() == MOVES_KEPT {
+                r.recent_moves.remove(0);
+            }
+            r.recent_moves.push((t, m.clone()));
+        }
+        for h in &d.heavy {
+            let ifname = self.ports.get(h.port).map_or("?", |p| p.ifname.as_str());
+            log(&format!(
+                "rebalance: heavy flow: {ifname} bucket {} on queue {} needs {:.2} of a core, more than one poller has; its flows cannot be split without reordering them, so it stays where it is",
+                h.bucket, h.queue, h.demand
+            ));
+            r.heavy.push(h.clone());
+        }
+        if !d.moves.is_empty() {
+            let whys: Vec<String> = d
+                .moves
+                .iter()
+                .take(8)
+                .map(|m| {
+                    format!(
+                        "{}:{} q{}->q{} ({:.3})",
+                        self.ports.get(m.port).map_or("?", |p| p.ifname.as_str()),
+                        m.bucket,
+                        m.from,
+                        m.to,
+                        m.demand
+                    )
+                })
+                .collect();
+            log(&format!(
+                "rebalance: {} bucket(s) moved ({:?}): max/mean {:.2} -> {:.2} predicted; {} poller(s) engaged; {}{}",
+                d.moves.len(),
+                d.moves.first().map(|m| m.why),
+                d.imbalance_before,
+                d.imbalance_after,
+                d.engaged,
+                whys.join(" "),
+                if d.moves.len() > 8 { " ..." } else { "" }
+            ));
+        }
+    }
+
+    /// Writes the table of each port with a move, with CAP_NET_ADMIN raised for the call,
+    /// and reads it back; on a failure or a different read-back, the balancer takes what
+    /// the NIC has.
+    fn write_tables(&mut self, d: &Decision, log: &mut impl FnMut(&str)) {
+        let tables = self.balancer.tables().to_vec();
+        let mut now_there = tables.clone();
+        let mut failed = false;
+        for (i, t) in self.ports.iter().enumerate() {
+            if !d.moves.iter().any(|m| m.port == i) {
+                continue;
+            }
+            let Some(want) = tables.get(i) else { continue };
+            let wrote = privilege::raised(privilege::Cap::CAP_NET_ADMIN, || {
+                sys::set_rss_table(&t.ifname, want)
+            });
+            let back = sys::rss_table(&t.ifname);
+            match (wrote, back) {
+                (Ok(Ok(())), Ok(back)) if back == *want => {}
+                (wrote, back) => {
+                    failed = true;
+                    self.report.write_errors += 1;
+                    let why = match wrote {
+                        Err(e) => e.to_string(),
+                        Ok(Err(e)) => e.to_string(),
+                        Ok(Ok(())) => "it reads back otherwise".into(),
+                    };
+                    log(&format!(
+                        "rebalance: writing {}'s indirection table: {why}; going on from the table it has",
+                        t.ifname
+                    ));
+                    if let (Some(slot), Ok(b)) = (now_there.get_mut(i), back) {
+                        *slot = b;
+                    }
+                }
+            }
+        }
+        if failed {
+            if let Err(e) = self.balancer.reset_tables(now_there) {
+                log(&format!("rebalance: {e}"));
+            }
+        }
+    }
+}

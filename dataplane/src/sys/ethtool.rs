@@ -1,0 +1,189 @@
+//! A NIC's RSS indirection table through the `SIOCETHTOOL` ioctl (`ETHTOOL_GRXRINGS`,
+//! `ETHTOOL_GRXFHINDIR`, `ETHTOOL_SRXFHINDIR`): the table maps each bucket of the NIC's
+//! hash to an RX queue. ethtool's netlink `RSS_SET` is newer than the kernels this runs on,
+//! and no crate covers the ioctl.
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use super::SyscallError;
+
+const SIOCETHTOOL: libc::c_ulong = 0x8946;
+const ETHTOOL_GRXRINGS: u32 = 0x2d;
+const ETHTOOL_GRXFHINDIR: u32 = 0x38;
+const ETHTOOL_SRXFHINDIR: u32 = 0x39;
+/// The largest table asked for (ice's PF has 2048 entries; the kernel refuses more than
+/// ETHTOOL_RXFH_INDIR_MAX-like sizes anyway).
+const MAX_TABLE: usize = 4096;
+
+/// `struct ethtool_rxnfc`, as far as `ETHTOOL_GRXRINGS` reads it: the command and `data`.
+/// The kernel copies the whole struct in and out, so the rest is there, zeroed.
+#[repr(C)]
+struct RxNfc {
+    cmd: u32,
+    flow_type: u32,
+    data: u64,
+    /// `struct ethtool_rx_flow_spec` (168 bytes) and `rule_cnt`, unused here.
+    rest: [u8; 176],
+}
+
+/// `struct ifreq` with `ifr_data`: the name and the pointer to the ethtool command.
+#[repr(C)]
+struct IfReq {
+    name: [libc::c_char; libc::IFNAMSIZ],
+    data: *mut libc::c_void,
+    _pad: [u8; 16],
+}
+
+/// A socket for ethtool ioctls (any socket of the namespace serves).
+fn socket() -> Result<OwnedFd, SyscallError> {
+    // SAFETY: plain socket(2) call; the result is checked before use.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(SyscallError::last("socket(AF_INET, SOCK_DGRAM)"));
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn ifreq(ifname: &str, data: *mut libc::c_void) -> Result<IfReq, SyscallError> {
+    let bytes = ifname.as_bytes();
+    if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
+        return Err(SyscallError {
+            call: "SIOCETHTOOL (interface name)",
+            io_error: io::Error::from(io::ErrorKind::InvalidInput),
+        });
+    }
+    let mut name = [0 as libc::c_char; libc::IFNAMSIZ];
+    for (d, s) in name.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    Ok(IfReq {
+        name,
+        data,
+        _pad: [0; 16],
+    })
+}
+
+/// Runs one ethtool command whose buffer is `cmd` (its first u32 is the command number).
+///
+/// # Safety
+/// `cmd` must point to a buffer laid out as the kernel's struct for that command, valid for
+/// reads and writes of the size the kernel derives from it (its header's size field).
+unsafe fn ethtool(
+    ifname: &str,
+    cmd: *mut libc::c_void,
+    what: &'static str,
+) -> Result<(), SyscallError> {
+    let sock = socket()?;
+    let mut req = ifreq(ifname, cmd)?;
+    // SAFETY: `req` is a valid ifreq naming the interface, and its data pointer the
+    // command buffer the caller vouches for; both outlive the call.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCETHTOOL, &mut req as *mut IfReq) };
+    if rc != 0 {
+        return Err(SyscallError::last(what));
+    }
+    Ok(())
+}
+
+/// Number of RX rings the NIC's RSS may name (`ETHTOOL_GRXRINGS`).
+pub(crate) fn rss_rings(ifname: &str) -> Result<u32, SyscallError> {
+    let mut nfc = RxNfc {
+        cmd: ETHTOOL_GRXRINGS,
+        flow_type: 0,
+        data: 0,
+        rest: [0; 176],
+    };
+    // SAFETY: `nfc` is a whole `struct ethtool_rxnfc` (cmd, flow_type, data, the rest
+    // zeroed), which is what the kernel copies for ETHTOOL_GRXRINGS.
+    unsafe {
+        ethtool(
+            ifname,
+            (&mut nfc as *mut RxNfc).cast(),
+            "SIOCETHTOOL(ETHTOOL_GRXRINGS)",
+        )?
+    };
+    Ok(u32::try_from(nfc.data).unwrap_or(u32::MAX))
+}
+
+/// The NIC's indirection table: entry `i` is the RX queue of hash bucket `i`
+/// (`ETHTOOL_GRXFHINDIR`). EOPNOTSUPP: the device has none (veth, a single-queue NIC).
+pub(crate) fn rss_table(ifname: &str) -> Result<Vec<u32>, SyscallError> {
+    // First the size (a header with size 0), then the table.
+    let mut head = [ETHTOOL_GRXFHINDIR, 0u32];
+    // SAFETY: `head` is a `struct ethtool_rxfh_indir` with size 0: the kernel reads and
+    // writes only its two u32s.
+    unsafe {
+        ethtool(
+            ifname,
+            head.as_mut_ptr().cast(),
+            "SIOCETHTOOL(ETHTOOL_GRXFHINDIR)",
+        )?
+    };
+    let size = head[1] as usize;
+    if size == 0 || size > MAX_TABLE {
+        return Err(SyscallError {
+            call: "SIOCETHTOOL(ETHTOOL_GRXFHINDIR) table size",
+            io_error: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+        });
+    }
+    let mut buf = vec![0u32; 2 + size];
+    if let Some(h) = buf.get_mut(..2) {
+        h.copy_from_slice(&[ETHTOOL_GRXFHINDIR, size as u32]);
+    }
+    // SAFETY: `buf` is a header with `size` followed by `size` u32s, as the kernel copies
+    // back for a table of that size (it refuses a size other than the device's).
+    unsafe {
+        ethtool(
+            ifname,
+            buf.as_mut_ptr().cast(),
+            "SIOCETHTOOL(ETHTOOL_GRXFHINDIR)",
+        )?
+    };
+    Ok(buf.get(2..).map(<[u32]>::to_vec).unwrap_or_default())
+}
+
+/// Writes the NIC's indirection table (`ETHTOOL_SRXFHINDIR`); an empty `table` resets it to
+/// the driver's default spread (and the kernel follows channel changes again).
+pub(crate) fn set_rss_table(ifname: &str, table: &[u32]) -> Result<(), SyscallError> {
+    if table.len() > MAX_TABLE {
+        return Err(SyscallError {
+            call: "SIOCETHTOOL(ETHTOOL_SRXFHINDIR) table size",
+            io_error: io::Error::from(io::ErrorKind::InvalidInput),
+        });
+    }
+    let mut buf = Vec::with_capacity(2 + table.len());
+    buf.push(ETHTOOL_SRXFHINDIR);
+    buf.push(table.len() as u32);
+    buf.extend_from_slice(table);
+    // SAFETY: `buf` is a `struct ethtool_rxfh_indir` header with `size` = table.len(),
+    // followed by that many u32s: exactly what the kernel copies in.
+    unsafe {
+        ethtool(
+            ifname,
+            buf.as_mut_ptr().cast(),
+            "SIOCETHTOOL(ETHTOOL_SRXFHINDIR)",
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loopback_device_has_no_indirection_table() {
+        // `lo` exists in every namespace and has no RSS: the calls fail with the kernel's
+        // reason, not a panic (as root: EOPNOTSUPP; otherwise maybe EPERM for the write).
+        let e = rss_table("lo").expect_err("lo has no table");
+        assert!(e.to_string().contains("ETHTOOL_GRXFHINDIR"), "{e}");
+        assert!(set_rss_table("lo", &[0, 0]).is_err());
+        assert!(rss_rings("lo").is_err());
+    }
+
+    #[test]
+    fn a_bad_interface_name_is_refused_before_the_call() {
+        let e = rss_table("a-name-longer-than-ifnamsiz").unwrap_err();
+        assert_eq!(e.io_error.kind(), io::ErrorKind::InvalidInput);
+        assert!(rss_table("").is_err());
+    }
+}

@@ -135,7 +135,9 @@ static __always_inline void count_bucket(struct xdp_md *ctx)
 	__u32 hash, bucket;
 	__u64 *c;
 
-	if (bpf_xdp_metadata_rx_hash(ctx, &hash, &type)) {
+	/* A hash of type NONE is no hash (virtio_net reports 0 for a frame the device did
+	 * not hash): counted apart, not all in bucket 0. */
+	if (bpf_xdp_metadata_rx_hash(ctx, &hash, &type) || type == XDP_RSS_TYPE_NONE_) {
 		count(DP_STEER_RSS_NO_HASH, 0);
 		return;
 	}

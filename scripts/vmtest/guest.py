@@ -220,7 +220,9 @@ def topology_test(ctl, dp, ports):
     for port in ports:
         iface = next(i for i in t["interfaces"] if i["name"] == port)
         ctl.check(f"topology: {port} driver", iface["driver"] == "virtio_net", iface["driver"])
-        ctl.check(f"topology: {port} has 2 RX queues", iface["rx_queues"] == 2, iface["rx_queues"])
+        # The rebalancing boot's NICs have 4 queues, the others 2.
+        want = 4 if "vmtest.rss=" in open("/proc/cmdline").read() else 2
+        ctl.check(f"topology: {port} has {want} RX queues", iface["rx_queues"] == want, iface["rx_queues"])
         for q, entry in enumerate(iface["queue_irqs"]):
             irq = (entry or {}).get("Irq", {}).get("irq")
             name = names.get(irq, "")
@@ -698,6 +700,127 @@ def tx_fill_test(ctl, dp, ports, topo, rate, seconds):
     run_checks(ctl, name, s, ports)
 
 
+def rss_table(port):
+    """The port's RSS indirection table as `ethtool -x` prints it (bucket -> queue)."""
+    table = []
+    for line in sh("ethtool", "-x", port).splitlines():
+        m = re.match(r"\s*(\d+):((?:\s+\d+)+)\s*$", line)
+        if m:
+            table += [int(x) for x in m.group(2).split()]
+    return table
+
+
+def scrape(port=9100):
+    """The run's metrics endpoint, as {(name, labels): value}."""
+    import urllib.request
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^([a-z_]+)(?:\{(.*)\})? ([0-9.e+-]+)$", line)
+        if m:
+            labels = tuple(sorted(re.findall(r'(\w+)="([^"]*)"', m.group(2) or "")))
+            out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def bucket_queues(metrics, port):
+    """The table the run says it set on `port`, from its dataplane_rss_bucket_queue gauges."""
+    q = {int(dict(l)["bucket"]): int(v) for (n, l), v in metrics.items()
+         if n == "dataplane_rss_bucket_queue" and dict(l).get("port") == port}
+    return [q[b] for b in sorted(q)]
+
+
+def rss_config(ports):
+    """Four pollers, one per queue, rebalancing on (steps every 250-500 ms)."""
+    text = config(ports).replace(
+        "[[pollers]]\nqueues = [0]\n[[pollers]]\nqueues = [1]\n",
+        "".join(f"[[pollers]]\nqueues = [{q}]\n" for q in range(4)))
+    text += "\n[rebalance]\nenabled = true\nperiod_ms = 500\nfast_period_ms = 250\n"
+    path = "/run/vmtest-rss.toml"
+    open(path, "w").write(text)
+    return path
+
+
+def start_rss_run(dp, path, tag):
+    """`dataplane run` with metrics on 9100; (process, summary path, log path) once attached."""
+    summary_path, err_path = f"/run/{tag}.json", f"/run/{tag}.err"
+    proc = subprocess.Popen(
+        [dp, "run", "--config", path, "--duration", "300", "--interval", "0", "--metrics", "9100",
+         "--json", summary_path], stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
+    if not wait_log(err_path, "attached xdp_steer", 120):
+        proc.kill()
+        return None, open(err_path).read()[-500:], err_path
+    return proc, summary_path, err_path
+
+
+def rss_test(ctl, dp, ports, rate, seconds):
+    """Live RSS rebalancing on virtio-net with rss=on,hash=on, 4 queues: each port's table is
+    read and journaled, the device-bound program counts buckets by the device's hash, the
+    balancer's moves are in the NIC (read back with ethtool -x, the same as the run says),
+    and the NIC's own table is back at stop, and after a crash with `dataplane irq restore`."""
+    name = "rss rebalancing"
+    before = {p: rss_table(p) for p in ports}
+    ctl.check(f"{name}: each NIC has a 4-queue indirection table",
+              all(len(t) > 0 and set(t) == {0, 1, 2, 3} for t in before.values()),
+              {p: len(t) for p, t in before.items()})
+    path = rss_config(ports)
+    proc, summary_path, err_path = start_rss_run(dp, path, "rss")
+    if proc is None:
+        return ctl.check(f"{name}: starts", False, summary_path)
+    try:
+        ctl.check(f"{name}: on for both ports", wait_log(err_path, f"rebalance: on for {ports[0]}, {ports[1]}", 10),
+                  open(err_path).read()[-300:])
+        ctl.send(f"LOAD rss {seconds} {rate}")
+        sent, received = map(int, ctl.recv(seconds + 120).split()[1:3])
+        time.sleep(1.0)  # the metrics publish every 250 ms
+        m = scrape()
+        moves = m.get(("dataplane_rebalance_moves_total", ()), 0)
+        ctl.check(f"{name}: the balancer moved buckets", moves > 0,
+                  f"{moves:.0f} moves in {m.get(('dataplane_rebalance_steps_total', ()), 0):.0f} steps; "
+                  f"offered {sent}, sink {received}")
+        now = rss_table(ports[0])
+        said = bucket_queues(m, ports[0])
+        ctl.check(f"{name}: the NIC's table (ethtool -x) is the one the run set, and moved",
+                  now == said and now != before[ports[0]],
+                  f"{sum(a != b for a, b in zip(now, before[ports[0]]))} of {len(now)} buckets differ from the start; "
+                  f"{sum(a != b for a, b in zip(now, said))} differ from the run's")
+        counted = sum(v for (n, l), v in m.items()
+                      if n == "dataplane_rss_bucket_packets_total" and dict(l).get("port") == ports[0])
+        steer = {dict(l)["result"]: v for (n, l), v in m.items()
+                 if n == "dataplane_steer_frames_total" and dict(l).get("port") == ports[0]}
+        ctl.check(f"{name}: every redirected packet counted in a bucket by the device's hash",
+                  counted == steer.get("redirected") and steer.get("rss_no_hash") == 0 and counted > 0,
+                  f"buckets {counted:.0f}, redirected {steer.get('redirected')}, no hash {steer.get('rss_no_hash')}")
+    finally:
+        stop_run(proc)
+    log = open(err_path).read()
+    ctl.check(f"{name}: the NICs' tables are back at stop",
+              all(rss_table(p) == before[p] for p in ports) and "indirection table reset to the default spread, read back" in log,
+              [l for l in log.splitlines() if "rss:" in l][-2:])
+    s = json.load(open(summary_path))
+    r = s.get("rebalance") or {}
+    ctl.check(f"{name}: the summary reports the moves and the pollers' busy shares",
+              r.get("moves", 0) > 0 and len(r.get("busy", [])) == 4 and r.get("ports") == ports,
+              {k: r.get(k) for k in ("steps", "moves", "imbalance", "engaged", "buckets_per_poller")})
+    run_checks(ctl, name, s, ports)
+    # A run that dies: the journal has the tables; `dataplane irq restore` puts them back.
+    proc, _, err_path = start_rss_run(dp, path, "rss-crash")
+    if proc is None:
+        return ctl.check(f"{name}: crash run starts", False, err_path)
+    try:
+        ctl.send(f"LOAD rss-crash {seconds} {rate}")
+        ctl.recv(seconds + 120)
+        moved = wait_log(err_path, "bucket(s) moved", 10)
+    finally:
+        proc.kill()
+        proc.wait()
+    changed = rss_table(ports[0]) != before[ports[0]]
+    r = subprocess.run([dp, "irq", "restore"], capture_output=True, text=True, timeout=60)
+    ctl.check(f"{name}: after SIGKILL, `dataplane irq restore` puts the NICs' tables back",
+              moved and changed and r.returncode == 0 and all(rss_table(p) == before[p] for p in ports),
+              f"moved {moved}, table changed at the kill {changed}; " + " | ".join(r.stdout.strip().splitlines()[-3:]))
+
+
 def cost_test(ctl, dp, ports, topo, rate, seconds):
     """Copy against zero-copy on the same guest: CPU per forwarded packet (pollers, and all
     CPUs' interrupt time), one run each under the same paced load. The guest's CPUs are
@@ -821,6 +944,15 @@ def main():
             ctl.send(f"DONE {ctl.passed} {ctl.failed}")
             return
         zc = args.get("vmtest.kernel") == "zc"
+        if "vmtest.rss" in args:
+            # A boot of its own: 4 queues, rss=on,hash=on.
+            rate, seconds = map(int, args["vmtest.rss"].split("x"))
+            try:
+                rss_test(ctl, dp, ports, rate, seconds)
+            except Exception as e:
+                ctl.check("rss rebalancing: ran", False, repr(e))
+            ctl.send(f"DONE {ctl.passed} {ctl.failed}")
+            return
         if "vmtest.txfill" in args:
             # A boot of its own: the egress NIC's transmit is slowed for every test here.
             rate, seconds = map(int, args["vmtest.txfill"].split("x"))

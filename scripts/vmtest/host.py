@@ -105,16 +105,21 @@ class Bed:
                        + (f" vmtest.bench={a.bench}" if a.bench else "")
                        + (f" vmtest.cost={a.cost}" if a.cost else "")
                        + ("" if a.extras else " vmtest.extras=0")
-                       + (f" vmtest.txfill={a.txfill}" if a.txfill else ""),
+                       + (f" vmtest.txfill={a.txfill}" if a.txfill else "")
+                       + (f" vmtest.rss={a.rss}" if a.rss else ""),
             "-display", "none", "-monitor", "none", "-no-reboot",
             "-serial", f"file:{self.console}",
             "-serial", f"unix:{self.ctl_path},server=on,wait=off",
             "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
         ]
+        # The rebalancing boot: 4 queues and QEMU's own RSS (rss=on: it steers by the table
+        # the guest sets, vhost being off; hash=on: it reports the hash the XDP program reads).
+        queues = 4 if a.rss else 2
         for i, (tap, mac) in enumerate(zip(self.taps, GUEST_MACS)):
-            cmd += ["-netdev", f"tap,id=n{i},ifname={tap},script=no,downscript=no,queues=2,vhost=off",
-                    "-device", f"virtio-net-pci,netdev=n{i},mq=on,vectors=6,mac={mac}"
-                               f"{KERNELS[a.kernel]}{VIRTIO_EXTRA}{SLOW_TX if a.txfill and i == 1 else ''}"]
+            cmd += ["-netdev", f"tap,id=n{i},ifname={tap},script=no,downscript=no,queues={queues},vhost=off",
+                    "-device", f"virtio-net-pci,netdev=n{i},mq=on,vectors={2 * queues + 2},mac={mac}"
+                               f"{KERNELS[a.kernel]}{VIRTIO_EXTRA}{SLOW_TX if a.txfill and i == 1 else ''}"
+                               f"{',rss=on,hash=on' if a.rss else ''}"]
         self.qemu = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                                      stderr=open(os.path.join(self.dir, "qemu.err"), "w"))
         # QEMU has the taps open once its control socket exists; then their host ends go into
@@ -342,6 +347,9 @@ def main():
     p.add_argument("--cost", default="2000x4", metavar="RATExSECONDS",
                    help="zero-copy guest, first topology: copy against zero-copy CPU per packet "
                         "under this paced load ('' to skip)")
+    p.add_argument("--rss", default="2000x4", metavar="RATExSECONDS",
+                   help="copy guest: one more boot, 4 vCPUs and 4 queues with rss=on,hash=on: live "
+                        "RSS rebalancing under this load ('' to skip)")
     p.add_argument("--tx-fill", dest="txfill", default="4000x3", metavar="RATExSECONDS",
                    help="zero-copy guest: one more boot whose egress NIC transmits slowly, this "
                         "load offered: a TX ring that fills ('' to skip)")
@@ -378,15 +386,21 @@ def boot_all(a, kernel, rows):
         cost = a.cost if kernel == "zc" and i == 0 and a.cost and not a.bench else None
         bed = Bed(argparse.Namespace(sockets=s, cores=c, threads=t, nodes=s, kernel=kernel,
                                      bench=f"{a.rate}x{a.seconds}" if a.bench else None, cost=cost,
-                                     extras=i == 0, txfill=None))
+                                     extras=i == 0, txfill=None, rss=None))
         all_ok &= boot(a, bed, ran, rows, f"{kernel} {topo}")
     if kernel == "zc" and a.txfill and not a.bench:
         # One more boot with the egress NIC's transmit slowed: a TX ring that fills.
         s, c, t = map(int, a.topologies.split(",")[0].split("x"))
         print(f"vmtest: booting the {kernel} guest again with its egress NIC's transmit slowed (TX ring full)", flush=True)
         bed = Bed(argparse.Namespace(sockets=s, cores=c, threads=t, nodes=s, kernel=kernel,
-                                     bench=None, cost=None, extras=False, txfill=a.txfill))
+                                     bench=None, cost=None, extras=False, txfill=a.txfill, rss=None))
         all_ok &= boot(a, bed, ran, rows, f"{kernel} TX ring full")
+    if kernel == "copy" and a.rss and not a.bench:
+        # One more boot: 4 vCPUs, 4 queues per NIC, QEMU's RSS: live rebalancing.
+        print(f"vmtest: booting the {kernel} guest with 4 vCPUs and 4-queue NICs with RSS (rebalancing)", flush=True)
+        bed = Bed(argparse.Namespace(sockets=1, cores=4, threads=1, nodes=1, kernel=kernel,
+                                     bench=None, cost=None, extras=False, txfill=None, rss=a.rss))
+        all_ok &= boot(a, bed, ran, rows, f"{kernel} RSS rebalancing")
     missing = set(LAYOUTS) - ran
     if missing and not a.bench:
         print(f"vmtest: FAIL: {kernel}: layouts that forwarded on no topology: {sorted(missing)}", flush=True)

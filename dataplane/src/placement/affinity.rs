@@ -104,6 +104,11 @@ pub enum Change {
         /// After (read back).
         after: Vec<usize>,
     },
+    /// A NIC's receive hashing turned on (for the rebalancer's per-bucket counts).
+    RxHashing {
+        /// Interface.
+        ifname: String,
+    },
     /// A NIC's RSS indirection table, journaled before the rebalancer's first write.
     RssTable {
         /// Interface.
@@ -286,6 +291,14 @@ impl IrqChanges {
         })
     }
 
+    /// Turns `ifname`'s receive hashing on, journaled first.
+    pub(crate) fn enable_rx_hashing(&mut self, ifname: &str) -> Result<(), String> {
+        self.record(Change::RxHashing {
+            ifname: ifname.into(),
+        })?;
+        sys::set_rx_hashing(ifname, true).map_err(|e| e.to_string())
+    }
+
     /// What was changed, one line each.
     pub(crate) fn describe(&self) -> Vec<String> {
         self.changes
@@ -309,6 +322,9 @@ impl IrqChanges {
                     cpu_list(before),
                     cpu_list(after)
                 ),
+                Change::RxHashing { ifname } => {
+                    format!("rss: {ifname} receive hashing turned on")
+                }
                 Change::RssTable {
                     ifname,
                     before,
@@ -362,12 +378,21 @@ impl IrqChanges {
                         r.err().map_or(String::new(), |e| format!(" (failed: {e})"))
                     )
                 }
+                Change::RxHashing { ifname } => {
+                    let r = privileged(|| sys::set_rx_hashing(&ifname, false));
+                    format!(
+                        "rss: {ifname} receive hashing off again{}",
+                        r.err().map_or(String::new(), |e| format!(" (failed: {e})"))
+                    )
+                }
                 Change::RssTable {
                     ifname,
                     before,
                     default,
                 } => {
-                    let r = sys::set_rss_table(&ifname, if default { &[] } else { &before });
+                    let r = privileged(|| {
+                        sys::set_rss_table(&ifname, if default { &[] } else { &before })
+                    });
                     let back = sys::rss_table(&ifname);
                     let same = back.as_ref().is_ok_and(|t| *t == before);
                     format!(
@@ -399,6 +424,12 @@ impl IrqChanges {
         }
         out
     }
+}
+
+/// Runs an ethtool write with CAP_NET_ADMIN in force (a run keeps it permitted only, after
+/// setup; `dataplane irq restore` has it anyway).
+fn privileged(f: impl FnOnce() -> Result<(), sys::SyscallError>) -> Result<(), sys::SyscallError> {
+    sys::privilege::raised(sys::privilege::Cap::CAP_NET_ADMIN, f).and_then(|r| r)
 }
 
 impl Drop for IrqChanges {

@@ -173,16 +173,23 @@ pub fn run(
     // a stale one (a run that died without restoring) is refused here.
     // Rebalancing journals the NICs' indirection tables in the same file.
     let journaled = opts.apply_irq || cfg.rebalance.enabled;
-    let irq = match (journaled, &opts.irq_state) {
+    let mut irq = match (journaled, &opts.irq_state) {
         (true, Some(path)) => IrqChanges::journaled(path)?,
         _ => IrqChanges::default(),
     };
     let (fwd, rib, ifindexes) = check::forwarder(cfg, &mut log)?;
-    let tables = rebalance::find_tables(cfg);
+    let mut tables = rebalance::find_tables(cfg);
     for l in &tables.lines {
         log(l);
     }
-    let steers = attach::load_steering(cfg, &tables)?;
+    rebalance::prepare(&mut tables, &mut irq, &mut log);
+    let steers = match attach::load_steering(cfg, &tables) {
+        Ok(s) => s,
+        Err(e) => {
+            irq.restore();
+            return Err(e);
+        }
+    };
     // The control thread first: in kernel mode it reads the kernel's tables before any
     // poller starts, so the first packet finds them.
     let resolve = crate::control::resolve_queue();
@@ -219,14 +226,8 @@ pub fn run(
         .then(|| report::publisher(cfg, &setup, pollers));
     pollers.go();
     log(&report::attached_line(cfg));
-    let mut rebalancer = rebalance::Rebalancer::start(
-        cfg,
-        tables,
-        opts.plan.as_ref(),
-        &mut started.irq,
-        pollers,
-        &mut log,
-    );
+    let mut rebalancer =
+        rebalance::Rebalancer::start(cfg, tables, opts.plan.as_ref(), pollers, &mut log);
     let start = Instant::now();
     report::watch(
         opts,

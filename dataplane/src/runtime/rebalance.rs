@@ -70,6 +70,48 @@ pub(super) fn find_tables(cfg: &Config) -> Found {
     found
 }
 
+/// Journals each table port's table, and turns its receive hashing on where it is off
+/// (journaled first, off again at stop): the counting program reads the hash the device
+/// hands up. A port whose table cannot be journaled is dropped from rebalancing (a table
+/// that is not journaled is never written). Runs before anything is attached.
+pub(super) fn prepare(found: &mut Found, journal: &mut IrqChanges, log: &mut impl FnMut(&str)) {
+    found.ports.retain(|t| {
+        if let Err(e) = journal.journal_rss_table(&t.ifname, t.table.clone(), t.rings) {
+            log(&format!(
+                "rebalance: {}: {e}: not rebalanced (a table that is not journaled is never written)",
+                t.ifname
+            ));
+            return false;
+        }
+        match sys::rx_hashing(&t.ifname) {
+            Ok(true) => true,
+            Ok(false) => match journal.enable_rx_hashing(&t.ifname) {
+                Ok(()) => {
+                    log(&format!(
+                        "rebalance: {}: receive hashing turned on (ethtool -K {} rxhash on), off again at stop",
+                        t.ifname, t.ifname
+                    ));
+                    true
+                }
+                Err(e) => {
+                    log(&format!(
+                        "rebalance: {}: turning receive hashing on: {e}: not rebalanced (its buckets could not be counted)",
+                        t.ifname
+                    ));
+                    false
+                }
+            },
+            Err(e) => {
+                log(&format!(
+                    "rebalance: {}: reading its receive-hashing flag: {e}: not rebalanced",
+                    t.ifname
+                ));
+                false
+            }
+        }
+    });
+}
+
 /// How the steering program of `port` is to count buckets (None: it does not).
 pub(super) fn counting(found: &Found, port: usize) -> Option<RssCounting> {
     let t = found.ports.iter().find(|t| t.port == port)?;
@@ -167,13 +209,12 @@ fn layout(cfg: &Config, ports: &[TablePort], plan: Option<&Plan>) -> Layout {
 }
 
 impl Rebalancer {
-    /// A rebalancer over the tables found; each is journaled before anything is written.
-    /// None (with a line) when no port has a table.
+    /// A rebalancer over the tables found (and journaled by [`prepare`]). None (with a
+    /// line) when no port has a table.
     pub(super) fn start(
         cfg: &Config,
         found: Found,
         plan: Option<&Plan>,
-        journal: &mut IrqChanges,
         pollers: &Pollers,
         log: &mut impl FnMut(&str),
     ) -> Option<Rebalancer> {
@@ -182,15 +223,6 @@ impl Rebalancer {
                 log("rebalance: no port has an indirection table: rebalancing is off");
             }
             return None;
-        }
-        for t in &found.ports {
-            if let Err(e) = journal.journal_rss_table(&t.ifname, t.table.clone(), t.rings) {
-                log(&format!(
-                    "rebalance: {}: {e}: not rebalanced (a table that is not journaled is never written)",
-                    t.ifname
-                ));
-                return None;
-            }
         }
         let ports = found.ports;
         let tables: Vec<Vec<u32>> = ports.iter().map(|t| t.table.clone()).collect();

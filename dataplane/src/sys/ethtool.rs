@@ -11,6 +11,11 @@ const SIOCETHTOOL: libc::c_ulong = 0x8946;
 const ETHTOOL_GRXRINGS: u32 = 0x2d;
 const ETHTOOL_GRXFHINDIR: u32 = 0x38;
 const ETHTOOL_SRXFHINDIR: u32 = 0x39;
+const ETHTOOL_GFLAGS: u32 = 0x25;
+const ETHTOOL_SFLAGS: u32 = 0x26;
+/// `ETH_FLAG_RXHASH`: the device hands its receive hash up (what XDP's rx-hash kfunc
+/// reads).
+const ETH_FLAG_RXHASH: u32 = 1 << 28;
 /// The largest table asked for (ice's PF has 2048 entries; the kernel refuses more than
 /// ETHTOOL_RXFH_INDIR_MAX-like sizes anyway).
 const MAX_TABLE: usize = 4096;
@@ -162,6 +167,36 @@ pub(crate) fn set_rss_table(ifname: &str, table: &[u32]) -> Result<(), SyscallEr
             ifname,
             buf.as_mut_ptr().cast(),
             "SIOCETHTOOL(ETHTOOL_SRXFHINDIR)",
+        )
+    }
+}
+
+/// Whether the device hands its receive hash up (`ethtool -k`'s receive-hashing).
+pub(crate) fn rx_hashing(ifname: &str) -> Result<bool, SyscallError> {
+    let mut v = [ETHTOOL_GFLAGS, 0u32];
+    // SAFETY: `v` is a `struct ethtool_value` (cmd, data), what ETHTOOL_GFLAGS copies.
+    unsafe { ethtool(ifname, v.as_mut_ptr().cast(), "SIOCETHTOOL(ETHTOOL_GFLAGS)")? };
+    Ok(v[1] & ETH_FLAG_RXHASH != 0)
+}
+
+/// Turns the device's receive hashing on or off (`ethtool -K IF rxhash on|off`), the other
+/// legacy flags as they are.
+pub(crate) fn set_rx_hashing(ifname: &str, on: bool) -> Result<(), SyscallError> {
+    let mut v = [ETHTOOL_GFLAGS, 0u32];
+    // SAFETY: as in `rx_hashing`.
+    unsafe { ethtool(ifname, v.as_mut_ptr().cast(), "SIOCETHTOOL(ETHTOOL_GFLAGS)")? };
+    let flags = if on {
+        v[1] | ETH_FLAG_RXHASH
+    } else {
+        v[1] & !ETH_FLAG_RXHASH
+    };
+    let mut set = [ETHTOOL_SFLAGS, flags];
+    // SAFETY: a `struct ethtool_value` for ETHTOOL_SFLAGS.
+    unsafe {
+        ethtool(
+            ifname,
+            set.as_mut_ptr().cast(),
+            "SIOCETHTOOL(ETHTOOL_SFLAGS)",
         )
     }
 }

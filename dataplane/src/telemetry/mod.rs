@@ -385,15 +385,14 @@ impl Publisher {
             gauge!("dataplane_rebalance_poller_busy", "poller" => poller.clone(), "cpu" => cpu.clone())
                 .set(*busy);
         }
+        // The queue is a gauge of its own, not a label: a moved bucket keeps one series.
         for (port, table, counts) in r.ports {
             for (b, (q, c)) in table.iter().zip(counts.iter()).enumerate() {
-                counter!(
-                    "dataplane_rss_bucket_packets_total",
-                    "port" => port.clone(),
-                    "bucket" => b.to_string(),
-                    "queue" => q.to_string()
-                )
-                .absolute(*c);
+                let bucket = b.to_string();
+                counter!("dataplane_rss_bucket_packets_total", "port" => port.clone(), "bucket" => bucket.clone())
+                    .absolute(*c);
+                gauge!("dataplane_rss_bucket_queue", "port" => port.clone(), "bucket" => bucket)
+                    .set(f64::from(*q));
             }
         }
     }

@@ -37,7 +37,13 @@ struct dp_sink_rec {
 	__u64 packets;
 	__u64 bytes;
 	__u64 matched; /* UDP frames to the configured port (the generator's), IPv4 or IPv6 */
+	__u64 reordered; /* matched IPv4 frames numbered (IP ID) below one already seen of
+			  * their flow (UDP source port): RFC 4737's reordered packets */
 };
+
+/* Per flow (UDP source port): bit 16 set once seen, the low 16 bits the highest IP ID
+ * (the generator's per-flow number) seen so far. */
+#define DP_SINK_FLOWS 65536
 
 /* Generator: the headers rewritten into every live frame before it is sent. */
 #define DP_GEN_HDR_MAX 64
@@ -47,7 +53,8 @@ struct dp_gen_cfg {
 	__u16 sport_base; /* first UDP source port (host order) */
 	__u16 l4_off;     /* offset of the UDP header in the frame */
 	__u16 udp_csum;   /* UDP checksum of the template (0 = none, IPv4) */
-	__u16 pad;
+	__u16 ip_id;      /* IPv4: the template's IP ID (host order); each flow's frames carry
+			   * ip_id + their number in the flow, the sink's reordering count */
 	__u8 hdr[DP_GEN_HDR_MAX];
 };
 

@@ -58,9 +58,20 @@ int xdp_gen(struct xdp_md *ctx)
 	}
 	__u32 flows = cfg.flows ? cfg.flows : 1;
 	__u16 sport = cfg.sport_base + (__u16)(*n % flows);
+	/* The frame's number in its flow (one CPU runs the program: the counter is global). */
+	__u16 seq = (__u16)(*n / flows);
 	__u16 l4 = cfg.l4_off;
 
 	*n += 1;
+	if (l4 == 34) {
+		/* IPv4: the number goes into the IP ID, the header checksum follows. */
+		__u8 *ip = data + 14;
+		__u16 old_id = bpf_htons(cfg.ip_id);
+		__u16 new_id = bpf_htons((__u16)(cfg.ip_id + seq));
+
+		*(__u16 *)(ip + 4) = new_id;
+		*(__u16 *)(ip + 10) = csum_replace16(*(__u16 *)(ip + 10), old_id, new_id);
+	}
 	if (l4 > 54)
 		return XDP_ABORTED;
 	__u8 *udp = data + l4;

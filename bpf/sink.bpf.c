@@ -18,6 +18,37 @@ struct {
 	__type(value, struct dp_sink_rec);
 } sink_stats SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DP_SINK_FLOWS);
+	__type(key, __u32);
+	__type(value, __u32);
+} sink_flows SEC(".maps");
+
+/* How far behind its flow's highest number a frame may be to count as reordered; further
+ * behind, the flow started again (another generator run numbers from the start). */
+#define DP_REORDER_WINDOW 4096
+
+/* A numbered IPv4 frame of flow `sport` with number `id`: reordered when it is behind the
+ * highest number its flow has shown, by at most the window (serial-number order, RFC 1982,
+ * so a flow's numbers may wrap). One receive path feeds the sink's interface, so a flow's
+ * slot has one writer at a time. */
+static __always_inline void count_order(struct dp_sink_rec *rec, __u16 sport, __u16 id)
+{
+	__u32 key = sport;
+	__u32 *last = bpf_map_lookup_elem(&sink_flows, &key);
+
+	if (!last)
+		return;
+	__s16 ahead = (__s16)(id - (__u16)*last);
+
+	if ((*last & 0x10000) && ahead < 0 && ahead >= -DP_REORDER_WINDOW) {
+		rec->reordered += 1;
+		return;
+	}
+	*last = 0x10000 | id;
+}
+
 /* "xdp.frags": counts jumbo frames too; the bytes are the whole packet's, all buffers. */
 SEC("xdp.frags")
 int xdp_sink(struct xdp_md *ctx)
@@ -51,8 +82,11 @@ int xdp_sink(struct xdp_md *ctx)
 	}
 	if ((void *)(udp + 4) > end)
 		return XDP_DROP;
-	if (*(__u16 *)(udp + 2) == bpf_htons(match_dport))
-		rec->matched += 1;
+	if (*(__u16 *)(udp + 2) != bpf_htons(match_dport))
+		return XDP_DROP;
+	rec->matched += 1;
+	if (proto == bpf_htons(ETH_P_IP))
+		count_order(rec, bpf_ntohs(*(__u16 *)udp), bpf_ntohs(*(__u16 *)(p + 18)));
 	return XDP_DROP;
 }
 

@@ -455,6 +455,7 @@ impl Sink {
                     packets: c.packets + word(0),
                     bytes: c.bytes + word(8),
                     matched: c.matched + word(16),
+                    reordered: c.reordered + word(24),
                 }
             })
     }
@@ -469,6 +470,9 @@ pub struct SinkCounts {
     pub bytes: u64,
     /// UDP frames to the match port.
     pub matched: u64,
+    /// Matched IPv4 frames behind a higher number of their flow (the generator numbers each
+    /// flow's frames in the IP ID): RFC 4737's reordered packets.
+    pub reordered: u64,
 }
 
 impl SinkCounts {
@@ -478,6 +482,7 @@ impl SinkCounts {
             packets: self.packets.wrapping_sub(earlier.packets),
             bytes: self.bytes.wrapping_sub(earlier.bytes),
             matched: self.matched.wrapping_sub(earlier.matched),
+            reordered: self.reordered.wrapping_sub(earlier.reordered),
         }
     }
 }

@@ -70,15 +70,16 @@ pub fn main(a: SinkArgs) -> Result<()> {
     let c = sink.counts().since(&base);
     let seconds = start.elapsed().as_secs_f64();
     println!(
-        "sink {iface}: {} packets ({} to UDP port {}), {} bytes in {seconds:.2} s ({:.3} Mpps)",
+        "sink {iface}: {} packets ({} to UDP port {}, {} of them reordered in their flow), {} bytes in {seconds:.2} s ({:.3} Mpps)",
         c.packets,
         c.matched,
         a.match_port,
+        c.reordered,
         c.bytes,
         c.packets as f64 / seconds / 1e6
     );
     write_json(
         &a.json,
-        &serde_json::json!({"packets": c.packets, "bytes": c.bytes, "matched": c.matched, "seconds": seconds}),
+        &serde_json::json!({"packets": c.packets, "bytes": c.bytes, "matched": c.matched, "reordered": c.reordered, "seconds": seconds}),
     )
 }

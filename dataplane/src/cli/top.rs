@@ -16,7 +16,8 @@ use dataplane::telemetry::parse_listen;
 use dataplane::telemetry::scrape::{self, PollerRow, PortRow};
 
 /// Show a running `dataplane run --metrics` instance per poller and per port, refreshed
-/// every interval: Mpps, Gbit/s, drops/s with the top reason, busy %, average burst.
+/// every interval: Mpps, Gbit/s, drops/s with the top reason, busy %, average burst; with
+/// rebalancing on, each poller's load (busy share of time) and its RSS buckets.
 #[derive(clap::Args)]
 pub struct TopArgs {
     /// The instance's metrics endpoint, ADDR:PORT or PORT (127.0.0.1).
@@ -168,6 +169,8 @@ fn draw(f: &mut Frame, name: &str, every: f64, pollers: &[PollerRow], ports: &[P
             r.top_drop.clone().unwrap_or_else(|| "-".into()),
             format!("{:.1}", r.busy_pct),
             format!("{:.1}", r.avg_burst),
+            r.load_pct.map_or("-".into(), |l| format!("{l:.1}")),
+            r.buckets.map_or("-".into(), |b| b.to_string()),
         ])
     });
     f.render_widget(
@@ -183,12 +186,14 @@ fn draw(f: &mut Frame, name: &str, every: f64, pollers: &[PollerRow], ports: &[P
                 Constraint::Length(20),
                 Constraint::Length(6),
                 Constraint::Length(6),
+                Constraint::Length(6),
+                Constraint::Length(8),
             ],
         )
         .header(
             Row::new([
                 "poller", "cpu", "rx Mpps", "tx Mpps", "tx Gb/s", "drops/s", "top drop", "busy%",
-                "burst",
+                "burst", "load%", "buckets",
             ])
             .style(bold),
         )

@@ -153,16 +153,46 @@ impl Template {
             sport_base: SPORT_BASE,
             l4_off: self.l4_off as u16,
             udp_csum: self.udp_csum(),
-            pad: 0,
+            ip_id: self.ip_id().unwrap_or(0),
             hdr,
         }
+    }
+
+    /// IPv4: the template's IP ID (each flow's frames carry it plus their number in the
+    /// flow); None for IPv6.
+    fn ip_id(&self) -> Option<u16> {
+        use crate::packet::field::{eth, ipv4};
+        (self.l4_off == eth::HLEN + ipv4::HLEN).then(|| {
+            let at = eth::HLEN + ipv4::IDENT;
+            u16::from_be_bytes([self.frame[at], self.frame[at + 1]])
+        })
     }
 
     /// The frame the program sends as its `n`-th (what a receiver should see), computed the
     /// way `bpf/gen.bpf.c` computes it.
     pub fn expected(&self, n: u64) -> Vec<u8> {
-        let mut f = self.frame.clone();
-        let sport = SPORT_BASE.wrapping_add((n % u64::from(self.flows)) as u16);
+        let mut f = Vec::new();
+        self.write(n, &mut f);
+        f
+    }
+
+    /// Writes the `n`-th frame into `f` (reusing its allocation): flow `n % flows` (its UDP
+    /// source port) and, for IPv4, its number in the flow `n / flows` in the IP ID, which
+    /// the sink's reordering count reads.
+    pub(crate) fn write(&self, n: u64, f: &mut Vec<u8>) {
+        use crate::packet::field::{eth, ipv4};
+        f.clear();
+        f.extend_from_slice(&self.frame);
+        let flows = u64::from(self.flows);
+        if let Some(base) = self.ip_id() {
+            let id = base.wrapping_add((n / flows) as u16);
+            let at = eth::HLEN + ipv4::IDENT;
+            let sum = eth::HLEN + ipv4::CHECKSUM;
+            let c = u16::from_be_bytes([f[sum], f[sum + 1]]);
+            f[at..at + 2].copy_from_slice(&id.to_be_bytes());
+            f[sum..sum + 2].copy_from_slice(&checksum_update(c, base, id).to_be_bytes());
+        }
+        let sport = SPORT_BASE.wrapping_add((n % flows) as u16);
         f[self.l4_off..self.l4_off + 2].copy_from_slice(&sport.to_be_bytes());
         let c = self.udp_csum();
         if c != 0 {
@@ -172,7 +202,6 @@ impl Template {
             };
             f[self.l4_off + 6..self.l4_off + 8].copy_from_slice(&new.to_be_bytes());
         }
-        f
     }
 }
 
@@ -225,6 +254,10 @@ mod tests {
                             u32::from(testbed::SINK_V4.parse::<std::net::Ipv4Addr>().unwrap())
                         );
                         assert_eq!(checksum(&f[14..34]), 0);
+                        // The frame's number in its flow, in the IP ID (spec: 4 flows).
+                        let base = t.ip_id().expect("IPv4");
+                        let id = u16::from_be_bytes([f[18], f[19]]);
+                        assert_eq!(id, base.wrapping_add((n / u64::from(t.flows)) as u16));
                     }
                     L3::V6 { dst, .. } => {
                         assert_eq!(

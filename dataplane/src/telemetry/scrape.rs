@@ -118,6 +118,10 @@ pub struct PollerRow {
     pub busy_pct: f64,
     /// Packets per non-empty burst (VPP's vectors per call).
     pub avg_burst: f64,
+    /// With rebalancing on: the RSS buckets the poller's queues have now.
+    pub buckets: Option<u64>,
+    /// With rebalancing on: its busy share of time at the balancer's last step, in percent.
+    pub load_pct: Option<f64>,
 }
 
 /// One port between two scrapes: what its steering program did.
@@ -142,6 +146,19 @@ fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
         })
         .map(|s| s.value)
         .sum()
+}
+
+/// The value of the one series `name` with `labels`, if the endpoint has it.
+fn gauge(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).is_some_and(|x| x == v))
+        })
+        .map(|s| s.value)
 }
 
 /// Per-poller rows from two scrapes `secs` apart.
@@ -201,6 +218,8 @@ pub fn poller_rows(before: &[Sample], after: &[Sample], secs: f64) -> Vec<Poller
                     0.0
                 },
                 avg_burst: if batches > 0.0 { rx / batches } else { 0.0 },
+                buckets: gauge(after, "dataplane_rebalance_poller_buckets", &l).map(|v| v as u64),
+                load_pct: gauge(after, "dataplane_rebalance_poller_busy", &l).map(|v| v * 100.0),
                 poller,
                 cpu,
             }
@@ -243,12 +262,22 @@ pub fn port_rows(before: &[Sample], after: &[Sample], secs: f64) -> Vec<PortRow>
 /// The table `dataplane top` prints.
 pub fn render(pollers: &[PollerRow], ports: &[PortRow]) -> String {
     let mut s = format!(
-        "{:<7} {:<4} {:>9} {:>9} {:>8} {:>9} {:<20} {:>6} {:>6}\n",
-        "poller", "cpu", "rx Mpps", "tx Mpps", "tx Gb/s", "drops/s", "top drop", "busy%", "burst"
+        "{:<7} {:<4} {:>9} {:>9} {:>8} {:>9} {:<20} {:>6} {:>6} {:>6} {:>7}\n",
+        "poller",
+        "cpu",
+        "rx Mpps",
+        "tx Mpps",
+        "tx Gb/s",
+        "drops/s",
+        "top drop",
+        "busy%",
+        "burst",
+        "load%",
+        "buckets"
     );
     for r in pollers {
         s.push_str(&format!(
-            "{:<7} {:<4} {:>9.3} {:>9.3} {:>8.3} {:>9.0} {:<20} {:>6.1} {:>6.1}\n",
+            "{:<7} {:<4} {:>9.3} {:>9.3} {:>8.3} {:>9.0} {:<20} {:>6.1} {:>6.1} {:>6} {:>7}\n",
             r.poller,
             r.cpu,
             r.rx_pps / 1e6,
@@ -257,7 +286,9 @@ pub fn render(pollers: &[PollerRow], ports: &[PortRow]) -> String {
             r.drops_ps,
             r.top_drop.as_deref().unwrap_or("-"),
             r.busy_pct,
-            r.avg_burst
+            r.avg_burst,
+            r.load_pct.map_or("-".into(), |l| format!("{l:.1}")),
+            r.buckets.map_or("-".into(), |b| b.to_string())
         ));
     }
     s.push_str(&format!(

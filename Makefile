@@ -6,7 +6,7 @@ DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool ipu
 	procps util-linux python3 libhwloc-dev libudev-dev traceroute iputils-tracepath iperf3 bird2 stress-ng man-db \
 	prometheus
 
-.PHONY: deps build test test-loaded loom stress sanitize vmtest vmtest-zc vmbench demo fleet-demo latency latency-jumbo bench lint fmt clean fuzz fuzz-ci install
+.PHONY: deps build test test-loaded loom stress sanitize vmtest vmtest-zc vmbench rebalance-compare demo fleet-demo latency latency-jumbo bench lint fmt clean fuzz fuzz-ci install
 
 deps:
 	@scripts/deps.sh $(DEB_PACKAGES)
@@ -63,6 +63,14 @@ vmbench: build
 	@scripts/deps.sh $(VM_PACKAGES)
 	scripts/vmtest/build.sh
 	timeout 1800 python3 scripts/vmtest/host.py --bench bench/out/vm-layouts
+
+# Live RSS rebalancing against static RSS and tune's best layout, side by side in one boot
+# of the guest (4 vCPUs, virtio-net rss=on,hash=on, 4 queues): summary, results and an SVG
+# plot in bench/out/rebalance (docs/REBALANCE.md).
+rebalance-compare: build
+	@scripts/deps.sh $(VM_PACKAGES)
+	scripts/vmtest/build.sh
+	timeout 1800 python3 scripts/vmtest/host.py --compare bench/out/rebalance
 
 demo: build
 	scripts/demo.sh

@@ -101,6 +101,33 @@ fn generator_frames_parse_back_as_specified() {
     }
 }
 
+/// Starts `dataplane sink` on the DUT's ingress for `seconds`, writing `json`; returns once
+/// it says its program is attached and its window open.
+fn start_sink(bed: &Bed, json: &std::path::Path, seconds: &str) -> std::process::Child {
+    let t = &bed.0;
+    let mut sink = dataplane_in(
+        &t.dut_ns(),
+        &[
+            "sink",
+            "--iface",
+            &t.dut_in(),
+            "--duration",
+            seconds,
+            "--json",
+        ],
+    )
+    .arg(json)
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .expect("sink");
+    let mut lines = BufReader::new(sink.stderr.take().expect("stderr")).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("window open"))),
+        "sink did not start"
+    );
+    sink
+}
+
 #[test]
 fn sink_counts_exactly_what_was_sent() {
     if !root_or_skip("sink count") {
@@ -109,20 +136,7 @@ fn sink_counts_exactly_what_was_sent() {
     let bed = Bed::up("tsk", 1);
     let t = &bed.0;
     let json = std::env::temp_dir().join("tsk-sink.json");
-    let mut sink = dataplane_in(
-        &t.dut_ns(),
-        &["sink", "--iface", &t.dut_in(), "--duration", "5", "--json"],
-    )
-    .arg(&json)
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .expect("sink");
-    // Readiness: the sink says when its program is attached and its window open.
-    let mut lines = BufReader::new(sink.stderr.take().expect("stderr")).lines();
-    assert!(
-        lines.any(|l| l.is_ok_and(|l| l.contains("window open"))),
-        "sink did not start"
-    );
+    let mut sink = start_sink(&bed, &json, "5");
     let g = gen(&bed, &["--count", "50000", "--flows", "3"]);
     assert_eq!(g["packets"], 50000);
     // Then paced (sendmmsg batches on a schedule): every frame counted, and never ahead of the
@@ -166,19 +180,7 @@ fn the_sink_counts_frames_behind_their_flows_number_as_reordered() {
     let bed = Bed::up("tro", 1);
     let t = &bed.0;
     let json = std::env::temp_dir().join(format!("{}-sink.json", t.prefix));
-    let mut sink = dataplane_in(
-        &t.dut_ns(),
-        &["sink", "--iface", &t.dut_in(), "--duration", "20", "--json"],
-    )
-    .arg(&json)
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .expect("sink");
-    let mut lines = BufReader::new(sink.stderr.take().expect("stderr")).lines();
-    assert!(
-        lines.any(|l| l.is_ok_and(|l| l.contains("window open"))),
-        "sink did not start"
-    );
+    let mut sink = start_sink(&bed, &json, "20");
     // Two flows, frames numbered as the generator numbers them (frame n is flow n % 2,
     // number n / 2): flow 0 gets 0, 1, 3, 2 (one behind), 4, then 1001 (ahead); flow 1 gets
     // 0, 1, 2, 4, 3 (one behind). Two reordered frames.

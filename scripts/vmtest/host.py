@@ -196,6 +196,139 @@ class Bed:
         return sent, received
 
 
+def toeplitz(key, data):
+    """The Toeplitz hash of `data` under `key` (the RSS hash NICs and QEMU compute)."""
+    k = int.from_bytes(key, "big")
+    klen = len(key) * 8
+    h = 0
+    for i, byte in enumerate(data):
+        for b in range(8):
+            if byte & (0x80 >> b):
+                h ^= (k >> (klen - 32 - (i * 8 + b))) & 0xFFFFFFFF
+    return h
+
+
+def flows_on_queue(key, queue, n, start, src="198.18.0.1", dst="198.19.0.100", dport=9,
+                   size=128, queues=4):
+    """`n` UDP source ports from `start` whose flows the default indirection table (bucket
+    i -> queue i % queues, bucket = hash % size) puts on `queue`, each in a bucket of its own."""
+    out, buckets = [], []
+    s, d = socket.inet_aton(src), socket.inet_aton(dst)
+    port = start
+    while len(out) < n and port < 65536:
+        h = toeplitz(key, s + d + port.to_bytes(2, "big") + dport.to_bytes(2, "big"))
+        b = h % size
+        if b % queues == queue and b not in buckets:
+            out.append(port)
+            buckets.append(b)
+        port += 1
+    return out, buckets
+
+
+class Schedule:
+    """The comparison's traffic, the same for every run: phase 1, heavy flows the default
+    table puts on queue 0 plus light flows everywhere; phase 2, the heavy flows move to
+    queue 2 (new flows); phase 3, light flows only, at an eighth of their rate (night).
+    Each phase `phase` seconds; one sink counts the whole run (received, reordered)."""
+
+    def __init__(self, bed, key, phase, heavy_rate, light_rate, heavy=4, light=256, phases=3):
+        self.bed, self.phase = bed, phase
+        self.heavy_rate, self.light_rate = heavy_rate, light_rate
+        q0, q2 = flows_on_queue(key, 0, heavy, 20000), flows_on_queue(key, 2, heavy, 40000)
+        self.plan = [q0[0], q2[0]]
+        self.buckets = [q0[1], q2[1]]
+        self.light, self.phases = light, phases
+        self.sent = 0
+        self.thread = None
+
+    def gen(self, flows, sport, rate, seconds, tag):
+        out = os.path.join(self.bed.dir, f"gen-{tag}.json")
+        return subprocess.Popen(
+            ["ip", "netns", "exec", self.bed.gen, DATAPLANE, "gen", "--iface", self.bed.taps[0],
+             "--flows", str(flows), "--sport", str(sport), "--rate", str(max(1, int(rate))),
+             "--count", str(max(1, int(rate * seconds))), "--duration", str(seconds + 2),
+             "--dst-mac", GUEST_MACS[0], "--src-mac", HOST_MACS[0], "--src", "198.18.0.1",
+             "--dst", "198.19.0.100", "--json", out],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out
+
+    def run(self):
+        """Runs the phases; what was sent is added up."""
+        import threading
+        sink_json = os.path.join(self.bed.dir, "sink-compare.json")
+        total = self.phase * self.phases
+        self.sink = subprocess.Popen(
+            ["ip", "netns", "exec", self.bed.sink, DATAPLANE, "sink", "--iface", self.bed.taps[1],
+             "--duration", str(total + 20), "--json", sink_json],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        while "window open" not in (self.sink.stderr.readline() or "window open"):
+            pass
+        self.sink_json = sink_json
+
+        def phases():
+            for i in range(self.phases):
+                procs = []
+                if i < 2:
+                    for j, port in enumerate(self.plan[i]):
+                        procs.append(self.gen(1, port, self.heavy_rate, self.phase, f"h{i}{j}"))
+                light = self.light_rate if i < 2 else self.light_rate / 8
+                # Each phase's light flows are new ones (their own source ports): a flow that
+                # a second generator numbered from the start again would read as reordered.
+                procs.append(self.gen(self.light, 10000 + 1000 * i, light, self.phase, f"l{i}"))
+                for p, out in procs:
+                    p.wait()
+                    try:
+                        self.sent += json.load(open(out))["packets"]
+                    except (OSError, ValueError, KeyError):
+                        pass
+        self.thread = threading.Thread(target=phases)
+        self.thread.start()
+
+    def collect(self):
+        """Waits for the phases, lets the guest's last frames arrive, stops the sink:
+        (sent, received, reordered)."""
+        self.thread.join()
+        time.sleep(3)
+        self.sink.send_signal(2)
+        self.sink.communicate(timeout=60)
+        try:
+            s = json.load(open(self.sink_json))
+            return self.sent, s["matched"], s["reordered"]
+        except (OSError, ValueError, KeyError):
+            return self.sent, -1, -1
+
+
+def write_svg(path, runs, phase):
+    """Per-poller load over time, one panel per run, the moves as ticks, the phases shaded."""
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e"]
+    w, h, pad = 900, 190, 40
+    total = max((t for r in runs for t, *_ in r["timeline"]), default=1)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h * len(runs) + 30}" '
+           f'font-family="sans-serif" font-size="12">']
+    for k, r in enumerate(runs):
+        y0 = k * h + 10
+        x = lambda t: pad + (w - 2 * pad) * t / total
+        y = lambda v: y0 + h - 40 - (h - 60) * min(v, 1.0)
+        out.append(f'<text x="{pad}" y="{y0 + 12}" font-weight="bold">{r["name"]}: '
+                   f'drops {r["drops"]}, reordered {r["reordered"]}, moves {r["moves"]}</text>')
+        for p in range(3):
+            if p % 2:
+                out.append(f'<rect x="{x(p * phase)}" y="{y(1)}" width="{x((p + 1) * phase) - x(p * phase)}" '
+                           f'height="{y(0) - y(1)}" fill="#eee"/>')
+        out.append(f'<line x1="{pad}" y1="{y(0)}" x2="{w - pad}" y2="{y(0)}" stroke="#888"/>')
+        out.append(f'<text x="4" y="{y(1) + 4}">100%</text><text x="12" y="{y(0) + 4}">0</text>')
+        npollers = max((len(b) for _, b, *_ in r["timeline"]), default=0)
+        for p in range(npollers):
+            pts = " ".join(f"{x(t):.1f},{y(b[p]):.1f}" for t, b, *_ in r["timeline"] if p < len(b))
+            out.append(f'<polyline points="{pts}" fill="none" stroke="{colors[p % 4]}" stroke-width="1.5"/>')
+        for t, _, moves, *_ in r["timeline"]:
+            if moves:
+                out.append(f'<line x1="{x(t):.1f}" y1="{y(0)}" x2="{x(t):.1f}" y2="{y(0) + 8}" stroke="black"/>')
+    out.append(f'<text x="{pad}" y="{h * len(runs) + 20}">per-poller busy share (poller 0 blue, 1 red, '
+               f'2 green, 3 orange) over seconds 0-{total:.0f}; ticks: steps with moves; shaded: phase 2</text>')
+    out.append("</svg>")
+    open(path, "w").write("\n".join(out))
+
+
 # Sends 5 ICMP echo requests tagged with VLAN `vid` from `src` to `dst` on the interface, and
 # counts the echo replies (the tag inline, or taken into the packet's metadata on the way in).
 VLAN_PING = r"""
@@ -302,6 +435,25 @@ def serve(bed, timeout, ran, rows):
                 replies = bed.vlan_ping(int(vid), src, dst)
                 print(f"vmtest: vlan {vid}: {replies} of 5 echo replies from {dst}", flush=True)
                 sock.sendall(f"REPLIES {replies}\n".encode())
+            elif word == "KEY":
+                bed.rss_key = bytes.fromhex(line.split()[1])
+                print(f"vmtest: RSS key {line.split()[1][:16]}...", flush=True)
+            elif word == "SCHEDULE":
+                _, name, phase, heavy_rate, light_rate, phases = line.split()
+                bed.schedule = Schedule(bed, bed.rss_key, int(phase), float(heavy_rate),
+                                        float(light_rate), phases=int(phases))
+                bed.schedule.run()
+                print(f"vmtest: {name}: traffic started, heavy flows on queue 0 {bed.schedule.plan[0]}, "
+                      f"then queue 2 {bed.schedule.plan[1]}", flush=True)
+                b = bed.schedule.buckets
+                sock.sendall(f"STARTED {','.join(map(str, b[0]))} {','.join(map(str, b[1]))}\n".encode())
+            elif word == "COLLECT":
+                sent, received, reordered = bed.schedule.collect()
+                print(f"vmtest: {line.split()[1]}: sent {sent}, the sink received {received}, "
+                      f"{reordered} reordered", flush=True)
+                sock.sendall(f"SENT {sent} {received} {reordered}\n".encode())
+            elif word == "RESULTS":
+                bed.results = json.loads(line[len("RESULTS "):])
             elif word == "ROW":
                 rows.append(line[4:])
                 print("vmtest: row:", line[4:], flush=True)
@@ -347,6 +499,13 @@ def main():
     p.add_argument("--cost", default="2000x4", metavar="RATExSECONDS",
                    help="zero-copy guest, first topology: copy against zero-copy CPU per packet "
                         "under this paced load ('' to skip)")
+    p.add_argument("--compare", metavar="DIR",
+                   help="instead of the tests: static RSS, tune's best layout and the rebalancer "
+                        "side by side under skewed, shifting traffic (4 vCPUs, 4-queue RSS NICs); "
+                        "summary and plot in DIR")
+    p.add_argument("--compare-load", default="10x1000x1000", metavar="PHASExHEAVYxLIGHT",
+                   help="with --compare: seconds per phase, frames/s per heavy flow (4), and of "
+                        "the light flows together (256)")
     p.add_argument("--rss", default="2000x4", metavar="RATExSECONDS",
                    help="copy guest: one more boot, 4 vCPUs and 4 queues with rss=on,hash=on: live "
                         "RSS rebalancing under this load ('' to skip)")
@@ -367,6 +526,8 @@ def main():
     t0 = time.time()
     rows = []
     all_ok = True
+    if a.compare:
+        sys.exit(0 if compare(a) else 1)
     for kernel in kernels:
         all_ok &= boot_all(a, kernel, rows)
     if a.bench:
@@ -406,6 +567,40 @@ def boot_all(a, kernel, rows):
         print(f"vmtest: FAIL: {kernel}: layouts that forwarded on no topology: {sorted(missing)}", flush=True)
         all_ok = False
     return all_ok
+
+
+def compare(a):
+    """make rebalance-compare: one boot of the copy guest, 4 vCPUs and 4-queue RSS NICs,
+    the three runs side by side; summary.md, results.json and rebalance.svg in a.compare."""
+    os.makedirs(a.compare, exist_ok=True)
+    bed = Bed(argparse.Namespace(sockets=1, cores=4, threads=1, nodes=1, kernel="copy",
+                                 bench=None, cost=None, extras=False, txfill=None,
+                                 rss=f"compare:{a.compare_load}"))
+    bed.results = None
+    ok = boot(a, bed, set(), [], "RSS comparison")
+    r = bed.results
+    if not r:
+        print("vmtest: compare: the guest sent no results", flush=True)
+        return False
+    phase = int(a.compare_load.split("x")[0])
+    json.dump(r, open(os.path.join(a.compare, "results.json"), "w"), indent=1)
+    write_svg(os.path.join(a.compare, "rebalance.svg"), r["runs"], phase)
+    lines = ["# RSS rebalancing against static RSS and tune's best layout (make rebalance-compare)", "",
+             "QEMU guest (TCG), 4 vCPUs, virtio-net with rss=on,hash=on, 4 queues, one poller per queue.",
+             f"Traffic per run: {phase} s of 4 heavy flows the default table puts on queue 0 plus 256 light",
+             f"flows, {phase} s with the heavy flows on queue 2, {phase} s of light flows at 1/8 (night).",
+             "**Emulated CPUs:** loads and rates show behaviour, not hardware figures.", "",
+             "| run | sent | received | reordered | moves | max/mean load of the pollers with buckets, phase 1 / 2 (last 5 s) | CPU at night, pollers / all CPUs (ms) | buckets per poller at the end | dataplane rx / tx / drops |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for run in r["runs"]:
+        lines.append(f"| {run['name']} | {run['sent']} | {run['received']} | {run['reordered']} | {run['moves']} | "
+                     f"{run['imbalance'][0]:.2f} / {run['imbalance'][1]:.2f} | {run['night_cpu_ms']:.0f} / {run.get('night_all_cpu_ms', 0):.0f} | "
+                     f"{run['buckets']} | {run['dataplane_rx']} / {run['dataplane_tx']} / {run['dataplane_drops']} |")
+    lines += ["", "Goals (the rebalancer's runs):", ""] + [f"- {g}" for g in r["goals"]]
+    lines += ["", "Plot: rebalance.svg (per-poller load over time, moves as ticks)."]
+    open(os.path.join(a.compare, "summary.md"), "w").write("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+    return ok
 
 
 def boot(a, bed, ran, rows, what):

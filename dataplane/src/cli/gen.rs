@@ -23,6 +23,9 @@ pub struct GenArgs {
     /// Distinct flows (UDP source ports).
     #[arg(long, default_value_t = 1)]
     flows: u32,
+    /// Flow 0's UDP source port (flow k uses it + k).
+    #[arg(long, default_value_t = 10_000)]
+    sport: u16,
     /// Send IPv6 instead of IPv4.
     #[arg(long)]
     ipv6: bool,
@@ -82,6 +85,7 @@ pub fn main(a: GenArgs) -> Result<()> {
         dst_mac: mac(&a.dst_mac, "dst-mac")?,
         src_mac: mac(&a.src_mac, "src-mac")?,
     })?;
+    template.first_sport(a.sport)?;
     if a.no_df {
         template.clear_df();
     }

@@ -35,6 +35,14 @@ pub enum GenError {
     /// Flow count out of range.
     #[error("flows {0} must be 1..=65000")]
     Flows(u32),
+    /// The flows' source ports would pass 65535.
+    #[error("first source port {base} with {flows} flows passes port 65535")]
+    Sport {
+        /// First port.
+        base: u16,
+        /// Flows.
+        flows: u32,
+    },
     /// Address of the wrong family.
     #[error("{what} {addr} is not an IPv{family} address")]
     Family {
@@ -61,6 +69,8 @@ pub struct Template {
     pub l4_off: usize,
     /// Header bytes the program rewrites on every run.
     pub hdr_len: usize,
+    /// Flow 0's UDP source port (flow `k` uses this + k).
+    sport_base: u16,
 }
 
 /// Largest frame the generator builds: a 9000-byte IP packet, its Ethernet header and FCS.
@@ -120,7 +130,32 @@ impl Template {
             flows: spec.flows,
             l4_off,
             hdr_len,
+            sport_base: SPORT_BASE,
         })
+    }
+
+    /// Makes `base` flow 0's UDP source port (flow `k`: `base + k`; the default is 10000):
+    /// the frame's port and UDP checksum follow. A test can pick the flows an RSS hash puts
+    /// on a given queue.
+    pub fn first_sport(&mut self, base: u16) -> Result<(), GenError> {
+        if u32::from(base) + self.flows > 65_536 {
+            return Err(GenError::Sport {
+                base,
+                flows: self.flows,
+            });
+        }
+        let old = self.sport_base;
+        self.frame[self.l4_off..self.l4_off + 2].copy_from_slice(&base.to_be_bytes());
+        let c = self.udp_csum();
+        if c != 0 {
+            let new = match checksum_update(c, old, base) {
+                0 => 0xffff,
+                v => v,
+            };
+            self.frame[self.l4_off + 6..self.l4_off + 8].copy_from_slice(&new.to_be_bytes());
+        }
+        self.sport_base = base;
+        Ok(())
     }
 
     /// Clears IPv4's don't-fragment bit (the header checksum follows), so a router may
@@ -150,7 +185,7 @@ impl Template {
         GenConfig {
             hdr_len: self.hdr_len as u32,
             flows: self.flows,
-            sport_base: SPORT_BASE,
+            sport_base: self.sport_base,
             l4_off: self.l4_off as u16,
             udp_csum: self.udp_csum(),
             ip_id: self.ip_id().unwrap_or(0),
@@ -192,11 +227,11 @@ impl Template {
             f[at..at + 2].copy_from_slice(&id.to_be_bytes());
             f[sum..sum + 2].copy_from_slice(&checksum_update(c, base, id).to_be_bytes());
         }
-        let sport = SPORT_BASE.wrapping_add((n % flows) as u16);
+        let sport = self.sport_base.wrapping_add((n % flows) as u16);
         f[self.l4_off..self.l4_off + 2].copy_from_slice(&sport.to_be_bytes());
         let c = self.udp_csum();
         if c != 0 {
-            let new = match checksum_update(c, SPORT_BASE, sport) {
+            let new = match checksum_update(c, self.sport_base, sport) {
                 0 => 0xffff,
                 v => v,
             };
@@ -221,6 +256,30 @@ mod tests {
             dst_mac: [2, 0, 0, 0, 0, 2],
             src_mac: [2, 0, 0, 0, 0, 1],
         }
+    }
+
+    #[test]
+    fn a_first_source_port_moves_every_flow_and_keeps_checksums_valid() {
+        let mut t = Template::new(&GenSpec {
+            flows: 3,
+            ..spec(true, 512)
+        })
+        .expect("valid");
+        t.first_sport(40_000).expect("fits");
+        for n in 0..6 {
+            let f = t.expected(n);
+            let sport = u16::from_be_bytes([f[54], f[55]]);
+            assert_eq!(sport, 40_000 + (n % 3) as u16);
+            let stored = u16::from_be_bytes([f[60], f[61]]);
+            assert_eq!(stored, udp6_checksum(&f[14..]), "frame {n}");
+        }
+        assert_eq!(
+            t.first_sport(65_534).unwrap_err(),
+            GenError::Sport {
+                base: 65_534,
+                flows: 3
+            }
+        );
     }
 
     #[test]

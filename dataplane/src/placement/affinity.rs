@@ -443,6 +443,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_table_is_journaled_once_per_interface_and_a_default_spread_is_known() {
+        let dir = std::env::temp_dir().join(format!("rss-journal-{}", std::process::id()));
+        let path = dir.join("j.json");
+        let _ = std::fs::remove_file(&path);
+        let mut set = IrqChanges::journaled(&path).expect("journal");
+        set.journal_rss_table("nic0", vec![0, 1, 2, 3, 0, 1, 2, 3], 4)
+            .expect("journal");
+        set.journal_rss_table("nic0", vec![3, 3, 3, 3, 3, 3, 3, 3], 4)
+            .expect("a second call for the same interface keeps the first table");
+        set.journal_rss_table("nic1", vec![0, 0, 1, 1], 2)
+            .expect("journal");
+        let text = std::fs::read_to_string(&path).expect("journal written");
+        let back: Vec<Change> = serde_json::from_str(&text).expect("parses");
+        assert_eq!(
+            back,
+            vec![
+                Change::RssTable {
+                    ifname: "nic0".into(),
+                    before: vec![0, 1, 2, 3, 0, 1, 2, 3],
+                    default: true
+                },
+                Change::RssTable {
+                    ifname: "nic1".into(),
+                    before: vec![0, 0, 1, 1],
+                    default: false
+                },
+            ]
+        );
+        // Restoring names what it could not do (no such interfaces here), and removes the file.
+        let lines = set.restore();
+        assert!(
+            lines.iter().all(|l| l.contains("not restored")),
+            "{lines:?}"
+        );
+        assert!(!path.exists());
+        let _ = std::fs::remove_dir(&dir);
+    }
+
+    #[test]
     fn the_journal_is_written_before_and_removed_after() {
         let dir = std::env::temp_dir().join(format!("dp-irq-{}", std::process::id()));
         let path = dir.join("irq-state.json");

@@ -13,6 +13,9 @@
 //!   program before the socket's ring, so a saturated poller's demand shows above 1.0.
 //! - A poller's demand is the sum of its buckets'. Every step works on those estimates, as
 //!   if the moves it makes carried their demand along (the next period measures again).
+//! - Per-packet costs are smoothed over periods (`smoothing`, the newest period's weight):
+//!   busy shares are noisy, and a move made on noise is undone by the next. Bucket rates
+//!   (exact packet counts) take a rise at once and a fall by half each period.
 //!
 //! # One step, in order
 //! 1. **Evacuate:** buckets of a poller that stopped taking frames go to the least loaded
@@ -56,6 +59,13 @@ pub struct Settings {
     /// The period while the imbalance is over twice the threshold (a change in the traffic is
     /// followed quickly).
     pub fast_period: Duration,
+    /// Weight of the newest period in each poller's smoothed cost per packet (1.0: none).
+    /// Busy shares are noisy; a move made on noise is undone by the next. Bucket rates are
+    /// not smoothed this way: a rise counts at once, a fall by half each period.
+    pub smoothing: f64,
+    /// A poller less than this share of a core over the mean is never relieved (at very low
+    /// loads a relative threshold is all noise).
+    pub min_gap: f64,
 }
 
 impl Default for Settings {
@@ -68,6 +78,8 @@ impl Default for Settings {
             heavy: 0.95,
             period: Duration::from_millis(1000),
             fast_period: Duration::from_millis(250),
+            smoothing: 0.2,
+            min_gap: 0.02,
         }
     }
 }
@@ -210,6 +222,10 @@ pub struct Balancer {
     heavy: Vec<Vec<bool>>,
     /// Pollers the load is spread on (scaling engages and drains them).
     engaged: Vec<bool>,
+    /// Each poller's smoothed cost per packet (share of a core), once it has taken packets.
+    cost: Vec<Option<f64>>,
+    /// Each bucket's smoothed packets per period.
+    rate: Vec<Vec<f64>>,
 }
 
 /// The demand of every item and poller in one step, kept as the moves change it.
@@ -284,6 +300,8 @@ impl Balancer {
             }
         }
         Ok(Balancer {
+            cost: vec![None; pollers],
+            rate: tables.iter().map(|t| vec![0.0; t.len()]).collect(),
             cooldown: tables.iter().map(|t| vec![0; t.len()]).collect(),
             heavy: tables.iter().map(|t| vec![false; t.len()]).collect(),
             settings,
@@ -352,7 +370,7 @@ impl Balancer {
             self.balance(&mut loads, &alive, &mut moves);
         }
         let imbalance_after = self.imbalance(&loads.poller, &alive);
-        let fast = imbalance_before > 1.0 + 2.0 * self.settings.threshold || !moves.is_empty();
+        let fast = imbalance_before > 1.0 + 2.0 * self.settings.threshold;
         Decision {
             engaged: self.engaged.iter().filter(|&&e| e).count(),
             moves,
@@ -372,6 +390,7 @@ impl Balancer {
     /// Takes the tables the NIC has (after a failed write, or a change made by someone else).
     pub fn reset_tables(&mut self, tables: Vec<Vec<u32>>) -> Result<(), LayoutError> {
         let fresh = Balancer::new(self.settings.clone(), self.layout.clone(), tables)?;
+        // The smoothed rates and costs stay: they are the traffic's, not the table's.
         self.tables = fresh.tables;
         self.engaged = fresh.engaged;
         self.cooldown = fresh.cooldown;
@@ -379,36 +398,42 @@ impl Balancer {
         Ok(())
     }
 
-    /// Per-bucket demand from packets and each poller's cost per packet.
-    fn estimate(&self, buckets: &[Vec<u64>], pollers: &[PollerLoad]) -> Loads {
+    /// Per-bucket demand from packets and each poller's cost per packet, both smoothed over
+    /// periods.
+    fn estimate(&mut self, buckets: &[Vec<u64>], pollers: &[PollerLoad]) -> Loads {
         let n = self.layout.poller_nodes.len();
-        let mut offered = vec![0u64; n];
-        for (port, table) in self.tables.iter().enumerate() {
-            for (b, &q) in table.iter().enumerate() {
-                if let Some(p) = self.layout.poller_of(port, q) {
-                    let pkts = buckets.get(port).and_then(|v| v.get(b)).copied();
-                    if let Some(o) = offered.get_mut(p) {
-                        *o += pkts.unwrap_or(0);
-                    }
-                }
+        let a = self.settings.smoothing.clamp(0.01, 1.0);
+        // Cost per packet (share of a core): the poller's own where it took packets (kept
+        // from before where it took none this period); where it never did, the mean of the
+        // others (a just engaged poller).
+        for (p, c) in self.cost.iter_mut().enumerate() {
+            let own = pollers
+                .get(p)
+                .filter(|l| l.packets > 0 && l.busy > 0.0)
+                .map(|l| l.busy.min(1.0) / l.packets as f64);
+            if let Some(x) = own {
+                *c = Some(c.map_or(x, |prev| a * x + (1.0 - a) * prev));
             }
         }
-        // Cost per packet (share of a core): the poller's own where it took packets; where it
-        // took none, the mean of the others (a stalled or just engaged poller).
-        let own: Vec<Option<f64>> = (0..n)
-            .map(|p| {
-                pollers
-                    .get(p)
-                    .filter(|l| l.packets > 0 && l.busy > 0.0)
-                    .map(|l| l.busy.min(1.0) / l.packets as f64)
-            })
-            .collect();
-        let known: Vec<f64> = own.iter().flatten().copied().collect();
+        let known: Vec<f64> = self.cost.iter().flatten().copied().collect();
         let fallback = if known.is_empty() {
             0.0
         } else {
             known.iter().sum::<f64>() / known.len() as f64
         };
+        for (port, rates) in self.rate.iter_mut().enumerate() {
+            for (b, r) in rates.iter_mut().enumerate() {
+                let pkts = buckets
+                    .get(port)
+                    .and_then(|v| v.get(b))
+                    .copied()
+                    .unwrap_or(0);
+                // A rise is taken at once (load that arrives must be spread within one
+                // period); a fall is smoothed (a lull is not a reason to pack).
+                let now = pkts as f64;
+                *r = now.max((now + *r) / 2.0);
+            }
+        }
         let mut item: Vec<Vec<f64>> = self.tables.iter().map(|t| vec![0.0; t.len()]).collect();
         let mut poller = vec![0.0; n];
         for (port, table) in self.tables.iter().enumerate() {
@@ -416,13 +441,14 @@ impl Balancer {
                 let Some(p) = self.layout.poller_of(port, q) else {
                     continue;
                 };
-                let pkts = buckets
+                let rate = self
+                    .rate
                     .get(port)
                     .and_then(|v| v.get(b))
                     .copied()
-                    .unwrap_or(0);
-                let cost = own.get(p).copied().flatten().unwrap_or(fallback);
-                let d = pkts as f64 * cost;
+                    .unwrap_or(0.0);
+                let cost = self.cost.get(p).copied().flatten().unwrap_or(fallback);
+                let d = rate * cost;
                 if let Some(slot) = item.get_mut(port).and_then(|v| v.get_mut(b)) {
                     *slot = d;
                 }
@@ -626,7 +652,10 @@ impl Balancer {
             // bucket alone), while the next still can give.
             let mut by_load = engaged.clone();
             by_load.sort_by(|&a, &b| cmp_f64(load_of(loads, b), load_of(loads, a)));
-            by_load.retain(|&p| load_of(loads, p) > mean * (1.0 + bar));
+            let floor = self.settings.min_gap;
+            by_load.retain(|&p| {
+                load_of(loads, p) > mean * (1.0 + bar) && load_of(loads, p) - mean > floor
+            });
             let mut moved = false;
             for &from in &by_load {
                 if self.move_one(loads, alive, from, mean, moves) {

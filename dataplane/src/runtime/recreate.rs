@@ -119,6 +119,10 @@ fn attach(steer: Option<&mut Steer>, p: &Pending, generic: bool) -> Result<(), S
         return Err("not every poller reopened its sockets".into());
     }
     let s = steer.ok_or("no steering program")?;
+    if s.rss_counting().is_some() {
+        // Device-bound to the interface that went away: the kernel would refuse it here.
+        return Err("its steering program counts RSS buckets and is bound to the interface that was deleted (rebalancing on)".into());
+    }
     for (queue, fd) in &p.fds {
         s.register_socket(*queue, *fd).map_err(|e| e.to_string())?;
     }

@@ -220,6 +220,8 @@ pub(crate) struct Publisher {
     info: Vec<PollerInfo>,
     /// Each poller's loop passes and busy passes at the last publish (for the busy ratio).
     last_passes: std::cell::RefCell<Vec<(u64, u64)>>,
+    /// Each poller's busy cycles and the clock at the last publish (for the busy share).
+    last_cycles: std::cell::RefCell<(u64, Vec<u64>)>,
 }
 
 impl Publisher {
@@ -232,6 +234,7 @@ impl Publisher {
                 .map(|(i, p)| (i.to_string(), p.cpu.map_or("any".into(), |c| c.to_string())))
                 .collect(),
             last_passes: std::cell::RefCell::new(vec![(0, 0); info.len()]),
+            last_cycles: std::cell::RefCell::new((crate::sys::cycles(), vec![0; info.len()])),
             info,
         }
     }
@@ -331,6 +334,22 @@ impl Publisher {
                         .set(free as f64);
                     gauge!("dataplane_umem_frames", "poller" => poller.clone(), "cpu" => cpu.clone(), "state" => "in_rings")
                         .set((info.frames - free) as f64);
+                }
+                {
+                    // The share of time the poller spent on work since the last publish (its
+                    // busy cycles against the clock's): its load, whatever the idle mode.
+                    let mut lc = self.last_cycles.borrow_mut();
+                    let now = crate::sys::cycles();
+                    let span = now.wrapping_sub(lc.0).max(1) as f64;
+                    if let Some(l) = lc.1.get_mut(i) {
+                        let busy = s.get(Counter::BusyCycles);
+                        gauge!("dataplane_poller_busy_share", "poller" => poller.clone(), "cpu" => cpu.clone())
+                            .set((busy.saturating_sub(*l) as f64 / span).min(1.0));
+                        *l = busy;
+                    }
+                    if i + 1 == snapshots.len() {
+                        lc.0 = now;
+                    }
                 }
                 let mut last = self.last_passes.borrow_mut();
                 if let Some(l) = last.get_mut(i) {

@@ -735,7 +735,8 @@ def rss_config(ports):
     text = config(ports).replace(
         "[[pollers]]\nqueues = [0]\n[[pollers]]\nqueues = [1]\n",
         "".join(f"[[pollers]]\nqueues = [{q}]\n" for q in range(4)))
-    text += "\n[rebalance]\nenabled = true\nperiod_ms = 500\nfast_period_ms = 250\n"
+    # A light load here (a functional check of moves, read-back and restore): no floor.
+    text += "\n[rebalance]\nenabled = true\nperiod_ms = 500\nfast_period_ms = 250\nmin_gap = 0\n"
     path = "/run/vmtest-rss.toml"
     open(path, "w").write(text)
     return path
@@ -910,38 +911,37 @@ def compare_run(ctl, dp, ports, name, cfg, args, load):
     }
 
 
-def compare_test(ctl, dp, ports, spec):
-    """make rebalance-compare, the guest side: static RSS, tune's best layout, and the
-    rebalancer, each under the host's same three phases of traffic."""
-    load = tuple(int(x) for x in spec.split("x"))
-    phase, heavy, light = load
+def compare_setup(ctl, ports):
+    """UDP flows hashed on addresses and ports, and the RSS key sent to the host (it picks
+    the heavy flows with it)."""
     port = ports[0]
     sh("ethtool", "-N", port, "rx-flow-hash", "udp4", "sdfn", check=False)
     fields = sh("ethtool", "-n", port, "rx-flow-hash", "udp4", check=False)
     ctl.check("compare: UDP flows hashed on addresses and ports", "L4 bytes 0 & 1" in fields,
               " ".join(fields.split()))
     ctl.send(f"KEY {rss_key(port)}")
+
+
+def four_pollers(ports):
+    """The comparison's config without rebalancing: one poller per queue."""
     four = config(ports).replace(
         "[[pollers]]\nqueues = [0]\n[[pollers]]\nqueues = [1]\n",
         "".join(f"[[pollers]]\nqueues = [{q}]\n" for q in range(4)))
     static_cfg = "/run/cmp-static.toml"
     open(static_cfg, "w").write(four)
-    rebal_cfg = "/run/cmp-rebalance.toml"
-    open(rebal_cfg, "w").write(four + "\n[rebalance]\nenabled = true\nperiod_ms = 500\n"
-                               "fast_period_ms = 250\n")
-    scale_cfg = "/run/cmp-rebalance-scale.toml"
-    open(scale_cfg, "w").write(four + "\n[rebalance]\nenabled = true\nperiod_ms = 500\n"
-                               "fast_period_ms = 250\ntarget_load = 0.7\n")
-    runs = []
-    r = compare_run(ctl, dp, ports, "static RSS", static_cfg, [], load)
-    if r:
-        runs.append(r)
-    # tune, under the first phase's traffic: its pick is the best static layout.
+    return four, static_cfg
+
+
+def tune_test(ctl, dp, ports, spec):
+    """make rebalance-compare's first boot: `tune` under the first phase's traffic; its pick
+    is the best static layout. A boot of its own: each layout is an attach and a detach
+    under traffic, and TCG has crashed the 6.12 guest there (an int3 in the XDP
+    dispatcher's code patching, bpf_dispatcher_xdp_func), which the host then retries."""
+    _, heavy, light = (int(x) for x in spec.split("x"))
+    compare_setup(ctl, ports)
+    _, static_cfg = four_pollers(ports)
     ctl.send(f"SCHEDULE tune 30 {heavy} {light} 1")
     ctl.recv(60)
-    # Three layouts, not all: each is an attach and a detach under traffic, and TCG has been
-    # seen to crash the guest in the XDP dispatcher's code patching then (a 6.12 guest,
-    # bpf_dispatcher_xdp_func), which no hardware run would.
     t = subprocess.run([dp, "tune", "--config", static_cfg, "--window", "2", "--apply-irq",
                         "--layouts", "irq-core,spread,unpinned", "--json", "/run/tune.json"],
                        capture_output=True, text=True, timeout=400)
@@ -954,6 +954,27 @@ def compare_test(ctl, dp, ports, spec):
         pass
     ctl.check("compare: tune recommended a layout under the skewed traffic", best is not None,
               best or t.stderr.strip()[-300:])
+    ctl.send("RESULTS " + json.dumps({"tune": best}))
+
+
+def compare_test(ctl, dp, ports, spec, best):
+    """make rebalance-compare, the guest side: static RSS, tune's best layout (`best`, from
+    the first boot), and the rebalancer with and without target_load, each under the host's
+    same three phases of traffic."""
+    load = tuple(int(x) for x in spec.split("x"))
+    phase, heavy, light = load
+    compare_setup(ctl, ports)
+    four, static_cfg = four_pollers(ports)
+    rebal_cfg = "/run/cmp-rebalance.toml"
+    open(rebal_cfg, "w").write(four + "\n[rebalance]\nenabled = true\nperiod_ms = 500\n"
+                               "fast_period_ms = 250\n")
+    scale_cfg = "/run/cmp-rebalance-scale.toml"
+    open(scale_cfg, "w").write(four + "\n[rebalance]\nenabled = true\nperiod_ms = 500\n"
+                               "fast_period_ms = 250\ntarget_load = 0.7\n")
+    runs = []
+    r = compare_run(ctl, dp, ports, "static RSS", static_cfg, [], load)
+    if r:
+        runs.append(r)
     if best:
         r = compare_run(ctl, dp, ports, f"tune's best layout ({best})", static_cfg,
                         ["--layout", best, "--apply-irq"], load)
@@ -1143,8 +1164,11 @@ def main():
                 ctl.check(f"{name}: ran", False, repr(e))
             ctl.send(f"DONE {ctl.passed} {ctl.failed}")
         rss = args.get("vmtest.rss", "")
+        if rss.startswith("tune:"):
+            return alone("tune", lambda: tune_test(ctl, dp, ports, rss[len("tune:"):]))
         if rss.startswith("compare:"):
-            return alone("compare", lambda: compare_test(ctl, dp, ports, rss[len("compare:"):]))
+            _, spec, best = rss.split(":")
+            return alone("compare", lambda: compare_test(ctl, dp, ports, spec, best or None))
         if rss:
             # 4 queues, rss=on,hash=on.
             rate, seconds = map(int, rss.split("x"))

@@ -242,6 +242,10 @@ pub struct RebalanceSection {
     /// A bucket over this share of one core is reported as a heavy flow and never moved.
     #[serde(default = "default_rebalance_heavy")]
     pub heavy: f64,
+    /// A poller less than this share of one core over the mean is left alone (at low loads
+    /// a relative threshold is noise).
+    #[serde(default = "default_rebalance_min_gap")]
+    pub min_gap: f64,
 }
 
 impl Default for RebalanceSection {
@@ -255,6 +259,7 @@ impl Default for RebalanceSection {
             max_moves: default_rebalance_max_moves(),
             cooldown: default_rebalance_cooldown(),
             heavy: default_rebalance_heavy(),
+            min_gap: default_rebalance_min_gap(),
         }
     }
 }
@@ -276,6 +281,9 @@ fn default_rebalance_cooldown() -> u32 {
 }
 fn default_rebalance_heavy() -> f64 {
     0.95
+}
+fn default_rebalance_min_gap() -> f64 {
+    0.02
 }
 
 /// `[[interfaces]]` entry.

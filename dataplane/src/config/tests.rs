@@ -308,3 +308,46 @@ fn more_interfaces_than_a_next_hop_can_name_are_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn rebalance_is_off_by_default_and_its_bad_values_are_refused_by_key() {
+    let c = Config::parse(GOOD, "t").expect("good");
+    assert!(!c.rebalance.enabled);
+    let on = format!("{GOOD}\n[rebalance]\nenabled = true\ntarget_load = 0.7\n");
+    let c = Config::parse(&on, "t").expect("good");
+    assert_eq!(c.rebalance.target_load, Some(0.7));
+    assert_eq!(c.rebalance.period_ms, 1000);
+    for (key, value, why) in [
+        ("threshold", "0.0", "rebalance.threshold"),
+        ("target_load", "1.5", "rebalance.target_load"),
+        ("fast_period_ms", "5000", "rebalance.fast_period_ms"),
+        ("period_ms", "5", "rebalance.period_ms"),
+        ("max_moves", "0", "rebalance.max_moves"),
+        ("min_gap", "-1.0", "rebalance.min_gap"),
+        ("heavy", "0.0", "rebalance.heavy"),
+    ] {
+        let e = err(&format!("{on}{key} = {value}\n")
+            .replace("target_load = 0.7\ntarget_load", "target_load"));
+        assert!(
+            e.contains(why) && e.contains(value.trim_end_matches(".0")),
+            "{key}: {e}"
+        );
+    }
+    let e = err(&format!("{on}speed = 3\n"));
+    assert!(e.contains("speed"), "{e}");
+    let generic = on.replace(
+        "mode = \"l3fwd\"",
+        "mode = \"l3fwd\"\nxdp_mode = \"generic\"",
+    );
+    let e = err(&generic);
+    assert!(
+        e.contains("rebalance.enabled") && e.contains("native"),
+        "{e}"
+    );
+    let shared = on.replace("mode = \"l3fwd\"", "mode = \"l3fwd\"\nstats = \"shared\"");
+    let e = err(&shared);
+    assert!(
+        e.contains("rebalance.enabled") && e.contains("percpu"),
+        "{e}"
+    );
+}

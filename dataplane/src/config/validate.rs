@@ -109,6 +109,13 @@ fn rebalance(r: &RebalanceSection) -> Result<(), ConfigError> {
             "must be at least 1",
         ));
     }
+    if !(0.0..=1.0).contains(&r.min_gap) {
+        return Err(invalid(
+            "rebalance.min_gap",
+            r.min_gap,
+            "must be 0..=1 (a share of one core)",
+        ));
+    }
     if !(r.heavy > 0.0 && r.heavy <= 4.0) {
         return Err(invalid(
             "rebalance.heavy",

@@ -177,6 +177,7 @@ fn settings(r: &RebalanceSection) -> Settings {
         heavy: r.heavy,
         period: Duration::from_millis(u64::from(r.period_ms)),
         fast_period: Duration::from_millis(u64::from(r.fast_period_ms)),
+        min_gap: r.min_gap,
         ..Settings::default()
     }
 }

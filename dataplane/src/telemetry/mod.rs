@@ -137,6 +137,61 @@ const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
         "Share of a poller's loop passes that found work, since the previous publish (250 ms).",
     ),
     (
+        "dataplane_poller_busy_share",
+        Kind::Gauge,
+        "Share of a poller's time spent in loop passes that found work (busy cycles against the clock's), since the previous publish: its load, whatever the idle mode.",
+    ),
+    (
+        "dataplane_rebalance_steps_total",
+        Kind::Counter(Unit::Count),
+        "Steps the RSS rebalancer took ([rebalance]).",
+    ),
+    (
+        "dataplane_rebalance_moves_total",
+        Kind::Counter(Unit::Count),
+        "Indirection-table buckets the rebalancer moved from one queue to another.",
+    ),
+    (
+        "dataplane_rebalance_write_errors_total",
+        Kind::Counter(Unit::Count),
+        "Indirection-table writes that failed or read back otherwise.",
+    ),
+    (
+        "dataplane_rebalance_heavy_flows_total",
+        Kind::Counter(Unit::Count),
+        "Buckets found heavier than one poller can carry (reported, never moved).",
+    ),
+    (
+        "dataplane_rebalance_imbalance",
+        Kind::Gauge,
+        "The busiest engaged poller's demand over the mean at the rebalancer's last step (1: even).",
+    ),
+    (
+        "dataplane_rebalance_pollers_engaged",
+        Kind::Gauge,
+        "Pollers the rebalancer spreads the load on (the others have no buckets and sleep).",
+    ),
+    (
+        "dataplane_rebalance_poller_buckets",
+        Kind::Gauge,
+        "Indirection-table buckets (all ports) whose queue a poller serves.",
+    ),
+    (
+        "dataplane_rebalance_poller_busy",
+        Kind::Gauge,
+        "A poller's busy share at the rebalancer's last step.",
+    ),
+    (
+        "dataplane_rss_bucket_packets_total",
+        Kind::Counter(Unit::Count),
+        "Packets redirected to the pollers per bucket of a port's RSS indirection table, by the NIC's hash.",
+    ),
+    (
+        "dataplane_rss_bucket_queue",
+        Kind::Gauge,
+        "The queue a bucket of a port's RSS indirection table names now.",
+    ),
+    (
         "dataplane_xsk_kernel_events_total",
         Kind::Counter(Unit::Count),
         "The kernel's XDP_STATISTICS of each AF_XDP socket, by what: rx_dropped, rx_ring_full, rx_fill_ring_empty_descs, ...",

@@ -182,8 +182,9 @@ impl<Q: RingIo> Poller<Q> {
         // 256 passes and before each sleep, so an idle busy-polling loop does not write its
         // counter line on every pass. One clock read per pass: a pass with work adds the
         // cycles since the previous pass ended.
-        let mut passes = [0u64; 3];
-        let mut pass_end = sys::cycles();
+        // [loop passes, busy passes, busy cycles, the clock at the last pass's end]: one
+        // array on the stack, so the loop keeps no more registers for it.
+        let mut passes = [0u64, 0, 0, sys::cycles()];
         let table = self.fwd.table().clone();
         let Some(mut reader) = self.reader.take() else {
             return;
@@ -215,9 +216,9 @@ impl<Q: RingIo> Poller<Q> {
             passes[0] += 1;
             if work != 0 {
                 passes[1] += 1;
-                passes[2] += now.wrapping_sub(pass_end);
+                passes[2] += now.wrapping_sub(passes[3]);
             }
-            pass_end = now;
+            passes[3] = now;
             if passes[0] == 256 {
                 self.add_passes(&mut passes);
             }
@@ -259,7 +260,7 @@ impl<Q: RingIo> Poller<Q> {
                 drop(online);
                 self.add_passes(&mut passes);
                 self.sleep();
-                pass_end = sys::cycles();
+                passes[3] = sys::cycles();
                 online = reader.online();
             }
         }
@@ -278,12 +279,12 @@ impl<Q: RingIo> Poller<Q> {
 
     /// Adds the tallied [loop passes, busy passes, busy cycles] to the counters and clears
     /// the tally.
-    fn add_passes(&mut self, passes: &mut [u64; 3]) {
+    fn add_passes(&mut self, passes: &mut [u64; 4]) {
         self.stats.add(Counter::LoopPasses, passes[0]);
         self.stats.add(Counter::BusyPasses, passes[1]);
         self.stats.add(Counter::BusyCycles, passes[2]);
         self.stats.set_free_frames(self.free.len() as u64);
-        *passes = [0; 3];
+        passes[..3].fill(0);
     }
 
     /// [`Poller::flush`] from the multi-buffer path (mid-burst, once a stage fills up): out

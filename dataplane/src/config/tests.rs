@@ -321,7 +321,7 @@ fn rebalance_is_off_by_default_and_its_bad_values_are_refused_by_key() {
         ("threshold", "0.0", "rebalance.threshold"),
         ("target_load", "1.5", "rebalance.target_load"),
         ("fast_period_ms", "5000", "rebalance.fast_period_ms"),
-        ("period_ms", "5", "rebalance.period_ms"),
+        ("period_ms", "50", "rebalance.period_ms"),
         ("max_moves", "0", "rebalance.max_moves"),
         ("min_gap", "-1.0", "rebalance.min_gap"),
         ("heavy", "0.0", "rebalance.heavy"),

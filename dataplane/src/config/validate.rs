@@ -72,18 +72,20 @@ pub(super) fn validate(
 
 /// `[rebalance]`: periods, shares and counts in the ranges the balancer can work with.
 fn rebalance(r: &RebalanceSection) -> Result<(), ConfigError> {
-    if !(10..=60_000).contains(&r.period_ms) {
+    // At least 100 ms: a sleeping poller wakes every 50 ms at most, and a period in which a
+    // poller neither passed nor slept reads as a poller that stopped.
+    if !(100..=60_000).contains(&r.period_ms) {
         return Err(invalid(
             "rebalance.period_ms",
             r.period_ms,
-            "must be 10..=60000",
+            "must be 100..=60000",
         ));
     }
-    if !(10..=r.period_ms).contains(&r.fast_period_ms) {
+    if !(100..=r.period_ms).contains(&r.fast_period_ms) {
         return Err(invalid(
             "rebalance.fast_period_ms",
             r.fast_period_ms,
-            format!("must be 10..=period_ms ({})", r.period_ms),
+            format!("must be 100..=period_ms ({})", r.period_ms),
         ));
     }
     if !(r.threshold > 0.0 && r.threshold <= 1.0) {

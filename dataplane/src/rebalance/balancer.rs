@@ -1,7 +1,7 @@
 //! The balancer: from one period's per-bucket packet counts and per-poller busy shares to the
 //! indirection-table moves that even the pollers' load out, pack it onto fewer pollers when
 //! it is low, and spread it again when it rises. Pure: no clock, no NIC; the runtime feeds it
-//! (`rebalance::live`), and the simulated NIC (`rebalance::sim`) tests it.
+//! (`runtime/rebalance.rs`), and the simulated NIC (`rebalance::sim`) tests it.
 //!
 //! # The model
 //! - An *item* is one bucket of one port's indirection table. The NIC sends a bucket's
@@ -224,7 +224,7 @@ pub struct Balancer {
     engaged: Vec<bool>,
     /// Each poller's smoothed cost per packet (share of a core), once it has taken packets.
     cost: Vec<Option<f64>>,
-    /// Each bucket's smoothed packets per period.
+    /// Each bucket's smoothed packets per second.
     rate: Vec<Vec<f64>>,
 }
 
@@ -339,14 +339,19 @@ impl Balancer {
         out
     }
 
-    /// One step: `buckets[port][bucket]` packets offered in the period, and each poller's
-    /// load. Updates the tables as the moves say (the caller applies them to the NIC, or
+    /// One step: `buckets[port][bucket]` packets offered in the period, each poller's load,
+    /// and how long the period was. Updates the tables as the moves say (the caller applies them to the NIC, or
     /// calls [`Balancer::reset_tables`] with what the NIC has if that fails).
-    pub fn step(&mut self, buckets: &[Vec<u64>], pollers: &[PollerLoad]) -> Decision {
+    pub fn step(
+        &mut self,
+        buckets: &[Vec<u64>],
+        pollers: &[PollerLoad],
+        elapsed: Duration,
+    ) -> Decision {
         for c in self.cooldown.iter_mut().flatten() {
             *c = c.saturating_sub(1);
         }
-        let mut loads = self.estimate(buckets, pollers);
+        let mut loads = self.estimate(buckets, pollers, elapsed);
         let demand_before = loads.poller.clone();
         let alive: Vec<bool> = (0..self.layout.poller_nodes.len())
             .map(|p| pollers.get(p).is_none_or(|l| l.alive))
@@ -400,7 +405,15 @@ impl Balancer {
 
     /// Per-bucket demand from packets and each poller's cost per packet, both smoothed over
     /// periods.
-    fn estimate(&mut self, buckets: &[Vec<u64>], pollers: &[PollerLoad]) -> Loads {
+    fn estimate(
+        &mut self,
+        buckets: &[Vec<u64>],
+        pollers: &[PollerLoad],
+        elapsed: Duration,
+    ) -> Loads {
+        // Rates per second and costs per packet-per-second: periods of different lengths
+        // (the fast one and the slow one) then mix in the smoothing.
+        let secs = elapsed.as_secs_f64().max(1e-3);
         let n = self.layout.poller_nodes.len();
         let a = self.settings.smoothing.clamp(0.01, 1.0);
         // Cost per packet (share of a core): the poller's own where it took packets (kept
@@ -410,7 +423,7 @@ impl Balancer {
             let own = pollers
                 .get(p)
                 .filter(|l| l.packets > 0 && l.busy > 0.0)
-                .map(|l| l.busy.min(1.0) / l.packets as f64);
+                .map(|l| l.busy.min(1.0) / (l.packets as f64 / secs));
             if let Some(x) = own {
                 *c = Some(c.map_or(x, |prev| a * x + (1.0 - a) * prev));
             }
@@ -430,7 +443,7 @@ impl Balancer {
                     .unwrap_or(0);
                 // A rise is taken at once (load that arrives must be spread within one
                 // period); a fall is smoothed (a lull is not a reason to pack).
-                let now = pkts as f64;
+                let now = pkts as f64 / secs;
                 *r = now.max((now + *r) / 2.0);
             }
         }
@@ -490,7 +503,10 @@ impl Balancer {
             }
             let node = self.layout.poller_nodes.get(dead).copied();
             for (port, b) in self.items_of(dead, loads, true) {
-                let target = self.least_loaded(port, loads, alive, node, |_| true, true);
+                // Its node first; any node where its node has no running poller for the port.
+                let target = self
+                    .least_loaded(port, loads, alive, node, |_| true, true)
+                    .or_else(|| self.least_loaded(port, loads, alive, None, |_| true, true));
                 if let Some((to_poller, to_queue)) = target {
                     self.move_item(loads, port, b, to_poller, to_queue, Why::Evacuate, moves);
                     if let Some(e) = self.engaged.get_mut(to_poller) {
@@ -582,7 +598,9 @@ impl Balancer {
             return false;
         };
         // Plan it whole first (first-fit decreasing under the target), then commit or not.
-        let mut items = self.items_of(victim, loads, false);
+        // Every bucket, those in cooldown and heavy ones too: a drained poller must hold none
+        // (a heavy one never fits under the target, so such a poller is kept).
+        let mut items = self.items_of(victim, loads, true);
         items.sort_by(|a, b| cmp_f64(item_of(loads, b.0, b.1), item_of(loads, a.0, a.1)));
         let mut planned = loads.poller.clone();
         let mut plan = Vec::new();

@@ -7,6 +7,8 @@ use super::balancer::{Balancer, Layout, Settings, Why};
 use super::sim::{default_table, SimNic, Traffic};
 
 const CAP: f64 = 10_000.0;
+/// Every simulated period is one second.
+const SECOND: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn balancer(nic: &SimNic, settings: Settings) -> Balancer {
     Balancer::new(settings, nic.layout.clone(), nic.tables.clone()).expect("layout")
@@ -22,7 +24,7 @@ fn run(
     (0..periods)
         .map(|_| {
             let seen = nic.period(traffic);
-            let d = b.step(&seen.buckets, &seen.pollers);
+            let d = b.step(&seen.buckets, &seen.pollers, SECOND);
             nic.apply(&d.moves);
             assert_eq!(
                 b.tables(),
@@ -75,7 +77,7 @@ fn a_heavy_flow_is_reported_once_and_never_chased() {
     let mut reports = 0;
     for _ in 0..30 {
         let seen = nic.period(&traffic);
-        let d = b.step(&seen.buckets, &seen.pollers);
+        let d = b.step(&seen.buckets, &seen.pollers, SECOND);
         for h in &d.heavy {
             assert_eq!((h.port, h.bucket, h.queue), (0, bucket, 1));
             assert!(h.demand > 1.0, "{h:?}");
@@ -114,7 +116,7 @@ fn low_load_is_packed_on_one_poller_and_spread_again_within_one_period() {
     let day = night.scaled(12.0);
     let first = nic.period(&day);
     assert!(first.drops > 0.0, "one poller cannot carry it");
-    let d = b.step(&first.buckets, &first.pollers);
+    let d = b.step(&first.buckets, &first.pollers, SECOND);
     nic.apply(&d.moves);
     assert_eq!(d.engaged, 4);
     let next = nic.period(&day);
@@ -151,7 +153,7 @@ fn a_stalled_pollers_buckets_leave_at_the_next_step() {
     nic.stalled[2] = true;
     let seen = nic.period(&traffic);
     assert!(seen.drops > 0.0);
-    let d = b.step(&seen.buckets, &seen.pollers);
+    let d = b.step(&seen.buckets, &seen.pollers, SECOND);
     assert!(d
         .moves
         .iter()
@@ -178,7 +180,7 @@ fn moves_stay_in_the_numa_node_while_it_can_take_them() {
         .and(Traffic::heavy_on(&table, 3, 30_000, 20, 100.0));
     let mut b = balancer(&nic, Settings::default());
     let seen = nic.period(&traffic);
-    let d = b.step(&seen.buckets, &seen.pollers);
+    let d = b.step(&seen.buckets, &seen.pollers, SECOND);
     let first = d.moves.first().expect("a move");
     assert_eq!((first.from, first.to), (0, 1), "{:?}", d.moves);
     // Across nodes only once queue 1 is at the mean: every move to node 1 comes after the
@@ -188,6 +190,76 @@ fn moves_stay_in_the_numa_node_while_it_can_take_them() {
         d.moves.iter().take(last_local).all(|m| m.to == 1),
         "{:?}",
         d.moves
+    );
+}
+
+#[test]
+fn a_stalled_pollers_buckets_cross_nodes_when_its_node_has_no_other() {
+    let mut nic = SimNic::one_port(2, 64, CAP);
+    nic.layout.poller_nodes = vec![0, 1];
+    let traffic = Traffic::light(0, 300, 10.0);
+    let mut b = balancer(&nic, Settings::default());
+    nic.stalled[1] = true;
+    let seen = nic.period(&traffic);
+    let d = b.step(&seen.buckets, &seen.pollers, SECOND);
+    nic.apply(&d.moves);
+    assert!(nic.tables[0].iter().all(|&q| q == 0), "{:?}", nic.tables[0]);
+}
+
+#[test]
+fn a_drained_poller_gives_up_its_buckets_in_cooldown_too() {
+    let mut nic = SimNic::one_port(4, 128, CAP);
+    let settings = Settings {
+        target_load: Some(0.7),
+        cooldown: 20,
+        ..Settings::default()
+    };
+    let mut b = balancer(&nic, settings);
+    // Skewed day traffic: buckets move (and cool down) onto the other pollers.
+    let day = skewed(&nic);
+    let trace = run(&mut nic, &mut b, &day, 2);
+    assert!(trace.iter().map(|t| t.2).sum::<usize>() > 0);
+    // Night at once: every drained poller must hand over all its buckets, cooling or not.
+    run(&mut nic, &mut b, &Traffic::light(0, 1000, 1.0), 8);
+    let per = b.buckets_per_poller();
+    assert_eq!(per.iter().filter(|&&n| n > 0).count(), 1, "{per:?}");
+    assert_eq!(
+        nic.period(&Traffic::light(0, 1000, 1.0)).loaded_pollers(),
+        1
+    );
+}
+
+#[test]
+fn periods_of_different_lengths_give_the_same_demand() {
+    // The same load seen over 1 s and over 250 ms: a quarter of the packets, the same busy
+    // shares. Before rates were per second, the fast period read as a quarter of the load.
+    let nic = SimNic::one_port(4, 128, CAP);
+    let seen = nic.period(&skewed(&nic));
+    let quarter_buckets: Vec<Vec<u64>> = seen
+        .buckets
+        .iter()
+        .map(|v| v.iter().map(|&n| n / 4).collect())
+        .collect();
+    let quarter_pollers: Vec<_> = seen
+        .pollers
+        .iter()
+        .map(|l| super::balancer::PollerLoad {
+            packets: l.packets / 4,
+            ..*l
+        })
+        .collect();
+    let a = balancer(&nic, Settings::default()).step(&seen.buckets, &seen.pollers, SECOND);
+    // A fast period, then a slow one, as the runtime takes them: the smoothing mixes them.
+    let mut mixed = balancer(&nic, Settings::default());
+    let _ = mixed.step(&quarter_buckets, &quarter_pollers, SECOND / 4);
+    let b = mixed.step(&seen.buckets, &seen.pollers, SECOND);
+    // The first step moved buckets, so compare the whole load, not each poller's.
+    let total = |d: &super::balancer::Decision| d.demand_before.iter().sum::<f64>();
+    assert!(
+        (total(&a) - total(&b)).abs() < 0.01,
+        "{:?} vs {:?}",
+        a.demand_before,
+        b.demand_before
     );
 }
 
@@ -289,7 +361,7 @@ proptest! {
         }
         for _ in 0..4 {
             let seen = nic.period(&traffic);
-            let d = b.step(&seen.buckets, &seen.pollers);
+            let d = b.step(&seen.buckets, &seen.pollers, SECOND);
             nic.apply(&d.moves);
         }
         for (i, &q) in nic.tables[0].iter().enumerate() {
@@ -311,7 +383,7 @@ proptest! {
         let mut b = balancer(&nic, Settings::default());
         for _ in 0..6 {
             let seen = nic.period(&traffic);
-            let d = b.step(&seen.buckets, &seen.pollers);
+            let d = b.step(&seen.buckets, &seen.pollers, SECOND);
             let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
             prop_assert!(max(&d.demand_after) <= max(&d.demand_before) + 1e-9);
             nic.apply(&d.moves);

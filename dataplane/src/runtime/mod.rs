@@ -226,8 +226,14 @@ pub fn run(
         .then(|| report::publisher(cfg, &setup, pollers));
     pollers.go();
     log(&report::attached_line(cfg));
-    let mut rebalancer =
-        rebalance::Rebalancer::start(cfg, tables, opts.plan.as_ref(), pollers, &mut log);
+    let mut rebalancer = rebalance::Rebalancer::start(
+        cfg,
+        tables,
+        opts.plan.as_ref(),
+        &started.steers,
+        pollers,
+        &mut log,
+    );
     let start = Instant::now();
     report::watch(
         opts,

@@ -164,6 +164,8 @@ pub(super) struct Rebalancer {
     last_pollers: Vec<Snapshot>,
     last_cycles: u64,
     next: Instant,
+    /// When the last step read the counters (the next one's period starts there).
+    last_step: Instant,
     start: Instant,
     pub report: RebalanceReport,
 }
@@ -217,6 +219,7 @@ impl Rebalancer {
         cfg: &Config,
         found: Found,
         plan: Option<&Plan>,
+        steers: &[Steer],
         pollers: &Pollers,
         log: &mut impl FnMut(&str),
     ) -> Option<Rebalancer> {
@@ -253,17 +256,30 @@ impl Rebalancer {
                 None => "every poller keeps a share".into(),
             }
         ));
+        // The counts since load, so the first step's period starts here, as the pollers' do.
+        let last_buckets = ports
+            .iter()
+            .map(|t| {
+                let mut v = Vec::new();
+                if let Some(s) = steers.get(t.port) {
+                    s.rss_buckets(&mut v);
+                }
+                v.resize(t.table.len(), 0);
+                v
+            })
+            .collect();
         Some(Rebalancer {
             report: RebalanceReport {
                 ports: names,
                 buckets_per_poller: balancer.buckets_per_poller(),
                 ..RebalanceReport::default()
             },
-            last_buckets: ports.iter().map(|t| vec![0; t.table.len()]).collect(),
+            last_buckets,
             scratch: Vec::new(),
             last_pollers: pollers.snapshots(),
             last_cycles: sys::cycles(),
             next: now + Duration::from_millis(u64::from(cfg.rebalance.fast_period_ms)),
+            last_step: now,
             start: now,
             balancer,
             ports,
@@ -283,7 +299,9 @@ impl Rebalancer {
         }
         let buckets = self.read_buckets(steers);
         let loads = self.read_pollers(pollers);
-        let d = self.balancer.step(&buckets, &loads);
+        let elapsed = now.saturating_duration_since(self.last_step);
+        self.last_step = now;
+        let d = self.balancer.step(&buckets, &loads, elapsed);
         self.next = now + d.next_period;
         self.record(&d, &loads, now, log);
         if !d.moves.is_empty() {

@@ -394,7 +394,6 @@ fn rebalancing_on_a_port_without_an_indirection_table_says_so_and_forwards() {
         );
     }
     assert!(s["rebalance"].is_null(), "{s}");
-    // Nothing was journaled for a table: the journal is gone after the stop.
     assert_frames_accounted(&s);
     // Generic XDP cannot carry the device-bound counting program: refused before attaching.
     let generic = cfg.replace("[dataplane]\n", "[dataplane]\nxdp_mode = \"generic\"\n");

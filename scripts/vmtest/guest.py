@@ -773,7 +773,12 @@ def rss_test(ctl, dp, ports, rate, seconds):
                   open(err_path).read()[-300:])
         ctl.send(f"LOAD rss {seconds} {rate}")
         sent, received = map(int, ctl.recv(seconds + 120).split()[1:3])
-        time.sleep(1.0)  # the metrics publish every 250 ms
+        # The metrics publish every 250 ms: wait until the rebalancer's step count has moved
+        # on twice since the load ended, so what is read is from after the last move.
+        steps = lambda: scrape().get(("dataplane_rebalance_steps_total", ()), 0)
+        first, deadline = steps(), time.time() + 30
+        while steps() < first + 2 and time.time() < deadline:
+            time.sleep(0.1)
         m = scrape()
         moves = m.get(("dataplane_rebalance_moves_total", ()), 0)
         ctl.check(f"{name}: the balancer moved buckets", moves > 0,

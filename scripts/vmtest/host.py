@@ -231,15 +231,18 @@ class Schedule:
     queue 2 (new flows); phase 3, light flows only, at an eighth of their rate (night).
     Each phase `phase` seconds; one sink counts the whole run (received, reordered)."""
 
-    def __init__(self, bed, key, phase, heavy_rate, light_rate, heavy=4, light=256, phases=3):
+    def __init__(self, bed, key, phase, heavy_rate, light_rate, heavy=4, light=256, phases=3, first=0):
         self.bed, self.phase = bed, phase
         self.heavy_rate, self.light_rate = heavy_rate, light_rate
         q0, q2 = flows_on_queue(key, 0, heavy, 20000), flows_on_queue(key, 2, heavy, 40000)
         self.plan = [q0[0], q2[0]]
         self.buckets = [q0[1], q2[1]]
-        self.light, self.phases = light, phases
+        self.light, self.phases, self.first = light, phases, first
         self.sent = 0
         self.thread = None
+        # Each phase's start (its generators started), seconds after `t0` (just before the
+        # guest is told the traffic started): where the guest measures settling from.
+        self.t0, self.changes = time.time(), []
 
     def gen(self, flows, sport, rate, seconds, tag):
         out = os.path.join(self.bed.dir, f"gen-{tag}.json")
@@ -255,7 +258,7 @@ class Schedule:
         """Runs the phases; what was sent is added up."""
         import threading
         sink_json = os.path.join(self.bed.dir, "sink-compare.json")
-        total = self.phase * self.phases
+        total = self.phase * (self.phases - self.first)
         self.sink = subprocess.Popen(
             ["ip", "netns", "exec", self.bed.sink, DATAPLANE, "sink", "--iface", self.bed.taps[1],
              "--duration", str(total + 20), "--json", sink_json],
@@ -265,8 +268,9 @@ class Schedule:
         self.sink_json = sink_json
 
         def phases():
-            for i in range(self.phases):
+            for i in range(self.first, self.phases):
                 procs = []
+                self.changes.append(time.time() - self.t0)
                 if i < 2:
                     for j, port in enumerate(self.plan[i]):
                         procs.append(self.gen(1, port, self.heavy_rate, self.phase, f"h{i}{j}"))
@@ -281,11 +285,12 @@ class Schedule:
                     except (OSError, ValueError, KeyError):
                         pass
         self.thread = threading.Thread(target=phases)
+        self.t0 = time.time()
         self.thread.start()
 
     def collect(self):
         """Waits for the phases, lets the guest's last frames arrive, stops the sink:
-        (sent, received, reordered)."""
+        (sent, received, reordered); `changes` has each phase's start."""
         self.thread.join()
         time.sleep(3)
         self.sink.send_signal(2)
@@ -439,9 +444,11 @@ def serve(bed, timeout, ran, rows):
                 bed.rss_key = bytes.fromhex(line.split()[1])
                 print(f"vmtest: RSS key {line.split()[1][:16]}...", flush=True)
             elif word == "SCHEDULE":
-                _, name, phase, heavy_rate, light_rate, phases = line.split()
+                # SCHEDULE name phase heavy light phases [first phase]
+                _, name, phase, heavy_rate, light_rate, phases, *first = line.split()
                 bed.schedule = Schedule(bed, bed.rss_key, int(phase), float(heavy_rate),
-                                        float(light_rate), phases=int(phases))
+                                        float(light_rate), phases=int(phases),
+                                        first=int(first[0]) if first else 0)
                 bed.schedule.run()
                 print(f"vmtest: {name}: traffic started, heavy flows on queue 0 {bed.schedule.plan[0]}, "
                       f"then queue 2 {bed.schedule.plan[1]}", flush=True)
@@ -449,9 +456,10 @@ def serve(bed, timeout, ran, rows):
                 sock.sendall(f"STARTED {','.join(map(str, b[0]))} {','.join(map(str, b[1]))}\n".encode())
             elif word == "COLLECT":
                 sent, received, reordered = bed.schedule.collect()
+                changes = ",".join(f"{c:.3f}" for c in bed.schedule.changes) or "-"
                 print(f"vmtest: {line.split()[1]}: sent {sent}, the sink received {received}, "
-                      f"{reordered} reordered", flush=True)
-                sock.sendall(f"SENT {sent} {received} {reordered}\n".encode())
+                      f"{reordered} reordered; phases started at {changes} s", flush=True)
+                sock.sendall(f"SENT {sent} {received} {reordered} {changes}\n".encode())
             elif word == "RESULTS":
                 bed.results = json.loads(line[len("RESULTS "):])
             elif word == "ROW":
@@ -605,6 +613,14 @@ def compare(a):
         lines.append(f"| {run['name']} | {run['sent']} | {run['received']} | {run['reordered']} | {run['moves']} | "
                      f"{run['imbalance'][0]:.2f} / {run['imbalance'][1]:.2f} | {run['night_cpu_ms']:.0f} / {run.get('night_all_cpu_ms', 0):.0f} | "
                      f"{run['buckets']} | {run['dataplane_rx']} / {run['dataplane_tx']} / {run['dataplane_drops']} |")
+    if r.get("night"):
+        lines += ["", "The night alone with `idle = \"busy\"` (pollers spin whether frames come or not), "
+                  "each poller's CPU over the last part of the phase, after 3 s to pack:", "",
+                  "| run | sent | received | pollers' CPU, ms per s each | in all | pollers engaged | buckets per poller |",
+                  "|---|---|---|---|---|---|---|"]
+        for n in r["night"]:
+            lines.append(f"| {n['name']} | {n['sent']} | {n['received']} | {n['cpu_ms_per_s']} | "
+                         f"{sum(n['cpu_ms_per_s']):.0f} | {n['engaged']:.0f} | {n['buckets']} |")
     lines += ["", "Goals (the rebalancer's runs):", ""] + [f"- {g}" for g in r["goals"]]
     lines += ["", "Plot: rebalance.svg (per-poller load over time, moves as ticks)."]
     open(os.path.join(a.compare, "summary.md"), "w").write("\n".join(lines) + "\n")

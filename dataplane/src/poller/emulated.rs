@@ -220,6 +220,41 @@ mod tests {
         assert_eq!(o.report.frames.accounted(), 1024);
     }
 
+    /// Sleeps of a busy-polling poller with no traffic over `ms` milliseconds, parked or not.
+    fn idle_sleeps(parked: bool, ms: u64) -> u64 {
+        let hint = Arc::new(super::super::ParkHint::new());
+        hint.set(parked);
+        let mut spec = spec(1024);
+        spec.park = Some(hint);
+        let queues = vec![
+            MemQueue::new(0, 0, RING, None),
+            MemQueue::new(1, 0, RING, None),
+        ];
+        let fwd = Arc::new(crate::forward::tests::fwd(Mode::L3fwd));
+        let stats = Arc::new(PollerStats::with_queues(false, 2));
+        let mut p = MemPoller::new(&spec, queues, fwd, stats.clone()).expect("poller");
+        let stop = Arc::new(AtomicBool::new(false));
+        let timer = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(ms));
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            })
+        };
+        p.run(&stop);
+        timer.join().expect("timer");
+        p.finish();
+        stats.snapshot().get(Counter::IdleSleeps)
+    }
+
+    #[test]
+    fn a_parked_busy_poller_sleeps_when_idle_and_an_unparked_one_spins() {
+        // Busy polling never sleeps; parked (drained by the rebalancer), it sleeps in poll()
+        // on every empty pass (here up to 50 ms each: no sockets wake it).
+        assert_eq!(idle_sleeps(false, 200), 0, "busy polling spins");
+        let sleeps = idle_sleeps(true, 200);
+        assert!((1..=5).contains(&sleeps), "{sleeps} sleeps in 200 ms");
+    }
     #[test]
     fn an_empty_fill_ring_is_counted_and_the_loop_goes_on() {
         // Fewer buffers than the rings hold, and the egress stalled: the free list runs dry,

@@ -31,6 +31,7 @@ mod drain;
 mod emulated;
 mod frag;
 mod icmp;
+mod park;
 mod ratelimit;
 mod receive;
 mod reopen;
@@ -42,6 +43,7 @@ use ratelimit::TokenBucket;
 pub use drain::{FrameCount, PollerReport, SocketStats};
 #[cfg(any(test, feature = "testkit"))]
 pub use emulated::MemPoller;
+pub use park::ParkHint;
 pub(crate) use reopen::Registration;
 pub use reopen::{ReopenQueue, ReopenRequest, Reopened, ReopenedTx};
 use setup::setup;
@@ -106,6 +108,8 @@ struct Poller<Q: RingIo> {
     idle: Idle,
     /// With adaptive idling: how long a quiet spell lasts before the poller sleeps.
     idle_spin: std::time::Duration,
+    /// Set by the rebalancer while this poller holds no bucket: sleep when there is no work.
+    park: Option<Arc<ParkHint>>,
     pollfds: Vec<libc::pollfd>,
     icmp_bucket: TokenBucket,
     /// Index in the table's quiescent-state slots.
@@ -225,6 +229,13 @@ impl<Q: RingIo> Poller<Q> {
             let mut nap = false;
             if work == 0 {
                 match self.idle {
+                    // Drained by the rebalancer: no frames are meant to come, so nothing is
+                    // worth spinning for (poll() wakes it if some still do).
+                    _ if self.park.as_deref().is_some_and(ParkHint::parked) => {
+                        nap = true;
+                        quiet_since = None;
+                        last_full = false;
+                    }
                     Idle::Busy => std::hint::spin_loop(),
                     Idle::Sleep => nap = true,
                     // Spinning pays only while the rings fill faster than the poller drains

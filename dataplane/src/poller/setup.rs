@@ -67,6 +67,8 @@ pub struct PollerSpec {
     pub reopen: Option<Arc<super::ReopenQueue>>,
     /// Where to answer them.
     pub reopened: Option<super::ReopenedTx>,
+    /// The rebalancer's parking of this poller (None: never parked).
+    pub park: Option<Arc<super::ParkHint>>,
 }
 
 impl PollerSpec {
@@ -96,6 +98,7 @@ impl PollerSpec {
             resolve: None,
             reopen: None,
             reopened: None,
+            park: None,
         }
     }
 }
@@ -290,6 +293,7 @@ impl<Q: RingIo> Poller<Q> {
             area,
             idle: spec.idle,
             idle_spin: spec.idle_spin,
+            park: spec.park.clone(),
             pollfds,
             icmp_bucket: TokenBucket::new(spec.icmp_rate, spec.icmp_burst),
             id: spec.id,

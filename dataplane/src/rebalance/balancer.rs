@@ -14,7 +14,8 @@
 //! - A poller's demand is the sum of its buckets'. Every step works on those estimates, as
 //!   if the moves it makes carried their demand along (the next period measures again).
 //! - Per-packet costs are smoothed over periods (`smoothing`, the newest period's weight):
-//!   busy shares are noisy, and a move made on noise is undone by the next. Bucket rates
+//!   busy shares are noisy, and a move made on noise is undone by the next. A cost more
+//!   than 2x off the smoothed one is taken at once: that is a change, not noise. Bucket rates
 //!   (exact packet counts) take a rise at once and a fall by half each period.
 //!
 //! # One step, in order
@@ -29,7 +30,9 @@
 //! 3. **Balance:** while the most loaded engaged poller is more than `threshold` above the
 //!    mean, move one of its buckets to the least loaded poller (of its node when that one is
 //!    under the mean, else any): the bucket whose demand is nearest half their gap, and only
-//!    if smaller than the gap, so the pair's larger load falls and the maximum never rises.
+//!    if smaller than the gap, so the pair's larger load falls and the maximum never rises,
+//!    and, unless that poller is over its capacity, not smaller than a quarter of `min_gap`
+//!    (a move must be worth its reordering).
 //!    It stops at half the threshold (hysteresis), after `max_moves`, or when no bucket fits.
 //! 4. **Heavy buckets:** a bucket whose demand alone is over `heavy` of a core cannot be
 //!    carried by any poller and cannot be split without reordering its flows: it is reported
@@ -64,7 +67,9 @@ pub struct Settings {
     /// not smoothed this way: a rise counts at once, a fall by half each period.
     pub smoothing: f64,
     /// A poller less than this share of a core over the mean is never relieved (at very low
-    /// loads a relative threshold is all noise).
+    /// loads a relative threshold is all noise); a bucket with less than a quarter of it is
+    /// not moved to even the load out (it would close little of any gap acted on, and risk
+    /// reordering its flows for that), unless its poller is over its capacity.
     pub min_gap: f64,
 }
 
@@ -425,7 +430,16 @@ impl Balancer {
                 .filter(|l| l.packets > 0 && l.busy > 0.0)
                 .map(|l| l.busy.min(1.0) / (l.packets as f64 / secs));
             if let Some(x) = own {
-                *c = Some(c.map_or(x, |prev| a * x + (1.0 - a) * prev));
+                // Smoothed against noise; but a cost off by more than 2x from the smoothed
+                // one is no noise (the start of a run, or a poller whose batches changed):
+                // taken at once, or the balancer would go on trusting a stale load.
+                *c = Some(c.map_or(x, |prev| {
+                    if x > 2.0 * prev || x < prev / 2.0 {
+                        x
+                    } else {
+                        a * x + (1.0 - a) * prev
+                    }
+                }));
             }
         }
         let known: Vec<f64> = self.cost.iter().flatten().copied().collect();
@@ -700,10 +714,16 @@ impl Balancer {
     ) -> bool {
         let node = self.layout.poller_nodes.get(from).copied();
         let from_load = load_of(loads, from);
+        // Any bucket off a poller that drops (over its capacity): every packet counts there.
+        let smallest = if from_load > 1.0 {
+            f64::MIN_POSITIVE
+        } else {
+            (self.settings.min_gap / 4.0).max(f64::MIN_POSITIVE)
+        };
         let mut best: Option<(f64, usize, usize, usize, u32)> = None;
         for (port, b) in self.items_of(from, loads, false) {
             let d = item_of(loads, port, b);
-            if d <= 0.0 || d > self.settings.heavy {
+            if d < smallest || d > self.settings.heavy {
                 continue;
             }
             // Its node's least loaded poller if that one is under the mean, else any node's.

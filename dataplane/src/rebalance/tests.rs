@@ -403,3 +403,70 @@ proptest! {
         prop_assert_eq!(late, 0, "moves in the last 20 periods: {:?}", trace);
     }
 }
+
+#[test]
+fn buckets_too_small_to_matter_are_not_moved_and_a_bigger_one_is() {
+    // Poller 0 is 3% of a core over the others, from 64 flows of 0.05% each (a bucket holds
+    // a few of them: under a quarter of min_gap). Moving them would reorder flows to close
+    // a gap nobody suffers from.
+    let mut nic = SimNic::one_port(4, 128, CAP);
+    let tiny = Traffic::heavy_on(&nic.tables[0], 0, 1_000_000, 64, 5.0);
+    let mut b = balancer(&nic, Settings::default());
+    let trace = run(&mut nic, &mut b, &tiny, 10);
+    let moved: usize = trace.iter().map(|t| t.2).sum();
+    assert_eq!(moved, 0, "tiny buckets moved: {trace:?}");
+    // One flow of 1.5% of a core joins them: that one is worth moving, and only it.
+    let bigger = Traffic::heavy_on(&nic.tables[0], 0, 2_000_000, 1, 150.0);
+    let bucket = bigger.flows[0].hash % 128;
+    let both = tiny.and(bigger);
+    let seen = nic.period(&both);
+    let d = b.step(&seen.buckets, &seen.pollers, SECOND);
+    assert_eq!(d.moves.len(), 1, "{:?}", d.moves);
+    assert_eq!(d.moves[0].bucket, bucket);
+    assert!(d.moves[0].demand >= Settings::default().min_gap / 4.0);
+}
+
+#[test]
+fn a_cost_more_than_twice_off_is_taken_at_once_and_noise_is_smoothed() {
+    // Poller 0 spends 40% of a core on 1000 packets in the first period (a run's start),
+    // 10% on the same packets from then on: the next step must see 10%, not the 34% that
+    // smoothing alone would leave. A 30% wobble is smoothed.
+    let nic = SimNic::one_port(4, 128, CAP);
+    let mut b = balancer(&nic, Settings::default());
+    let mut buckets = vec![vec![0u64; 128]];
+    let b0 = nic.tables[0]
+        .iter()
+        .position(|&q| q == 0)
+        .expect("a bucket on queue 0");
+    buckets[0][b0] = 1000;
+    let load = |busy: f64| {
+        let mut v = vec![
+            super::balancer::PollerLoad {
+                busy: 0.0,
+                packets: 0,
+                alive: true,
+            };
+            4
+        ];
+        v[0] = super::balancer::PollerLoad {
+            busy,
+            packets: 1000,
+            alive: true,
+        };
+        v
+    };
+    let _ = b.step(&buckets, &load(0.4), SECOND);
+    let d = b.step(&buckets, &load(0.1), SECOND);
+    assert!(
+        (d.demand_before[0] - 0.1).abs() < 1e-9,
+        "{:?}",
+        d.demand_before
+    );
+    let d = b.step(&buckets, &load(0.13), SECOND);
+    let smoothed = 0.2 * 0.13 + 0.8 * 0.1;
+    assert!(
+        (d.demand_before[0] - smoothed).abs() < 1e-9,
+        "{:?}",
+        d.demand_before
+    );
+}

@@ -167,6 +167,10 @@ pub(super) struct Rebalancer {
     /// When the last step read the counters (the next one's period starts there).
     last_step: Instant,
     start: Instant,
+    /// Whether drained pollers are parked: only when every port has a table the balancer
+    /// owns (a poller serves its queues on every port, and a port without a table may still
+    /// send it frames at any rate).
+    parkable: bool,
     pub report: RebalanceReport,
 }
 
@@ -230,6 +234,7 @@ impl Rebalancer {
             return None;
         }
         let ports = found.ports;
+        let parkable = ports.len() == cfg.interfaces.len();
         let tables: Vec<Vec<u32>> = ports.iter().map(|t| t.table.clone()).collect();
         let balancer =
             match Balancer::new(settings(&cfg.rebalance), layout(cfg, &ports, plan), tables) {
@@ -281,9 +286,11 @@ impl Rebalancer {
             next: now + Duration::from_millis(u64::from(cfg.rebalance.fast_period_ms)),
             last_step: now,
             start: now,
+            parkable,
             balancer,
             ports,
         })
+        .inspect(|r| r.park(pollers))
     }
 
     /// One step when its period is up: read, decide, write the tables that changed.
@@ -307,7 +314,18 @@ impl Rebalancer {
         if !d.moves.is_empty() {
             self.write_tables(&d, log);
         }
+        self.park(pollers);
         self.report.buckets_per_poller = self.balancer.buckets_per_poller();
+    }
+
+    /// Parks the pollers the balancer drained (their core is free while no frames come),
+    /// unparks the engaged ones; right after the tables are written (frames that reach a
+    /// newly engaged poller before that wake it from poll()).
+    fn park(&self, pollers: &Pollers) {
+        if self.parkable {
+            let parked: Vec<bool> = self.balancer.engaged().iter().map(|e| !e).collect();
+            pollers.park(&parked);
+        }
     }
 
     /// Publishes the metrics.

@@ -32,6 +32,8 @@ pub(super) struct Pollers {
     reopened: mpsc::Receiver<poller::Reopened>,
     /// Sockets each poller has on each port (its queues).
     sockets_per_port: Vec<usize>,
+    /// Each poller's parking (the rebalancer's; a drained poller sleeps when idle).
+    parks: Vec<Arc<poller::ParkHint>>,
 }
 
 /// Spawns one poller per `[[pollers]]` entry (pinned by `plan` when given, else by the
@@ -50,6 +52,7 @@ pub(super) fn pollers(
         reopen: Vec::new(),
         reopened: reopened_rx,
         sockets_per_port: Vec::new(),
+        parks: Vec::new(),
         handles: Vec::new(),
         go: Vec::new(),
         readies: Vec::new(),
@@ -61,6 +64,8 @@ pub(super) fn pollers(
     for id in 0..cfg.pollers.len() {
         let reopen = Arc::new(poller::ReopenQueue::new(16));
         running.reopen.push(reopen.clone());
+        let park = Arc::new(poller::ParkHint::new());
+        running.parks.push(park.clone());
         running
             .sockets_per_port
             .push(cfg.pollers.get(id).map_or(0, |p| p.queues.len()));
@@ -68,6 +73,7 @@ pub(super) fn pollers(
             Ok(mut s) => {
                 s.reopen = Some(reopen);
                 s.reopened = Some(reopened_tx.clone());
+                s.park = Some(park);
                 s
             }
             Err(e) => {
@@ -227,6 +233,7 @@ fn poller_spec(
         resolve: resolve.cloned(),
         reopen: None,
         reopened: None,
+        park: None,
     })
 }
 
@@ -328,6 +335,14 @@ impl Pollers {
     /// The pollers' answers so far.
     pub(crate) fn reopened(&self) -> Vec<poller::Reopened> {
         self.reopened.try_iter().collect()
+    }
+
+    /// Parks (true) or unparks each poller, by poller: a parked one sleeps when it has no
+    /// work, whatever its idle mode.
+    pub(crate) fn park(&self, parked: &[bool]) {
+        for (hint, &p) in self.parks.iter().zip(parked) {
+            hint.set(p);
+        }
     }
 
     /// True when a poller thread has ended (it should run until the stop flag).

@@ -16,7 +16,9 @@
 //! - Per-packet costs are smoothed over periods (`smoothing`, the newest period's weight):
 //!   busy shares are noisy, and a move made on noise is undone by the next. A cost more
 //!   than 2x off the smoothed one is taken at once: that is a change, not noise. Bucket rates
-//!   (exact packet counts) take a rise at once and a fall by half each period.
+//!   are exact packet counts: balancing takes this period's as they are (a flow that ended
+//!   weighs nothing at once), scaling takes them held (a rise at once, a fall by half each
+//!   period: a lull is not a reason to pack).
 //!
 //! # One step, in order
 //! 1. **Evacuate:** buckets of a poller that stopped taking frames go to the least loaded
@@ -64,7 +66,7 @@ pub struct Settings {
     pub fast_period: Duration,
     /// Weight of the newest period in each poller's smoothed cost per packet (1.0: none).
     /// Busy shares are noisy; a move made on noise is undone by the next. Bucket rates are
-    /// not smoothed this way: a rise counts at once, a fall by half each period.
+    /// not smoothed this way (see the module's notes).
     pub smoothing: f64,
     /// A poller less than this share of a core over the mean is never relieved (at very low
     /// loads a relative threshold is all noise); a bucket with less than a quarter of it is
@@ -233,7 +235,19 @@ pub struct Balancer {
     rate: Vec<Vec<f64>>,
 }
 
+/// One step's demand, two ways.
+struct Estimate {
+    /// From this period's bucket rates: what is offered now (balancing, evacuation, heavy
+    /// buckets). A flow that ended weighs nothing at once, so a shift is followed in one
+    /// step rather than after its old buckets' rates have halved away.
+    now: Loads,
+    /// From the held rates (a fall by half each period): the scaling's, so a lull is not
+    /// a reason to pack.
+    held: Loads,
+}
+
 /// The demand of every item and poller in one step, kept as the moves change it.
+#[derive(Clone)]
 struct Loads {
     /// `item[port][bucket]`: demand (0 for buckets of queues not owned).
     item: Vec<Vec<f64>>,
@@ -356,7 +370,10 @@ impl Balancer {
         for c in self.cooldown.iter_mut().flatten() {
             *c = c.saturating_sub(1);
         }
-        let mut loads = self.estimate(buckets, pollers, elapsed);
+        let Estimate {
+            now: mut loads,
+            held,
+        } = self.estimate(buckets, pollers, elapsed);
         let demand_before = loads.poller.clone();
         let alive: Vec<bool> = (0..self.layout.poller_nodes.len())
             .map(|p| pollers.get(p).is_none_or(|l| l.alive))
@@ -374,7 +391,7 @@ impl Balancer {
         let heavy = self.find_heavy(&loads);
         let mut scaled_down = false;
         if let Some(target) = self.settings.target_load {
-            scaled_down = self.scale(&mut loads, &alive, target, &mut moves);
+            scaled_down = self.scale(&mut loads, &held, &alive, target, &mut moves);
         }
         if !scaled_down {
             self.balance(&mut loads, &alive, &mut moves);
@@ -415,11 +432,10 @@ impl Balancer {
         buckets: &[Vec<u64>],
         pollers: &[PollerLoad],
         elapsed: Duration,
-    ) -> Loads {
+    ) -> Estimate {
         // Rates per second and costs per packet-per-second: periods of different lengths
         // (the fast one and the slow one) then mix in the smoothing.
         let secs = elapsed.as_secs_f64().max(1e-3);
-        let n = self.layout.poller_nodes.len();
         let a = self.settings.smoothing.clamp(0.01, 1.0);
         // Cost per packet (share of a core): the poller's own where it took packets (kept
         // from before where it took none this period); where it never did, the mean of the
@@ -448,28 +464,59 @@ impl Balancer {
         } else {
             known.iter().sum::<f64>() / known.len() as f64
         };
-        for (port, rates) in self.rate.iter_mut().enumerate() {
-            for (b, r) in rates.iter_mut().enumerate() {
-                let pkts = buckets
-                    .get(port)
-                    .and_then(|v| v.get(b))
-                    .copied()
-                    .unwrap_or(0);
-                // A rise is taken at once (load that arrives must be spread within one
-                // period); a fall is smoothed (a lull is not a reason to pack).
-                let now = pkts as f64 / secs;
-                *r = now.max((now + *r) / 2.0);
+        // Each bucket's rate in this period (exact counts), and the held rate: a rise taken
+        // at once, a fall by half each period.
+        let now: Vec<Vec<f64>> = self
+            .rate
+            .iter()
+            .enumerate()
+            .map(|(port, rates)| {
+                (0..rates.len())
+                    .map(|b| {
+                        buckets
+                            .get(port)
+                            .and_then(|v| v.get(b))
+                            .map_or(0.0, |&n| n as f64 / secs)
+                    })
+                    .collect()
+            })
+            .collect();
+        for (rates, now) in self.rate.iter_mut().zip(&now) {
+            for (r, &x) in rates.iter_mut().zip(now) {
+                *r = x.max((x + *r) / 2.0);
             }
         }
+        Estimate {
+            now: self.demand(&now, fallback),
+            held: self.demand(&self.rate, fallback),
+        }
+    }
+
+    /// Each poller's demand summed again from its items, as the tables stand.
+    fn sum_pollers(&self, loads: &mut Loads) {
+        loads.poller.iter_mut().for_each(|s| *s = 0.0);
+        for (port, table) in self.tables.iter().enumerate() {
+            for (b, &q) in table.iter().enumerate() {
+                if let Some(p) = self.layout.poller_of(port, q) {
+                    let d = item_of(loads, port, b);
+                    if let Some(s) = loads.poller.get_mut(p) {
+                        *s += d;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Each item's and poller's demand for bucket rates `rates`, at each poller's cost.
+    fn demand(&self, rates: &[Vec<f64>], fallback: f64) -> Loads {
         let mut item: Vec<Vec<f64>> = self.tables.iter().map(|t| vec![0.0; t.len()]).collect();
-        let mut poller = vec![0.0; n];
+        let mut poller = vec![0.0; self.layout.poller_nodes.len()];
         for (port, table) in self.tables.iter().enumerate() {
             for (b, &q) in table.iter().enumerate() {
                 let Some(p) = self.layout.poller_of(port, q) else {
                     continue;
                 };
-                let rate = self
-                    .rate
+                let rate = rates
                     .get(port)
                     .and_then(|v| v.get(b))
                     .copied()
@@ -563,20 +610,26 @@ impl Balancer {
 
     /// Engages idle pollers when the load needs them, or drains one when it fits on fewer.
     /// True when a poller was drained (no balancing in the same step: the next period
-    /// measures the packed layout first).
+    /// measures the packed layout first). Decided on the held demand (`held`: a lull is not
+    /// a reason to pack); the moves are made on `loads`.
     fn scale(
         &mut self,
         loads: &mut Loads,
+        held: &Loads,
         alive: &[bool],
         target: f64,
         moves: &mut Vec<Move>,
     ) -> bool {
+        // The held demand as the tables stand now (evacuation may have moved buckets).
+        let mut view = held.clone();
+        self.sum_pollers(&mut view);
+        let view = &view;
         let running = |p: usize| alive.get(p).copied().unwrap_or(false);
-        let total: f64 = (0..loads.poller.len())
+        let total: f64 = (0..view.poller.len())
             .filter(|&p| running(p))
-            .filter_map(|p| loads.poller.get(p))
+            .filter_map(|p| view.poller.get(p))
             .sum();
-        let engaged: Vec<usize> = (0..loads.poller.len())
+        let engaged: Vec<usize> = (0..view.poller.len())
             .filter(|&p| running(p) && self.is_engaged(p))
             .collect();
         let needed = ((total / target).ceil() as usize).max(1);
@@ -585,9 +638,9 @@ impl Balancer {
             let busiest_node = engaged
                 .iter()
                 .copied()
-                .max_by(|&a, &b| cmp_f64(load_of(loads, a), load_of(loads, b)))
+                .max_by(|&a, &b| cmp_f64(load_of(view, a), load_of(view, b)))
                 .and_then(|p| self.layout.poller_nodes.get(p).copied());
-            let mut idle: Vec<usize> = (0..loads.poller.len())
+            let mut idle: Vec<usize> = (0..view.poller.len())
                 .filter(|&p| running(p) && !self.is_engaged(p) && self.serves_any(p))
                 .collect();
             idle.sort_by_key(|&p| (self.layout.poller_nodes.get(p).copied() != busiest_node, p));
@@ -607,20 +660,20 @@ impl Balancer {
         let Some(victim) = engaged
             .iter()
             .copied()
-            .min_by(|&a, &b| cmp_f64(load_of(loads, a), load_of(loads, b)).then(b.cmp(&a)))
+            .min_by(|&a, &b| cmp_f64(load_of(view, a), load_of(view, b)).then(b.cmp(&a)))
         else {
             return false;
         };
         // Plan it whole first (first-fit decreasing under the target), then commit or not.
         // Every bucket, those in cooldown and heavy ones too: a drained poller must hold none
         // (a heavy one never fits under the target, so such a poller is kept).
-        let mut items = self.items_of(victim, loads, true);
-        items.sort_by(|a, b| cmp_f64(item_of(loads, b.0, b.1), item_of(loads, a.0, a.1)));
-        let mut planned = loads.poller.clone();
+        let mut items = self.items_of(victim, view, true);
+        items.sort_by(|a, b| cmp_f64(item_of(view, b.0, b.1), item_of(view, a.0, a.1)));
+        let mut planned = view.poller.clone();
         let mut plan = Vec::new();
         let node = self.layout.poller_nodes.get(victim).copied();
         for &(port, b) in &items {
-            let d = item_of(loads, port, b);
+            let d = item_of(view, port, b);
             let mut candidates: Vec<(usize, u32)> = engaged
                 .iter()
                 .copied()

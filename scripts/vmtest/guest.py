@@ -888,14 +888,14 @@ def collected(ctl, tag, default_changes):
 def compare_run(ctl, dp, ports, name, cfg, args, load):
     """One run of the comparison: the dataplane with `cfg` and `args`, the host's three
     phases of traffic, each poller's busy share sampled about every 0.3 s."""
-    phase, heavy, light = load
+    phase, heavy, light, size = load
     started = start_compare_run(ctl, dp, name, cfg, args)
     if started is None:
         return None
     proc, tag, summary_path = started
     tids = pollers(proc.pid)
     try:
-        ctl.send(f"SCHEDULE {tag} {phase} {heavy} {light} 3")
+        ctl.send(f"SCHEDULE {tag} {phase} {heavy} {light} 3 0 {size}")
         planned = [[int(b) for b in x.split(",")] for x in ctl.recv(60).split()[1:3]]
         t0 = time.time()
         timeline, last_moves, night0 = [], 0, None
@@ -956,14 +956,14 @@ def compare_run(ctl, dp, ports, name, cfg, args, load):
 def night_run(ctl, dp, ports, name, cfg, load):
     """The comparison's night alone (the light flows at 1/8), with pollers that busy-poll:
     each poller's CPU time per second once the rebalancer has had 3 s to pack the load."""
-    phase, heavy, light = load
+    phase, heavy, light, size = load
     started = start_compare_run(ctl, dp, name, cfg, [])
     if started is None:
         return None
     proc, tag, summary_path = started
     tids = pollers(proc.pid)
     try:
-        ctl.send(f"SCHEDULE {tag} {phase} {heavy} {light} 3 2")
+        ctl.send(f"SCHEDULE {tag} {phase} {heavy} {light} 3 2 {size}")
         ctl.recv(60)
         t0 = time.time()
         time.sleep(3)
@@ -1004,15 +1004,22 @@ def four_pollers(ports):
     return four, static_cfg
 
 
+def compare_load(spec):
+    """PHASExHEAVYxLIGHT[xSIZE] as (phase, heavy, light, size); the heavy flows' frames are
+    64 bytes unless SIZE says otherwise."""
+    v = [int(x) for x in spec.split("x")]
+    return tuple(v[:4]) if len(v) > 3 else (v[0], v[1], v[2], 64)
+
+
 def tune_test(ctl, dp, ports, spec):
     """make rebalance-compare's first boot: `tune` under the first phase's traffic; its pick
     is the best static layout. A boot of its own: each layout is an attach and a detach
     under traffic, and TCG has crashed the 6.12 guest there (an int3 in the XDP
     dispatcher's code patching, bpf_dispatcher_xdp_func), which the host then retries."""
-    _, heavy, light = (int(x) for x in spec.split("x"))
+    _, heavy, light, size = compare_load(spec)
     compare_setup(ctl, ports)
     _, static_cfg = four_pollers(ports)
-    ctl.send(f"SCHEDULE tune 30 {heavy} {light} 1")
+    ctl.send(f"SCHEDULE tune 30 {heavy} {light} 1 0 {size}")
     ctl.recv(60)
     t = subprocess.run([dp, "tune", "--config", static_cfg, "--window", "2", "--apply-irq",
                         "--layouts", "irq-core,spread,unpinned", "--json", "/run/tune.json"],
@@ -1033,8 +1040,8 @@ def compare_test(ctl, dp, ports, spec, best):
     """make rebalance-compare, the guest side: static RSS, tune's best layout (`best`, from
     the first boot), and the rebalancer with and without target_load, each under the host's
     same three phases of traffic."""
-    load = tuple(int(x) for x in spec.split("x"))
-    phase, heavy, light = load
+    load = compare_load(spec)
+    phase, heavy, light, _ = load
     compare_setup(ctl, ports)
     four, static_cfg = four_pollers(ports)
     rebal_cfg = "/run/cmp-rebalance.toml"

@@ -232,23 +232,26 @@ class Schedule:
     queue 2 (new flows); phase 3, light flows only, at an eighth of their rate (night).
     Each phase `phase` seconds; one sink counts the whole run (received, reordered)."""
 
-    def __init__(self, bed, key, phase, heavy_rate, light_rate, heavy=4, light=256, phases=3, first=0):
+    def __init__(self, bed, key, phase, heavy_rate, light_rate, heavy=4, light=256, phases=3, first=0,
+                 size=64):
         self.bed, self.phase = bed, phase
         self.heavy_rate, self.light_rate = heavy_rate, light_rate
         q0, q2 = flows_on_queue(key, 0, heavy, 20000), flows_on_queue(key, 2, heavy, 40000)
         self.plan = [q0[0], q2[0]]
         self.buckets = [q0[1], q2[1]]
         self.light, self.phases, self.first = light, phases, first
+        self.size = size  # the heavy flows' frames, bytes on the wire
         self.sent = 0
         self.thread = None
         # Each phase's start (its generators started), seconds after `t0` (just before the
         # guest is told the traffic started): where the guest measures settling from.
         self.t0, self.changes = time.time(), []
 
-    def gen(self, flows, sport, rate, seconds, tag):
+    def gen(self, flows, sport, rate, seconds, tag, size=64):
         out = os.path.join(self.bed.dir, f"gen-{tag}.json")
         return subprocess.Popen(
             ["ip", "netns", "exec", self.bed.gen, DATAPLANE, "gen", "--iface", self.bed.taps[0],
+             "--size", str(size),
              "--flows", str(flows), "--sport", str(sport), "--rate", str(max(1, int(rate))),
              "--count", str(max(1, int(rate * seconds))), "--duration", str(seconds + 2),
              "--dst-mac", GUEST_MACS[0], "--src-mac", HOST_MACS[0], "--src", "198.18.0.1",
@@ -274,7 +277,7 @@ class Schedule:
                 self.changes.append(time.time() - self.t0)
                 if i < 2:
                     for j, port in enumerate(self.plan[i]):
-                        procs.append(self.gen(1, port, self.heavy_rate, self.phase, f"h{i}{j}"))
+                        procs.append(self.gen(1, port, self.heavy_rate, self.phase, f"h{i}{j}", self.size))
                 light = self.light_rate if i < 2 else self.light_rate / 8
                 # Each phase's light flows are new ones (their own source ports): a flow that
                 # a second generator numbered from the start again would read as reordered.
@@ -446,11 +449,12 @@ def serve(bed, timeout, ran, rows):
                 bed.rss_key = bytes.fromhex(line.split()[1])
                 print(f"vmtest: RSS key {line.split()[1][:16]}...", flush=True)
             elif word == "SCHEDULE":
-                # SCHEDULE name phase heavy light phases [first phase]
-                _, name, phase, heavy_rate, light_rate, phases, *first = line.split()
+                # SCHEDULE name phase heavy light phases [first phase [heavy frames' size]]
+                _, name, phase, heavy_rate, light_rate, phases, *rest = line.split()
                 bed.schedule = Schedule(bed, bed.rss_key, int(phase), float(heavy_rate),
                                         float(light_rate), phases=int(phases),
-                                        first=int(first[0]) if first else 0)
+                                        first=int(rest[0]) if rest else 0,
+                                        size=int(rest[1]) if len(rest) > 1 else 64)
                 bed.schedule.run()
                 print(f"vmtest: {name}: traffic started, heavy flows on queue 0 {bed.schedule.plan[0]}, "
                       f"then queue 2 {bed.schedule.plan[1]}", flush=True)
@@ -513,9 +517,9 @@ def main():
                    help="instead of the tests: static RSS, tune's best layout and the rebalancer "
                         "side by side under skewed, shifting traffic (4 vCPUs, 4-queue RSS NICs); "
                         "summary and plot in DIR")
-    p.add_argument("--compare-load", default="10x1000x1000", metavar="PHASExHEAVYxLIGHT",
+    p.add_argument("--compare-load", default="10x1000x1000", metavar="PHASExHEAVYxLIGHT[xSIZE]",
                    help="with --compare: seconds per phase, frames/s per heavy flow (4), and of "
-                        "the light flows together (256)")
+                        "the light flows together (256); the heavy flows' frame size (64)")
     p.add_argument("--rss", default="2000x4", metavar="RATExSECONDS",
                    help="copy guest: one more boot, 4 vCPUs and 4 queues with rss=on,hash=on: live "
                         "RSS rebalancing under this load ('' to skip)")
@@ -606,7 +610,8 @@ def compare(a):
     write_svg(os.path.join(a.compare, "rebalance.svg"), r["runs"], phase)
     lines = ["# RSS rebalancing against static RSS and tune's best layout (make rebalance-compare)", "",
              "QEMU guest (TCG), 4 vCPUs, virtio-net with rss=on,hash=on, 4 queues, one poller per queue.",
-             f"Traffic per run: {phase} s of 4 heavy flows the default table puts on queue 0 plus 256 light",
+             f"Traffic per run ({a.compare_load}, PHASExHEAVYxLIGHT[xSIZE of the heavy flows' frames]):",
+             f"{phase} s of 4 heavy flows the default table puts on queue 0 plus 256 light",
              f"flows, {phase} s with the heavy flows on queue 2, {phase} s of light flows at 1/8 (night).",
              "**Emulated CPUs:** loads and rates show behaviour, not hardware figures.", "",
              "| run | sent | received | reordered | moves | max/mean load of the pollers with buckets, phase 1 / 2 (last 5 s) | CPU at night, pollers / all CPUs (ms) | buckets per poller at the end | dataplane rx / tx / drops |",

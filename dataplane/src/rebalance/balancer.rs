@@ -17,8 +17,9 @@
 //!   busy shares are noisy, and a move made on noise is undone by the next. A cost more
 //!   than 2x off the smoothed one is taken at once: that is a change, not noise. Bucket rates
 //!   are exact packet counts: balancing takes this period's as they are (a flow that ended
-//!   weighs nothing at once), scaling takes them held (a rise at once, a fall by half each
-//!   period: a lull is not a reason to pack).
+//!   weighs nothing at once); scaling and the heavy-bucket report take them held (a rise
+//!   at once, a fall by half each period: a lull is not a reason to pack, and a heavy flow's
+//!   pause does not clear it).
 //!
 //! # One step, in order
 //! 1. **Evacuate:** buckets of a poller that stopped taking frames go to the least loaded
@@ -33,8 +34,8 @@
 //!    mean, move one of its buckets to the least loaded poller (of its node when that one is
 //!    under the mean, else any): the bucket whose demand is nearest half their gap, and only
 //!    if smaller than the gap, so the pair's larger load falls and the maximum never rises,
-//!    and, unless that poller is over its capacity, not smaller than a quarter of `min_gap`
-//!    (a move must be worth its reordering).
+//!    and, unless that poller is over its capacity (or `target_load`, when scaling), not
+//!    smaller than a quarter of `min_gap` (a move must be worth its reordering).
 //!    It stops at half the threshold (hysteresis), after `max_moves`, or when no bucket fits.
 //! 4. **Heavy buckets:** a bucket whose demand alone is over `heavy` of a core cannot be
 //!    carried by any poller and cannot be split without reordering its flows: it is reported
@@ -71,7 +72,8 @@ pub struct Settings {
     /// A poller less than this share of a core over the mean is never relieved (at very low
     /// loads a relative threshold is all noise); a bucket with less than a quarter of it is
     /// not moved to even the load out (it would close little of any gap acted on, and risk
-    /// reordering its flows for that), unless its poller is over its capacity.
+    /// reordering its flows for that), unless its poller is over its capacity or, when
+    /// scaling, over `target_load`.
     pub min_gap: f64,
 }
 
@@ -237,12 +239,11 @@ pub struct Balancer {
 
 /// One step's demand, two ways.
 struct Estimate {
-    /// From this period's bucket rates: what is offered now (balancing, evacuation, heavy
-    /// buckets). A flow that ended weighs nothing at once, so a shift is followed in one
+    /// From this period's bucket rates: what is offered now (balancing, evacuation). A flow that ended weighs nothing at once, so a shift is followed in one
     /// step rather than after its old buckets' rates have halved away.
     now: Loads,
     /// From the held rates (a fall by half each period): the scaling's, so a lull is not
-    /// a reason to pack.
+    /// a reason to pack, and the heavy buckets', so a heavy flow's pause does not clear it.
     held: Loads,
 }
 
@@ -388,7 +389,8 @@ impl Balancer {
         let imbalance_before = self.imbalance(&loads.poller, &alive);
         let mut moves = Vec::new();
         self.evacuate(&mut loads, &alive, &mut moves);
-        let heavy = self.find_heavy(&loads);
+        // Heavy on the held rates: a heavy flow's one quiet period does not clear it.
+        let heavy = self.find_heavy(&held);
         let mut scaled_down = false;
         if let Some(target) = self.settings.target_load {
             scaled_down = self.scale(&mut loads, &held, &alive, target, &mut moves);
@@ -578,6 +580,11 @@ impl Balancer {
         }
     }
 
+    /// What a poller should carry at most: its capacity, or the target load when scaling.
+    fn carry(&self) -> f64 {
+        self.settings.target_load.map_or(1.0, |t| t.min(1.0))
+    }
+
     /// Buckets too heavy for one poller, reported once each.
     fn find_heavy(&mut self, loads: &Loads) -> Vec<Heavy> {
         let mut out = Vec::new();
@@ -713,7 +720,10 @@ impl Balancer {
         let mut started = false;
         // A poller over its capacity drops now: then the step moves what it takes to relieve
         // it (a few reordered packets cost less than a ring that overflows every period).
-        let overloaded = loads.poller.iter().any(|&d| d > 1.0);
+        // When scaling, over the target load is as much: the rise must be spread within a
+        // period, however small the buckets.
+        let carry = self.carry();
+        let overloaded = loads.poller.iter().any(|&d| d > carry);
         let limit = if overloaded {
             usize::MAX
         } else {
@@ -767,8 +777,10 @@ impl Balancer {
     ) -> bool {
         let node = self.layout.poller_nodes.get(from).copied();
         let from_load = load_of(loads, from);
-        // Any bucket off a poller that drops (over its capacity): every packet counts there.
-        let smallest = if from_load > 1.0 {
+        // Any bucket off a poller over what it should carry (its capacity: it drops; or the
+        // target load when scaling: a poller was just engaged to take it): every packet
+        // counts there.
+        let smallest = if from_load > self.carry() {
             f64::MIN_POSITIVE
         } else {
             (self.settings.min_gap / 4.0).max(f64::MIN_POSITIVE)
@@ -818,7 +830,14 @@ impl Balancer {
                     .get(port)
                     .and_then(|v| v.get(b))
                     .is_some_and(|&c| c > 0);
-                let heavy = item_of(loads, port, b) > self.settings.heavy;
+                // Heavy now, or reported heavy and not yet well under the mark (a heavy
+                // flow's quiet period does not make its bucket movable).
+                let heavy = item_of(loads, port, b) > self.settings.heavy
+                    || self
+                        .heavy
+                        .get(port)
+                        .and_then(|v| v.get(b))
+                        .is_some_and(|&h| h);
                 if all || (!cooling && !heavy) {
                     out.push((port, b));
                 }

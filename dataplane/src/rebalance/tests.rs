@@ -489,3 +489,25 @@ fn heavy_flows_that_move_to_another_queue_are_spread_at_the_change() {
     // The first period after the change is even (the held rates left it at 1.84 here).
     assert!(trace[0].0 <= 1.15, "{trace:?}");
 }
+
+#[test]
+fn a_load_over_the_target_is_spread_even_in_buckets_too_small_to_balance() {
+    // 512 buckets packed on one poller; the load rises to 0.9 of it, over the 0.7 target:
+    // each bucket carries under 0.2% of a core, under the balancing floor (min_gap / 4),
+    // yet the poller engaged to take the rise must get some.
+    let mut nic = SimNic::one_port(4, 512, CAP);
+    let settings = Settings {
+        target_load: Some(0.7),
+        ..Settings::default()
+    };
+    let mut b = balancer(&nic, settings);
+    let night = Traffic::light(0, 3000, 0.5);
+    run(&mut nic, &mut b, &night, 8);
+    assert_eq!(nic.period(&night).loaded_pollers(), 1);
+    let rise = night.scaled(6.0); // 9000 packets a second: 0.9 of a poller
+    run(&mut nic, &mut b, &rise, 1);
+    // Spread within one period.
+    let seen = nic.period(&rise);
+    assert!(seen.loaded_pollers() >= 2, "{:?}", seen.offered);
+    assert!(seen.offered.iter().all(|&l| l <= 0.7), "{:?}", seen.offered);
+}

@@ -318,12 +318,18 @@ impl Rebalancer {
         self.report.buckets_per_poller = self.balancer.buckets_per_poller();
     }
 
-    /// Parks the pollers the balancer drained (their core is free while no frames come),
-    /// unparks the engaged ones; right after the tables are written (frames that reach a
-    /// newly engaged poller before that wake it from poll()).
+    /// Parks the pollers that hold no bucket (drained, or engaged and not yet given any:
+    /// no frames are meant to reach them, so their core is free), unparks the others; right
+    /// after the tables are written (frames that reach a poller before that wake it from
+    /// poll()).
     fn park(&self, pollers: &Pollers) {
         if self.parkable {
-            let parked: Vec<bool> = self.balancer.engaged().iter().map(|e| !e).collect();
+            let parked: Vec<bool> = self
+                .balancer
+                .buckets_per_poller()
+                .iter()
+                .map(|&n| n == 0)
+                .collect();
             pollers.park(&parked);
         }
     }

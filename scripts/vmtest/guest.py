@@ -944,6 +944,8 @@ def compare_run(ctl, dp, ports, name, cfg, args, load):
         "reordered": reordered, "moves": int(sum(x[2] for x in timeline)),
         "changes": changes,
         "imbalance": [imbalance(changes[1] - 5, changes[1]), imbalance(changes[2] - 5, changes[2])],
+        # From 2 s after each change to the next: does the balance, once reached, hold?
+        "imbalance_after_2s": [imbalance(changes[0] + 2, changes[1]), imbalance(changes[1] + 2, changes[2])],
         "night_cpu_ms": night_cpu_ms, "night_all_cpu_ms": night_all_ms,
         "night_s": night_s, "buckets": buckets, "timeline": timeline,
         "heavy_buckets": planned, "heavy_counted": [counted.get(b, 0) for b in planned[0] + planned[1]],
@@ -1106,6 +1108,9 @@ def compare_test(ctl, dp, ports, spec, best):
         checks = [
             ("max/mean poller load <= 1.15 within 2 s of each change",
              s1 is not None and s1 <= 2 and s2 is not None and s2 <= 2, f"{s1} s, {s2} s"),
+            ("and it holds: max/mean over the rest of each phase (from 2 s after the change) <= 1.15",
+             all(x <= 1.15 for x in rb["imbalance_after_2s"]),
+             " / ".join(f"{x:.2f}" for x in rb["imbalance_after_2s"])),
             ("drops <= 1% of static RSS's", rb["drops"] <= 0.01 * max(st["drops"], 0) or rb["drops"] <= 0,
              f"{rb['drops']} against {st['drops']}"),
             ("no oscillation: under 1 move per 10 s after convergence (last 5 s of phases 1 and 2)",

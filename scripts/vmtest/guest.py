@@ -959,7 +959,7 @@ def compare_run(ctl, dp, ports, name, cfg, args, load):
 
 def night_run(ctl, dp, ports, name, cfg, load):
     """The comparison's night alone (the light flows at 1/8), with pollers that busy-poll:
-    each poller's CPU time per second once the rebalancer has had 3 s to pack the load."""
+    each poller's CPU time per second over 5 s once the rebalancer has packed the load."""
     phase, heavy, light, size = load
     started = start_compare_run(ctl, dp, name, cfg, [])
     if started is None:
@@ -970,9 +970,14 @@ def night_run(ctl, dp, ports, name, cfg, load):
         ctl.send(f"SCHEDULE {tag} {phase} {heavy} {light} 3 2 {size}")
         ctl.recv(60)
         t0 = time.time()
-        time.sleep(3)
+        # Measured once the load is packed (the rebalancer's engaged gauge at 1; static RSS
+        # has no rebalancer and nothing to wait for), over the same 5 s for every run.
+        engaged = lambda: scrape(only=("dataplane_rebalance_pollers_engaged",)).get(
+            ("dataplane_rebalance_pollers_engaged", ()), 1)
+        while time.time() < t0 + phase - 6 and engaged() != 1:
+            time.sleep(0.2)
         w0, cpu0 = time.time(), [thread_ns(proc.pid, x) for x in tids]
-        time.sleep(max(1.0, t0 + phase - 1 - time.time()))
+        time.sleep(5)
         w1, cpu1 = time.time(), [thread_ns(proc.pid, x) for x in tids]
         m = scrape()
         buckets = buckets_per_queue(ports)

@@ -622,7 +622,7 @@ def compare(a):
                      f"{run['buckets']} | {run['dataplane_rx']} / {run['dataplane_tx']} / {run['dataplane_drops']} |")
     if r.get("night"):
         lines += ["", "The night alone with `idle = \"busy\"` (pollers spin whether frames come or not), "
-                  "each poller's CPU over the last part of the phase, after 3 s to pack:", "",
+                  "each poller's CPU over 5 s once the load is packed:", "",
                   "| run | sent | received | pollers' CPU, ms per s each | in all | pollers engaged | buckets per poller |",
                   "|---|---|---|---|---|---|---|"]
         for n in r["night"]:

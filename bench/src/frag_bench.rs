@@ -6,7 +6,6 @@
 //! min-max, and the difference: what fragmenting one packet costs.
 //!
 //! Run: `cargo run --release -p dataplane-bench --bin frag-bench [-- --reps 7 --ms 300]`
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,19 +69,10 @@ fn run(mtu: u32, ms: u64) -> (f64, f64) {
     let spec = PollerSpec::in_memory(2, 4 * RING, RING, 64);
     let stats = Arc::new(PollerStats::with_queues(false, 2));
     let mut p = MemPoller::new(&spec, queues, fwd, stats.clone()).expect("poller");
-    let stop = Arc::new(AtomicBool::new(false));
-    let timer = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(ms));
-            stop.store(true, Relaxed);
-        })
-    };
     let (pid, tid) = (std::process::id(), sys::gettid() as u32);
     let c0 = sys::thread_cpu_ns(pid, tid).unwrap_or(0);
-    p.run(&stop);
+    p.run_for(Duration::from_millis(ms));
     let c1 = sys::thread_cpu_ns(pid, tid).unwrap_or(0);
-    timer.join().expect("timer");
     let report = p.finish();
     assert_eq!(report.frames.accounted(), report.frames.total);
     let s = stats.snapshot();

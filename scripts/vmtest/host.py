@@ -517,9 +517,13 @@ def main():
                    help="instead of the tests: static RSS, tune's best layout and the rebalancer "
                         "side by side under skewed, shifting traffic (4 vCPUs, 4-queue RSS NICs); "
                         "summary and plot in DIR")
-    p.add_argument("--compare-load", default="10x1000x1000", metavar="PHASExHEAVYxLIGHT[xSIZE]",
+    p.add_argument("--compare-load", default="10x1000x1000", metavar="PHASExHEAVYxLIGHT[xSIZE[xRING]]",
                    help="with --compare: seconds per phase, frames/s per heavy flow (4), and of "
-                        "the light flows together (256); the heavy flows' frame size (64)")
+                        "the light flows together (256); the heavy flows' frame size (64); the "
+                        "pollers' ring size (512)")
+    p.add_argument("--compare-repeats", type=int, default=3, metavar="N",
+                   help="with --compare: the rebalancer's run N times in the same boot; its "
+                        "goals are judged on the median, each run's figures shown")
     p.add_argument("--rss", default="2000x4", metavar="RATExSECONDS",
                    help="copy guest: one more boot, 4 vCPUs and 4 queues with rss=on,hash=on: live "
                         "RSS rebalancing under this load ('' to skip)")
@@ -601,7 +605,7 @@ def compare(a):
         if t and t.get("tune"):
             best = t["tune"]
             break
-    ok, r = guest(f"compare:{a.compare_load}:{best or ''}", "RSS comparison")
+    ok, r = guest(f"compare:{a.compare_load}:{best or ''}:{a.compare_repeats}", "RSS comparison")
     if not r:
         print("vmtest: compare: the guest sent no results", flush=True)
         return False
@@ -610,9 +614,12 @@ def compare(a):
     write_svg(os.path.join(a.compare, "rebalance.svg"), r["runs"], phase)
     lines = ["# RSS rebalancing against static RSS and tune's best layout (make rebalance-compare)", "",
              "QEMU guest (TCG), 4 vCPUs, virtio-net with rss=on,hash=on, 4 queues, one poller per queue.",
-             f"Traffic per run ({a.compare_load}, PHASExHEAVYxLIGHT[xSIZE of the heavy flows' frames]):",
+             f"Traffic per run ({a.compare_load}, PHASExHEAVYxLIGHT[xSIZE of the heavy flows' frames[xRING size]]):",
              f"{phase} s of 4 heavy flows the default table puts on queue 0 plus 256 light",
              f"flows, {phase} s with the heavy flows on queue 2, {phase} s of light flows at 1/8 (night).",
+             f"The rebalancer runs {a.compare_repeats} times in the same boot; its goals are judged on the",
+             "median of those runs (timings on emulated CPUs sharing 2 host cores are noisy), with",
+             "each run's figures beside it.",
              "**Emulated CPUs:** loads and rates show behaviour, not hardware figures.", "",
              "| run | sent | received | reordered | moves | max/mean load of the pollers with buckets, phase 1 / 2 (last 5 s) | CPU at night, pollers / all CPUs (ms) | buckets per poller at the end | dataplane rx / tx / drops |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -1,8 +1,9 @@
 //! The poller over in-memory rings ([`crate::port::emulated`]), run on the calling thread: the same
 //! loop as over AF_XDP sockets, for unit tests without root and for the benchmark of the whole
 //! userspace path.
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{Poller, PollerError, PollerReport, PollerSpec, Registration};
 use crate::forward::Forwarder;
@@ -61,6 +62,22 @@ impl MemPoller {
     /// Runs the loop until `stop` is raised (by the caller, or by a queue's frame budget).
     pub fn run(&mut self, stop: &AtomicBool) {
         self.inner.run(stop);
+    }
+
+    /// Runs the loop for `time` (or until a queue's frame budget stops it sooner): a timer
+    /// thread raises the stop flag, since the loop itself reads no clock for it.
+    pub fn run_for(&mut self, time: Duration) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let timer = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(time);
+                stop.store(true, Ordering::Relaxed);
+            })
+        };
+        self.inner.run(&stop);
+        // The timer only sleeps and stores; it cannot have panicked.
+        let _ = timer.join();
     }
 
     /// The emulated ports.
@@ -233,16 +250,7 @@ mod tests {
         let fwd = Arc::new(crate::forward::tests::fwd(Mode::L3fwd));
         let stats = Arc::new(PollerStats::with_queues(false, 2));
         let mut p = MemPoller::new(&spec, queues, fwd, stats.clone()).expect("poller");
-        let stop = Arc::new(AtomicBool::new(false));
-        let timer = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(ms));
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            })
-        };
-        p.run(&stop);
-        timer.join().expect("timer");
+        p.run_for(Duration::from_millis(ms));
         p.finish();
         stats.snapshot().get(Counter::IdleSleeps)
     }
@@ -263,7 +271,6 @@ mod tests {
             tx_stalled: true,
             ..Faults::default()
         };
-        let done = Arc::new(AtomicBool::new(false));
         let queues = vec![
             MemQueue::new(0, 0, RING, Some(traffic())),
             MemQueue::new(1, 0, RING, None).with_faults(stalled),
@@ -271,15 +278,7 @@ mod tests {
         let fwd = Arc::new(crate::forward::tests::fwd(Mode::L3fwd));
         let stats = Arc::new(PollerStats::with_queues(false, 2));
         let mut p = MemPoller::new(&spec(48), queues, fwd, stats.clone()).expect("poller");
-        let stopper = {
-            let done = done.clone();
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(50));
-                done.store(true, std::sync::atomic::Ordering::Relaxed);
-            })
-        };
-        p.run(&done);
-        stopper.join().expect("stopper");
+        p.run_for(Duration::from_millis(50));
         let report = p.finish();
         let s = stats.snapshot();
         assert!(s.get(Counter::FillEmpty) > 0, "fill-empty counted");

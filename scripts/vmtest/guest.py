@@ -1132,6 +1132,7 @@ def compare_test(ctl, dp, ports, spec, best, repeats):
             night.append(r)
     goals = []
     named = {x["name"]: x for x in runs}
+    ctl.check("compare: the rebalancer ran", bool(rebalanced), f"{len(rebalanced)} of {repeats} runs")
     if rebalanced and "static RSS" in named:
         st = named["static RSS"]
         sc = named.get("rebalancer, target_load 0.7", rebalanced[0])
@@ -1155,7 +1156,7 @@ def compare_test(ctl, dp, ports, spec, best, repeats):
         met = lambda xs, ok: f"{sum(1 for x in xs if ok(x))} of {n} runs"
         checks = [
             (f"max/mean poller load <= 1.15 within 2 s of each change (median of {n} runs)",
-             median(settle) <= 2, f"median {median(settle)} s, met in {met(settle, lambda x: x <= 2)}; "
+             median(settle) <= 2, f"median {median(settle) if median(settle) < inf else 'never'} s, met in {met(settle, lambda x: x <= 2)}; "
              + each("settled", lambda v: " / ".join(f"{x} s" if x is not None else "never" for x in v))),
             (f"and it holds: max/mean over the rest of each phase (from 2 s after the change) <= 1.15 (median of {n} runs)",
              median(held) <= 1.15, f"median {median(held):.2f}, met in {met(held, lambda x: x <= 1.15)}; "
@@ -1329,7 +1330,7 @@ def main():
         if rss.startswith("tune:"):
             return alone("tune", lambda: tune_test(ctl, dp, ports, rss[len("tune:"):]))
         if rss.startswith("compare:"):
-            _, spec, best, repeats = (rss.split(":") + ["1"])[:4]
+            _, spec, best, repeats = (rss.split(":") + ["3"])[:4]
             return alone("compare", lambda: compare_test(ctl, dp, ports, spec, best or None, int(repeats)))
         if rss:
             # 4 queues, rss=on,hash=on.

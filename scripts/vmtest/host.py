@@ -531,6 +531,8 @@ def main():
                    help="zero-copy guest: one more boot whose egress NIC transmits slowly, this "
                         "load offered: a TX ring that fills ('' to skip)")
     a = p.parse_args()
+    if a.compare_repeats < 1:
+        p.error("--compare-repeats must be at least 1")
     if os.geteuid() != 0:
         sys.exit("vmtest: needs root (namespaces, taps)")
     kernels = a.kernels.split(",")

@@ -243,12 +243,13 @@ pub fn kernel_forwarded(n: &str) -> (u64, u64) {
     (v4, v6)
 }
 
-/// The UDP counters of namespace `n` (/proc/net/snmp): datagrams delivered to sockets, and
-/// those dropped at the socket because its receive buffer was full.
+/// The IPv4 UDP counters of namespace `n` (/proc/net/snmp's `Udp:`, not `Udp6`): datagrams
+/// delivered to sockets (counted as they are read), and those dropped at a socket for want of
+/// room (its receive buffer full, `RcvbufErrors`, or UDP's memory limit, `MemErrors`).
 #[derive(Clone, Copy, Debug)]
 pub struct UdpCounters {
     pub in_datagrams: u64,
-    pub rcvbuf_errors: u64,
+    pub socket_drops: u64,
 }
 
 pub fn udp_counters(n: &str) -> UdpCounters {
@@ -258,29 +259,24 @@ pub fn udp_counters(n: &str) -> UdpCounters {
         udp.next().expect("Udp names"),
         udp.next().expect("Udp values"),
     );
-    let value = |name: &str| -> u64 {
-        let col = names
-            .split_whitespace()
-            .position(|w| w == name)
-            .unwrap_or_else(|| panic!("Udp {name} in /proc/net/snmp"));
-        values
-            .split_whitespace()
-            .nth(col)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("Udp {name} value: {values}"))
+    let value = |name: &str| -> Option<u64> {
+        let col = names.split_whitespace().position(|w| w == name)?;
+        values.split_whitespace().nth(col)?.parse().ok()
     };
     UdpCounters {
-        in_datagrams: value("InDatagrams"),
-        rcvbuf_errors: value("RcvbufErrors"),
+        in_datagrams: value("InDatagrams").expect("Udp InDatagrams in /proc/net/snmp"),
+        socket_drops: value("RcvbufErrors").expect("Udp RcvbufErrors in /proc/net/snmp")
+            + value("MemErrors").unwrap_or(0),
     }
 }
 
-/// Asserts that every datagram of an iperf3 UDP run (`sum`, its JSON "end.sum") reached the
-/// sink's UDP layer (`before` and `after` are the sink's counters around the run), and that
-/// what iperf3 counts lost is exactly what the sink's socket dropped for a full receive
-/// buffer. A server starved of CPU on a loaded machine loses datagrams there, after the
-/// dataplane delivered them (seen in CI: 7 of 1562); a datagram lost on the way is counted
-/// lost by iperf3 but not by the sink's socket, and fails the equality.
+/// Asserts that iperf3 UDP datagrams (`sum`, the JSON's "end.sum" of a `-4` run) were lost
+/// only at the sink's socket: iperf3's lost count is at most what the sink's socket dropped
+/// for want of room (`before` and `after` are the sink's counters around the run). A server
+/// starved of CPU on a loaded machine loses datagrams there, after the dataplane delivered
+/// them (seen in CI: 7 of 1562); a datagram lost on the way, before the sink's UDP layer, is
+/// counted lost by iperf3 but by no socket, and fails this. (Not caught, as with a plain
+/// "none lost": a loss in the last datagrams, which iperf3 cannot tell from a short run.)
 pub fn assert_udp_lost_only_at_the_sink_socket(
     sum: &serde_json::Value,
     before: UdpCounters,
@@ -288,18 +284,13 @@ pub fn assert_udp_lost_only_at_the_sink_socket(
 ) {
     let packets = sum["packets"].as_u64().expect("iperf3 packets");
     let lost = sum["lost_packets"].as_u64().expect("iperf3 lost_packets");
-    let delivered = after.in_datagrams - before.in_datagrams;
-    let socket_drops = after.rcvbuf_errors - before.rcvbuf_errors;
+    let read = after.in_datagrams.saturating_sub(before.in_datagrams);
+    let socket_drops = after.socket_drops.saturating_sub(before.socket_drops);
     assert!(packets > 100, "iperf3 UDP sent {packets} datagrams: {sum}");
-    // iperf3's own hello datagram arrives too: at least `packets`.
     assert!(
-        delivered + socket_drops >= packets,
-        "{packets} datagrams sent, the sink's UDP layer saw {delivered} delivered + {socket_drops} \
-         dropped at the socket: lost on the way: {sum}"
-    );
-    assert_eq!(
-        lost, socket_drops,
-        "iperf3's lost datagrams against the sink socket's receive-buffer drops: {sum}"
+        lost <= socket_drops,
+        "iperf3 counted {lost} of {packets} datagrams lost, the sink's socket dropped \
+         {socket_drops} (and read {read}): lost on the way: {sum}"
     );
 }
 

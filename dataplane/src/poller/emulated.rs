@@ -64,8 +64,8 @@ impl MemPoller {
         self.inner.run(stop);
     }
 
-    /// Runs the loop for `time` (or until a queue's frame budget stops it sooner): a timer
-    /// thread raises the stop flag, since the loop itself reads no clock for it.
+    /// Runs the loop for `time`: a timer thread raises the stop flag, since the loop itself
+    /// reads no clock for it. Returns when the timer has fired.
     pub fn run_for(&mut self, time: Duration) {
         let stop = Arc::new(AtomicBool::new(false));
         let timer = {

@@ -15,6 +15,8 @@
 /* Largest RSS indirection table whose buckets the steering program counts (mlx5 has 256
  * entries, ice up to 2048, QEMU's virtio-net 128). */
 #define DP_MAX_RSS_BUCKETS 2048
+/* Bytes the software Toeplitz hash takes in at most: IPv6 addresses and two ports. */
+#define DP_RSS_INPUT_MAX 36
 
 /* Per-CPU counters of the steering program, one slot each. */
 enum dp_steer_stat {
@@ -29,6 +31,7 @@ enum dp_steer_stat {
 	DP_STEER_DROP_MCAST_SRC, /* multicast Ethernet source: dropped */
 	DP_STEER_PASS_FOREIGN,   /* routed out of an interface that is not a dataplane port */
 	DP_STEER_RSS_NO_HASH,    /* redirected, but the driver gave no RSS hash to count it by */
+	DP_STEER_RSS_SOFT_HASH,  /* counted by the program's own Toeplitz hash (the device gave none) */
 	DP_STEER_STAT_MAX,
 };
 

@@ -105,6 +105,9 @@ static __always_inline int count(__u32 slot, int action)
 	return action;
 }
 
+#define IP4_HDR_MIN 20
+#define IP6_HDR_LEN 40
+
 /* RSS buckets (xdp_steer_rss only): packets redirected to a socket, per bucket of the NIC's
  * indirection table (bucket = the NIC's hash modulo the table size, as the NIC picks the
  * queue), so the balancer (dataplane/src/rebalance) knows which buckets load which queue.
@@ -129,6 +132,81 @@ enum xdp_rss_hash_type {
 extern int bpf_xdp_metadata_rx_hash(const struct xdp_md *ctx, __u32 *hash,
 				    enum xdp_rss_hash_type *rss_type) __ksym __weak;
 
+/* The software hash, for a device that hashes but does not hand the hash up (QEMU's
+ * virtio-net with RSS in the host's tap, hash=off; drivers without the rx-hash kfunc): the
+ * device's Toeplitz hash, by its own key, over what it hashes (IPv4 or IPv6 source and
+ * destination, and the ports of TCP and UDP where its rx-flow-hash settings say so).
+ * Toeplitz is linear over XOR: rss_soft_table[i][v] is what byte value v contributes at
+ * input position i (made by the loader from the key, dataplane/src/bpf/toeplitz.rs).
+ * rss_soft_l4: bit 0 TCP/IPv4, 1 UDP/IPv4, 2 TCP/IPv6, 3 UDP/IPv6 hash their ports. */
+const volatile __u8 rss_soft = 0;
+const volatile __u8 rss_soft_l4 = 0;
+const volatile __u32 rss_soft_table[DP_RSS_INPUT_MAX][256] = {};
+
+#define IPPROTO_TCP_ 6
+#define IPPROTO_UDP_ 17
+
+/* Hashes `len` bytes at `p` from input position `at`; false if they are not in the frame. */
+static __always_inline int soft_hash_bytes(const __u8 *p, void *end, __u32 at, __u32 len, __u32 *h)
+{
+	if ((void *)(p + len) > end)
+		return 0;
+	for (__u32 i = 0; i < len && i < DP_RSS_INPUT_MAX; i++) {
+		__u32 pos = at + i;
+
+		if (pos >= DP_RSS_INPUT_MAX)
+			return 0;
+		*h ^= rss_soft_table[pos][p[i]];
+	}
+	return 1;
+}
+
+/* The device's hash of this frame, computed here; false when the frame is not IP (the
+ * device hashes none of those either). */
+static __always_inline int soft_hash(struct xdp_md *ctx, __u32 *hash)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *l3 = data + sizeof(struct ethhdr);
+	struct ethhdr *eth = data;
+	__u32 h = 0;
+
+	if ((void *)(eth + 1) > end)
+		return 0;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		if ((void *)(l3 + IP4_HDR_MIN) > end)
+			return 0;
+		__u32 ihl = (l3[0] & 0x0f) * 4;
+		__u8 proto = l3[9];
+		/* A fragment (more-fragments set, or an offset) carries no ports to hash. */
+		int frag = (l3[6] & 0x3f) || l3[7];
+		int l4 = !frag && ((proto == IPPROTO_TCP_ && (rss_soft_l4 & 1)) ||
+				   (proto == IPPROTO_UDP_ && (rss_soft_l4 & 2)));
+
+		if (!soft_hash_bytes(l3 + 12, end, 0, 8, &h))
+			return 0;
+		if (l4 && ihl >= IP4_HDR_MIN && ihl <= 60)
+			soft_hash_bytes(l3 + ihl, end, 8, 4, &h);
+		*hash = h;
+		return 1;
+	}
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		if ((void *)(l3 + IP6_HDR_LEN) > end)
+			return 0;
+		__u8 next = l3[6];
+		int l4 = (next == IPPROTO_TCP_ && (rss_soft_l4 & 4)) ||
+			 (next == IPPROTO_UDP_ && (rss_soft_l4 & 8));
+
+		if (!soft_hash_bytes(l3 + 8, end, 0, 32, &h))
+			return 0;
+		if (l4)
+			soft_hash_bytes(l3 + IP6_HDR_LEN, end, 32, 4, &h);
+		*hash = h;
+		return 1;
+	}
+	return 0;
+}
+
 static __always_inline void count_bucket(struct xdp_md *ctx)
 {
 	enum xdp_rss_hash_type type;
@@ -136,10 +214,14 @@ static __always_inline void count_bucket(struct xdp_md *ctx)
 	__u64 *c;
 
 	/* A hash of type NONE is no hash (virtio_net reports 0 for a frame the device did
-	 * not hash): counted apart, not all in bucket 0. */
+	 * not hash): then the program's own hash where it has the device's key, else counted
+	 * apart, not all in bucket 0. */
 	if (bpf_xdp_metadata_rx_hash(ctx, &hash, &type) || type == XDP_RSS_TYPE_NONE_) {
-		count(DP_STEER_RSS_NO_HASH, 0);
-		return;
+		if (!rss_soft || !soft_hash(ctx, &hash)) {
+			count(DP_STEER_RSS_NO_HASH, 0);
+			return;
+		}
+		count(DP_STEER_RSS_SOFT_HASH, 0);
 	}
 	bucket = hash % rss_table_size;
 	c = bpf_map_lookup_elem(&rss_buckets, &bucket);
@@ -156,8 +238,6 @@ static __always_inline int to_socket(struct xdp_md *ctx, const int buckets)
 	return count(ret == XDP_REDIRECT ? DP_STEER_REDIRECTED : DP_STEER_PASS_NO_SOCKET, ret);
 }
 
-#define IP4_HDR_MIN 20
-#define IP6_HDR_LEN 40
 #define IPPROTO_ICMPV6_ 58
 
 /* The steering decision; `buckets` (a constant in each program) also counts RSS buckets. */

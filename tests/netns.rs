@@ -616,3 +616,32 @@ fn a_run_that_fails_after_its_pollers_started_leaves_nothing_behind() {
     let _ = holder.kill();
     let _ = holder.wait();
 }
+
+/// The device-bound counting program, with the software Toeplitz hash (for a device that
+/// hashes but hands no hash up), passes the verifier bound to a veth: the vmtest guests
+/// run it on virtio-net, this catches a refusal on any host.
+#[test]
+fn the_rss_counting_program_with_its_own_toeplitz_hash_loads() {
+    if !root_or_skip("steer rss") {
+        return;
+    }
+    let bed = Bed::up("rsssoft", 1);
+    let (ns, ifname) = (bed.0.dut_ns(), bed.0.dut_in());
+    std::thread::spawn(move || {
+        dataplane::sys::enter_netns(&ns).expect("setns");
+        let ifindex = dataplane::sys::if_index(&ifname).expect("ifindex");
+        let rss = dataplane::bpf::RssCounting {
+            ifindex,
+            table_size: 128,
+            soft: Some(dataplane::bpf::SoftRss {
+                key: [0x6d; dataplane::bpf::toeplitz::KEY_LEN],
+                l4: 0b1111,
+            }),
+        };
+        let s = dataplane::bpf::Steer::load_with(&ifname, [2, 0, 0, 0, 0, 9], Some(rss))
+            .expect("xdp_steer_rss with the software hash passes the verifier");
+        assert_eq!(s.rss_counting(), Some(rss));
+    })
+    .join()
+    .expect("the loading thread");
+}

@@ -66,6 +66,77 @@ def run(*args, check=True, ns=None):
     return r.stdout
 
 
+class VcpuQuota:
+    """Slower emulated cores while traffic runs: each of a QEMU's vCPU threads in a cgroup
+    (v1 cpu controller) of its own, allowed `percent` of one host CPU (quota per 10 ms).
+    The host offers some thousands of frames/s at most, well under what one TCG vCPU with
+    its full share forwards; slower cores were to make the heavy flows' queue more than
+    one poller can carry, so that static RSS drops. What it showed instead: a queue that
+    fills stalls whole tap queues in QEMU's software RSS (see `Bed.up`), and the loss
+    measures that (docs/REBALANCE.md). QEMU's own threads (the virtio-net device, RSS
+    steering) are not limited, nor is the host's generator."""
+
+    ROOT = "/sys/fs/cgroup/cpu"
+    PERIOD_US = 10000
+
+    def __init__(self, qemu_pid, percent):
+        self.pid, self.percent, self.groups = qemu_pid, percent, []
+
+    def vcpu_threads(self):
+        """(tid, name) of each vCPU thread (named "CPU n/TCG" under -name ...,debug-threads=on)."""
+        out = []
+        for tid in os.listdir(f"/proc/{self.pid}/task"):
+            try:
+                name = open(f"/proc/{self.pid}/task/{tid}/comm").read().strip()
+            except OSError:
+                continue
+            if name.startswith("CPU ") and name.endswith("/TCG"):
+                out.append((int(tid), name))
+        return sorted(out, key=lambda t: t[1])
+
+    def apply(self):
+        if not os.path.exists(os.path.join(self.ROOT, "cpu.cfs_quota_us")):
+            raise RuntimeError(f"--vcpu-quota needs the cgroup v1 cpu controller at {self.ROOT}")
+        threads = self.vcpu_threads()
+        if not threads:
+            raise RuntimeError(f"--vcpu-quota: no vCPU threads found in QEMU (pid {self.pid})")
+        quota = max(1000, self.PERIOD_US * self.percent // 100)
+        for tid, _ in threads:
+            group = os.path.join(self.ROOT, f"vmtest-{self.pid}-{tid}")
+            os.makedirs(group, exist_ok=True)
+            self.groups.append(group)
+            open(os.path.join(group, "cpu.cfs_period_us"), "w").write(str(self.PERIOD_US))
+            open(os.path.join(group, "cpu.cfs_quota_us"), "w").write(str(quota))
+            open(os.path.join(group, "tasks"), "w").write(str(tid))
+        return len(threads), quota
+
+    def throttled_ms(self):
+        """How long the vCPUs were held back in all (ms), from the groups' cpu.stat."""
+        total = 0
+        for g in self.groups:
+            try:
+                for line in open(os.path.join(g, "cpu.stat")):
+                    if line.startswith("throttled_time "):
+                        total += int(line.split()[1])
+            except OSError:
+                pass
+        return total // 1_000_000
+
+    def remove(self):
+        """The threads back in the root group, the groups gone (also when QEMU has exited)."""
+        for g in self.groups:
+            try:
+                for tid in open(os.path.join(g, "tasks")).read().split():
+                    try:
+                        open(os.path.join(self.ROOT, "tasks"), "w").write(tid)
+                    except OSError:
+                        pass  # the thread has exited
+                os.rmdir(g)
+            except OSError:
+                pass
+        self.groups = []
+
+
 class Bed:
     """Namespaces, taps and the QEMU process of one vmtest run (unique names)."""
 
@@ -77,6 +148,7 @@ class Bed:
         self.ctl_path = os.path.join(self.dir, "ctl.sock")
         self.console = os.path.join(self.dir, "console.log")
         self.qemu = None
+        self.quota = None  # a VcpuQuota while the comparison's traffic runs
         self.args = args
         self.checks_failed = 0
         self.vm = os.path.join(REPO, "target", "vm", args.kernel)
@@ -92,6 +164,8 @@ class Bed:
         per_node = cpus // a.nodes
         cmd = [
             "qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max",
+            # vCPU threads named "CPU n/TCG" (VcpuQuota finds them by name)
+            "-name", "vmtest,debug-threads=on",
             "-m", f"{256 * a.nodes * 2}",
             "-smp", f"{cpus},sockets={a.sockets},cores={a.cores},threads={a.threads}",
         ]
@@ -107,20 +181,30 @@ class Bed:
                        + (f" vmtest.cost={a.cost}" if a.cost else "")
                        + ("" if a.extras else " vmtest.extras=0")
                        + (f" vmtest.txfill={a.txfill}" if a.txfill else "")
-                       + (f" vmtest.rss={a.rss}" if a.rss else ""),
+                       + (f" vmtest.rss={a.rss}" if a.rss else "")
+                       + ("" if getattr(a, "rss_hash", True) else " vmtest.rsshash=off"),
             "-display", "none", "-monitor", "none", "-no-reboot",
             "-serial", f"file:{self.console}",
             "-serial", f"unix:{self.ctl_path},server=on,wait=off",
             "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
         ]
         # The rebalancing boot: 4 queues and QEMU's own RSS (rss=on: it steers by the table
-        # the guest sets, vhost being off; hash=on: it reports the hash the XDP program reads).
+        # the guest sets, vhost being off; hash=on: it reports the hash the XDP program reads;
+        # hash=off: it does not, and the XDP program computes the Toeplitz hash by the key).
+        # With hash=off QEMU would rather steer in the host's tap by its eBPF program, but
+        # that object (QEMU 7.2) uses legacy map definitions libbpf 1.x refuses, so QEMU
+        # steers in software either way. Its software RSS reads a frame from one tap queue
+        # and delivers it to another virtqueue; when that one is full, it stops reading the
+        # first tap queue until the guest refills the first virtqueue, which may be never
+        # (virtio_net_receive_rcu): under overload whole tap queues stall, so overload in
+        # this guest measures QEMU, not a NIC's per-queue drops.
         queues = 4 if a.rss else 2
+        rss_props = (",rss=on,hash=on" if getattr(a, "rss_hash", True) else ",rss=on") if a.rss else ""
         for i, (tap, mac) in enumerate(zip(self.taps, GUEST_MACS)):
             cmd += ["-netdev", f"tap,id=n{i},ifname={tap},script=no,downscript=no,queues={queues},vhost=off",
                     "-device", f"virtio-net-pci,netdev=n{i},mq=on,vectors={2 * queues + 2},mac={mac}"
                                f"{KERNELS[a.kernel]}{VIRTIO_EXTRA}{SLOW_TX if a.txfill and i == 1 else ''}"
-                               f"{',rss=on,hash=on' if a.rss else ''}"]
+                               f"{rss_props}"]
         self.qemu = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                                      stderr=open(os.path.join(self.dir, "qemu.err"), "w"))
         # QEMU has the taps open once its control socket exists; then their host ends go into
@@ -140,6 +224,9 @@ class Bed:
             run("ip", "link", "set", "lo", "up", ns=ns)
 
     def down(self, keep_logs):
+        if self.quota:
+            self.quota.remove()
+            self.quota = None
         if self.qemu and self.qemu.poll() is None:
             self.qemu.kill()
             self.qemu.wait()
@@ -241,7 +328,10 @@ class Schedule:
         self.buckets = [q0[1], q2[1]]
         self.light, self.phases, self.first = light, phases, first
         self.size = size  # the heavy flows' frames, bytes on the wire
-        self.sent = 0
+        # What the generators were asked to send, and what they sent: a generator waits
+        # while the guest's NIC takes nothing (the tap's queue full), so frames the guest
+        # could not take in are offered but never sent, and lost all the same.
+        self.offered, self.sent = 0, 0
         self.thread = None
         # Each phase's start (its generators started), seconds after `t0` (just before the
         # guest is told the traffic started): where the guest measures settling from.
@@ -249,6 +339,7 @@ class Schedule:
 
     def gen(self, flows, sport, rate, seconds, tag, size=64):
         out = os.path.join(self.bed.dir, f"gen-{tag}.json")
+        self.offered += max(1, int(rate * seconds))
         return subprocess.Popen(
             ["ip", "netns", "exec", self.bed.gen, DATAPLANE, "gen", "--iface", self.bed.taps[0],
              "--size", str(size),
@@ -294,16 +385,16 @@ class Schedule:
 
     def collect(self):
         """Waits for the phases, lets the guest's last frames arrive, stops the sink:
-        (sent, received, reordered); `changes` has each phase's start."""
+        (offered, sent, received, reordered); `changes` has each phase's start."""
         self.thread.join()
         time.sleep(3)
         self.sink.send_signal(2)
         self.sink.communicate(timeout=60)
         try:
             s = json.load(open(self.sink_json))
-            return self.sent, s["matched"], s["reordered"]
+            return self.offered, self.sent, s["matched"], s["reordered"]
         except (OSError, ValueError, KeyError):
-            return self.sent, -1, -1
+            return self.offered, self.sent, -1, -1
 
 
 def write_svg(path, runs, phase):
@@ -318,7 +409,7 @@ def write_svg(path, runs, phase):
         x = lambda t: pad + (w - 2 * pad) * t / total
         y = lambda v: y0 + h - 40 - (h - 60) * min(v, 1.0)
         out.append(f'<text x="{pad}" y="{y0 + 12}" font-weight="bold">{r["name"]}: '
-                   f'drops {r["drops"]}, reordered {r["reordered"]}, moves {r["moves"]}</text>')
+                   f'lost {r["drops"]}, reordered {r["reordered"]}, moves {r["moves"]}</text>')
         for p in range(3):
             if p % 2:
                 out.append(f'<rect x="{x(p * phase)}" y="{y(1)}" width="{x((p + 1) * phase) - x(p * phase)}" '
@@ -455,17 +546,27 @@ def serve(bed, timeout, ran, rows):
                                         float(light_rate), phases=int(phases),
                                         first=int(rest[0]) if rest else 0,
                                         size=int(rest[1]) if len(rest) > 1 else 64)
+                if getattr(bed.args, "vcpu_quota", None):
+                    bed.quota = VcpuQuota(bed.qemu.pid, bed.args.vcpu_quota)
+                    n, quota = bed.quota.apply()
+                    print(f"vmtest: {name}: {n} vCPUs held to {quota} us of CPU per "
+                          f"{VcpuQuota.PERIOD_US} us while the traffic runs", flush=True)
                 bed.schedule.run()
                 print(f"vmtest: {name}: traffic started, heavy flows on queue 0 {bed.schedule.plan[0]}, "
                       f"then queue 2 {bed.schedule.plan[1]}", flush=True)
                 b = bed.schedule.buckets
                 sock.sendall(f"STARTED {','.join(map(str, b[0]))} {','.join(map(str, b[1]))}\n".encode())
             elif word == "COLLECT":
-                sent, received, reordered = bed.schedule.collect()
+                offered, sent, received, reordered = bed.schedule.collect()
+                if bed.quota:
+                    print(f"vmtest: {line.split()[1]}: the vCPUs were held back "
+                          f"{bed.quota.throttled_ms()} ms in all", flush=True)
+                    bed.quota.remove()
+                    bed.quota = None
                 changes = ",".join(f"{c:.3f}" for c in bed.schedule.changes) or "-"
-                print(f"vmtest: {line.split()[1]}: sent {sent}, the sink received {received}, "
-                      f"{reordered} reordered; phases started at {changes} s", flush=True)
-                sock.sendall(f"SENT {sent} {received} {reordered} {changes}\n".encode())
+                print(f"vmtest: {line.split()[1]}: offered {offered}, sent {sent}, the sink received "
+                      f"{received}, {reordered} reordered; phases started at {changes} s", flush=True)
+                sock.sendall(f"SENT {sent} {received} {reordered} {changes} {offered}\n".encode())
             elif word == "RESULTS":
                 bed.results = json.loads(line[len("RESULTS "):])
             elif word == "ROW":
@@ -524,6 +625,10 @@ def main():
     p.add_argument("--compare-repeats", type=int, default=3, metavar="N",
                    help="with --compare: the rebalancer's run N times in the same boot; its "
                         "goals are judged on the median, each run's figures shown")
+    p.add_argument("--vcpu-quota", type=int, default=None, metavar="PERCENT",
+                   help="with --compare: while the traffic runs, each vCPU gets at most PERCENT "
+                        "of one host CPU (cgroup v1 cpu quota): slower cores, so one poller "
+                        "cannot carry the heavy flows' queue and static RSS drops")
     p.add_argument("--rss", default="2000x4", metavar="RATExSECONDS",
                    help="copy guest: one more boot, 4 vCPUs and 4 queues with rss=on,hash=on: live "
                         "RSS rebalancing under this load ('' to skip)")
@@ -533,6 +638,8 @@ def main():
     a = p.parse_args()
     if a.compare_repeats < 1:
         p.error("--compare-repeats must be at least 1")
+    if a.vcpu_quota is not None and not 10 <= a.vcpu_quota <= 100:
+        p.error("--vcpu-quota must be a percentage from 10 to 100 (the quota is at least 1 ms per 10 ms)")
     if os.geteuid() != 0:
         sys.exit("vmtest: needs root (namespaces, taps)")
     kernels = a.kernels.split(",")
@@ -577,11 +684,16 @@ def boot_all(a, kernel, rows):
                                      bench=None, cost=None, extras=False, txfill=a.txfill, rss=None))
         all_ok &= boot(a, bed, ran, rows, f"{kernel} TX ring full")
     if kernel == "copy" and a.rss and not a.bench:
-        # One more boot: 4 vCPUs, 4 queues per NIC, QEMU's RSS: live rebalancing.
-        print(f"vmtest: booting the {kernel} guest with 4 vCPUs and 4-queue NICs with RSS (rebalancing)", flush=True)
-        bed = Bed(argparse.Namespace(sockets=1, cores=4, threads=1, nodes=1, kernel=kernel,
-                                     bench=None, cost=None, extras=False, txfill=None, rss=a.rss))
-        all_ok &= boot(a, bed, ran, rows, f"{kernel} RSS rebalancing")
+        # Two more boots: 4 vCPUs, 4 queues per NIC, QEMU's RSS: live rebalancing, with the
+        # device reporting its hash (hash=on: the rx-hash kfunc) and without (hash=off: the
+        # steering program computes the Toeplitz hash by the device's key).
+        for device_hash in (True, False):
+            label = "" if device_hash else ", hash=off"
+            print(f"vmtest: booting the {kernel} guest with 4 vCPUs and 4-queue NICs with RSS (rebalancing{label})", flush=True)
+            bed = Bed(argparse.Namespace(sockets=1, cores=4, threads=1, nodes=1, kernel=kernel,
+                                         bench=None, cost=None, extras=False, txfill=None, rss=a.rss,
+                                         rss_hash=device_hash))
+            all_ok &= boot(a, bed, ran, rows, f"{kernel} RSS rebalancing{label}")
     missing = set(LAYOUTS) - ran
     if missing and not a.bench:
         print(f"vmtest: FAIL: {kernel}: layouts that forwarded on no topology: {sorted(missing)}", flush=True)
@@ -596,7 +708,8 @@ def compare(a):
 
     def guest(rss, what):
         bed = Bed(argparse.Namespace(sockets=1, cores=4, threads=1, nodes=1, kernel="copy",
-                                     bench=None, cost=None, extras=False, txfill=None, rss=rss))
+                                     bench=None, cost=None, extras=False, txfill=None, rss=rss,
+                                     vcpu_quota=a.vcpu_quota))
         bed.results = None
         return boot(a, bed, set(), [], what), bed.results
     # tune in a boot of its own, tried up to three times: TCG has crashed the guest in the
@@ -622,11 +735,17 @@ def compare(a):
              f"The rebalancer runs {a.compare_repeats} times in the same boot; its goals are judged on the",
              "median of those runs (timings on emulated CPUs sharing 2 host cores are noisy), with",
              "each run's figures beside it.",
-             "**Emulated CPUs:** loads and rates show behaviour, not hardware figures.", "",
-             "| run | sent | received | reordered | moves | max/mean load of the pollers with buckets, phase 1 / 2 (last 5 s) | CPU at night, pollers / all CPUs (ms) | buckets per poller at the end | dataplane rx / tx / drops |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "**Emulated CPUs:** loads and rates show behaviour, not hardware figures."]
+    if a.vcpu_quota:
+        lines += [f"While the traffic ran, each vCPU had at most {a.vcpu_quota}% of one host CPU "
+                  "(--vcpu-quota: slower cores, so one poller cannot carry the heavy flows' queue).",
+                  "Lost: offered and not received (the guest's NIC refused it, or it was dropped inside)."]
+    lines += ["",
+             "| run | offered | sent | received | lost | reordered | moves | max/mean load of the pollers with buckets, phase 1 / 2 (last 5 s) | CPU at night, pollers / all CPUs (ms) | buckets per poller at the end | dataplane rx / tx / drops |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in r["runs"]:
-        lines.append(f"| {run['name']} | {run['sent']} | {run['received']} | {run['reordered']} | {run['moves']} | "
+        lines.append(f"| {run['name']} | {run.get('offered', run['sent'])} | {run['sent']} | {run['received']} | "
+                     f"{run['drops']} | {run['reordered']} | {run['moves']} | "
                      f"{run['imbalance'][0]:.2f} / {run['imbalance'][1]:.2f} | {run['night_cpu_ms']:.0f} / {run.get('night_all_cpu_ms', 0):.0f} | "
                      f"{run['buckets']} | {run['dataplane_rx']} / {run['dataplane_tx']} / {run['dataplane_drops']} |")
     if r.get("night"):

@@ -15,11 +15,12 @@ use libbpf_rs::{MapCore, MapFlags, OpenObject};
 use crate::sys;
 
 mod skel;
+pub mod toeplitz;
 
 pub use skel::gen::types::dp_gen_cfg as GenConfig;
 
 /// Names of the steering program's counters, in `enum dp_steer_stat` order (bpf/dataplane.h).
-pub const STEER_STAT_NAMES: [&str; 11] = [
+pub const STEER_STAT_NAMES: [&str; 12] = [
     "redirected",
     "pass_not_ip",
     "pass_local",
@@ -31,6 +32,7 @@ pub const STEER_STAT_NAMES: [&str; 11] = [
     "drop_multicast_source",
     "pass_foreign",
     "rss_no_hash",
+    "rss_soft_hash",
 ];
 
 /// Largest RSS indirection table whose buckets the steering program counts
@@ -183,6 +185,21 @@ pub struct RssCounting {
     pub ifindex: u32,
     /// Entries in the port's indirection table (1..=[`MAX_RSS_BUCKETS`]).
     pub table_size: u32,
+    /// The device's Toeplitz key and hashed fields, for frames the device hands up without
+    /// a hash: the program then computes it (`rss_soft_hash`). None: such frames are
+    /// counted as `rss_no_hash`.
+    pub soft: Option<SoftRss>,
+}
+
+/// What the steering program needs to compute a device's RSS hash itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SoftRss {
+    /// The device's key (its first [`toeplitz::KEY_LEN`] bytes: all that hashing
+    /// [`toeplitz::MAX_INPUT`] bytes reads).
+    pub key: [u8; toeplitz::KEY_LEN],
+    /// Which flow types hash their ports too: bit 0 TCP/IPv4, 1 UDP/IPv4, 2 TCP/IPv6, 3
+    /// UDP/IPv6 (the device's `rx-flow-hash` settings); the others hash addresses only.
+    pub l4: u8,
 }
 
 /// The steering program of one interface, with its own XSKMAP.
@@ -214,6 +231,11 @@ impl Steer {
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.port_mac = port_mac;
             ro.rss_table_size = rss.map_or(1, |r| r.table_size.clamp(1, MAX_RSS_BUCKETS));
+            if let Some(soft) = rss.and_then(|r| r.soft) {
+                ro.rss_soft = 1;
+                ro.rss_soft_l4 = soft.l4;
+                ro.rss_soft_table = *toeplitz::tables(&soft.key);
+            }
         }
         match rss {
             Some(r) => {

@@ -7,7 +7,7 @@
 //! restore` after a crash) puts back the tables the NICs had.
 use std::time::{Duration, Instant};
 
-use crate::bpf::{RssCounting, Steer, MAX_RSS_BUCKETS};
+use crate::bpf::{toeplitz, RssCounting, SoftRss, Steer, MAX_RSS_BUCKETS};
 use crate::config::{Config, RebalanceSection};
 use crate::placement::affinity::IrqChanges;
 use crate::placement::plan::Plan;
@@ -29,6 +29,23 @@ pub(super) struct TablePort {
     pub rings: u32,
     /// The table at start.
     pub table: Vec<u32>,
+    /// The device's Toeplitz key and hashed fields (None: not Toeplitz, or unreadable):
+    /// the steering program hashes by them frames the device hands up without a hash.
+    pub soft: Option<SoftRss>,
+}
+
+/// The device's key and hashed fields, if its hash is Toeplitz with a key long enough to
+/// hash IPv6 and ports.
+fn soft_rss(ifname: &str) -> Option<SoftRss> {
+    let h = sys::rss_hash(ifname).ok()?;
+    if !h.toeplitz {
+        return None;
+    }
+    let key: [u8; toeplitz::KEY_LEN] = h.key.get(..toeplitz::KEY_LEN)?.try_into().ok()?;
+    Some(SoftRss {
+        key,
+        l4: sys::rss_l4_ports(ifname).unwrap_or(0),
+    })
 }
 
 /// What setup found: the ports with a table (their programs count buckets), and one line
@@ -56,6 +73,7 @@ pub(super) fn find_tables(cfg: &Config) -> Found {
                     ifname: ifname.clone(),
                     rings,
                     table,
+                    soft: soft_rss(ifname),
                 });
             }
             (Ok(table), Ok(_)) => found.lines.push(format!(
@@ -73,7 +91,9 @@ pub(super) fn find_tables(cfg: &Config) -> Found {
 /// Journals each table port's table, and turns its receive hashing on where it is off
 /// (journaled first, off again at stop): the counting program reads the hash the device
 /// hands up. A port whose table cannot be journaled is dropped from rebalancing (a table
-/// that is not journaled is never written). Runs before anything is attached.
+/// that is not journaled is never written), and so is one whose hashing cannot be turned
+/// on, unless the program can compute the device's hash itself (its Toeplitz key read).
+/// Runs before anything is attached.
 pub(super) fn prepare(found: &mut Found, journal: &mut IrqChanges, log: &mut impl FnMut(&str)) {
     found.ports.retain(|t| {
         if let Err(e) = journal.journal_rss_table(&t.ifname, t.table.clone(), t.rings) {
@@ -90,6 +110,13 @@ pub(super) fn prepare(found: &mut Found, journal: &mut IrqChanges, log: &mut imp
                     log(&format!(
                         "rebalance: {}: receive hashing turned on (ethtool -K {} rxhash on), off again at stop",
                         t.ifname, t.ifname
+                    ));
+                    true
+                }
+                Err(e) if t.soft.is_some() => {
+                    log(&format!(
+                        "rebalance: {}: turning receive hashing on: {e}: its buckets are counted by the device's Toeplitz hash, computed in the steering program",
+                        t.ifname
                     ));
                     true
                 }
@@ -118,6 +145,7 @@ pub(super) fn counting(found: &Found, port: usize) -> Option<RssCounting> {
     Some(RssCounting {
         ifindex: sys::if_index(&t.ifname).ok()?,
         table_size: t.table.len() as u32,
+        soft: t.soft,
     })
 }
 

@@ -1,6 +1,7 @@
 //! A NIC's RSS indirection table through the `SIOCETHTOOL` ioctl (`ETHTOOL_GRXRINGS`,
 //! `ETHTOOL_GRXFHINDIR`, `ETHTOOL_SRXFHINDIR`): the table maps each bucket of the NIC's
-//! hash to an RX queue. ethtool's netlink `RSS_SET` is newer than the kernels this runs on,
+//! hash to an RX queue; and its hash key and function (`ETHTOOL_GRSSH`) and the fields
+//! each flow type hashes (`ETHTOOL_GRXFH`). ethtool's netlink `RSS_SET` is newer than the kernels this runs on,
 //! and no crate covers the ioctl.
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -11,6 +12,14 @@ const SIOCETHTOOL: libc::c_ulong = 0x8946;
 const ETHTOOL_GRXRINGS: u32 = 0x2d;
 const ETHTOOL_GRXFHINDIR: u32 = 0x38;
 const ETHTOOL_SRXFHINDIR: u32 = 0x39;
+const ETHTOOL_GRSSH: u32 = 0x46;
+const ETHTOOL_GRXFH: u32 = 0x29;
+/// `ETH_RSS_HASH_TOP`: the Toeplitz hash function.
+const ETH_RSS_HASH_TOP: u8 = 1;
+/// `RXH_L4_B_0_1 | RXH_L4_B_2_3`: a flow type hashes both its ports.
+const RXH_L4_PORTS: u64 = (1 << 6) | (1 << 7);
+/// The largest hash key read (ice's is 52 bytes).
+const MAX_KEY: usize = 256;
 const ETHTOOL_GFLAGS: u32 = 0x25;
 const ETHTOOL_SFLAGS: u32 = 0x26;
 /// `ETH_FLAG_RXHASH`: the device hands its receive hash up (what XDP's rx-hash kfunc
@@ -171,6 +180,98 @@ pub(crate) fn set_rss_table(ifname: &str, table: &[u32]) -> Result<(), SyscallEr
     }
 }
 
+/// The device's RSS hash: its key, and whether its function is Toeplitz.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RssHash {
+    pub key: Vec<u8>,
+    pub toeplitz: bool,
+}
+
+/// `struct ethtool_rxfh`'s header (the table and key follow it), in u32 words: cmd,
+/// rss_context, indir_size, key_size, then hfunc, input_xfrm and two reserved bytes in one
+/// word, and a reserved word.
+const RXFH_HEAD_WORDS: usize = 6;
+
+/// The device's RSS key and hash function (`ETHTOOL_GRSSH`, what `ethtool -x` prints).
+pub(crate) fn rss_hash(ifname: &str) -> Result<RssHash, SyscallError> {
+    // First the sizes (both 0 asks for them), then the table and the key.
+    let mut head = [0u32; RXFH_HEAD_WORDS];
+    head[0] = ETHTOOL_GRSSH;
+    // SAFETY: `head` is a whole `struct ethtool_rxfh` header with both sizes 0: the kernel
+    // copies the header in and the two sizes out.
+    unsafe {
+        ethtool(
+            ifname,
+            head.as_mut_ptr().cast(),
+            "SIOCETHTOOL(ETHTOOL_GRSSH)",
+        )?
+    };
+    let (indir, key) = (head[2] as usize, head[3] as usize);
+    if key == 0 || key > MAX_KEY || indir > MAX_TABLE {
+        return Err(SyscallError {
+            call: "SIOCETHTOOL(ETHTOOL_GRSSH) key size",
+            io_error: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+        });
+    }
+    // The header, `indir` u32s of table, then `key` bytes (rounded up to whole words).
+    let mut buf = vec![0u32; RXFH_HEAD_WORDS + indir + key.div_ceil(4)];
+    if let Some(h) = buf.get_mut(..4) {
+        h.copy_from_slice(&[ETHTOOL_GRSSH, 0, indir as u32, key as u32]);
+    }
+    // SAFETY: `buf` is a `struct ethtool_rxfh` header with the device's sizes, followed by
+    // room for `indir` u32s and `key` bytes: what the kernel copies back for those sizes
+    // (it refuses sizes other than the device's).
+    unsafe {
+        ethtool(
+            ifname,
+            buf.as_mut_ptr().cast(),
+            "SIOCETHTOOL(ETHTOOL_GRSSH)",
+        )?
+    };
+    let hfunc = buf.get(4).map_or(0, |w| w.to_ne_bytes()[0]);
+    let key = buf
+        .get(RXFH_HEAD_WORDS + indir..)
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|w| w.to_ne_bytes())
+        .take(key)
+        .collect();
+    Ok(RssHash {
+        key,
+        toeplitz: hfunc == ETH_RSS_HASH_TOP,
+    })
+}
+
+/// Flow types of `ETHTOOL_GRXFH`, in the order of [`rss_l4_ports`]'s bits: TCP/IPv4,
+/// UDP/IPv4, TCP/IPv6, UDP/IPv6.
+const L4_FLOW_TYPES: [u32; 4] = [0x01, 0x02, 0x05, 0x06];
+
+/// Which flow types hash their ports as well as their addresses (`ethtool -n IF
+/// rx-flow-hash tcp4` and the like): bit i for [`L4_FLOW_TYPES`]`[i]`.
+pub(crate) fn rss_l4_ports(ifname: &str) -> Result<u8, SyscallError> {
+    let mut bits = 0u8;
+    for (i, &flow_type) in L4_FLOW_TYPES.iter().enumerate() {
+        let mut nfc = RxNfc {
+            cmd: ETHTOOL_GRXFH,
+            flow_type,
+            data: 0,
+            rest: [0; 176],
+        };
+        // SAFETY: `nfc` is a whole `struct ethtool_rxnfc`, what ETHTOOL_GRXFH copies.
+        unsafe {
+            ethtool(
+                ifname,
+                (&mut nfc as *mut RxNfc).cast(),
+                "SIOCETHTOOL(ETHTOOL_GRXFH)",
+            )?
+        };
+        if nfc.data & RXH_L4_PORTS == RXH_L4_PORTS {
+            bits |= 1 << i;
+        }
+    }
+    Ok(bits)
+}
+
 /// Whether the device hands its receive hash up (`ethtool -k`'s receive-hashing).
 pub(crate) fn rx_hashing(ifname: &str) -> Result<bool, SyscallError> {
     let mut v = [ETHTOOL_GFLAGS, 0u32];
@@ -213,6 +314,9 @@ mod tests {
         assert!(e.to_string().contains("ETHTOOL_GRXFHINDIR"), "{e}");
         assert!(set_rss_table("lo", &[0, 0]).is_err());
         assert!(rss_rings("lo").is_err());
+        let e = rss_hash("lo").expect_err("lo has no key");
+        assert!(e.to_string().contains("ETHTOOL_GRSSH"), "{e}");
+        assert!(rss_l4_ports("lo").is_err());
     }
 
     #[test]

@@ -19,7 +19,9 @@ mod xdp;
 
 pub use cpu::cycles;
 pub(crate) use cpu::prefetch;
-pub(crate) use ethtool::{rss_rings, rss_table, rx_hashing, set_rss_table, set_rx_hashing};
+pub(crate) use ethtool::{
+    rss_hash, rss_l4_ports, rss_rings, rss_table, rx_hashing, set_rss_table, set_rx_hashing,
+};
 pub use mmap::MemPolicy;
 pub(crate) use mmap::{mbind, page_nodes, Mmap};
 pub use netif::{enter_netns, if_index};

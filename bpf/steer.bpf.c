@@ -133,76 +133,129 @@ extern int bpf_xdp_metadata_rx_hash(const struct xdp_md *ctx, __u32 *hash,
 				    enum xdp_rss_hash_type *rss_type) __ksym __weak;
 
 /* The software hash, for a device that hashes but does not hand the hash up (QEMU's
- * virtio-net with RSS in the host's tap, hash=off; drivers without the rx-hash kfunc): the
- * device's Toeplitz hash, by its own key, over what it hashes (IPv4 or IPv6 source and
- * destination, and the ports of TCP and UDP where its rx-flow-hash settings say so).
- * Toeplitz is linear over XOR: rss_soft_table[i][v] is what byte value v contributes at
- * input position i (made by the loader from the key, dataplane/src/bpf/toeplitz.rs).
- * rss_soft_l4: bit 0 TCP/IPv4, 1 UDP/IPv4, 2 TCP/IPv6, 3 UDP/IPv6 hash their ports. */
+ * virtio-net with hash=off; drivers without the rx-hash kfunc): the device's Toeplitz hash,
+ * by its own key, over what it hashes for the frame's class. rss_soft_table[i][v] is what
+ * byte value v contributes at input position i (Toeplitz is linear over XOR; made by the
+ * loader from the key, dataplane/src/bpf/toeplitz.rs). rss_soft_mode[class], from the
+ * device's rx-flow-hash settings: 0 not computed here (the device does not hash the class,
+ * or hashes other fields), 1 source and destination addresses, 2 addresses and ports.
+ * A frame the program cannot classify as the device would (IPv6 extension headers, SCTP,
+ * a truncated L4 header, a malformed IP header) is not hashed either. */
+enum rss_class {
+	RSS_TCP4 = 0,
+	RSS_UDP4,
+	RSS_OTHER4,
+	RSS_TCP6,
+	RSS_UDP6,
+	RSS_OTHER6,
+	RSS_CLASSES,
+};
+
 const volatile __u8 rss_soft = 0;
-const volatile __u8 rss_soft_l4 = 0;
+const volatile __u8 rss_soft_mode[RSS_CLASSES] = {};
 const volatile __u32 rss_soft_table[DP_RSS_INPUT_MAX][256] = {};
 
 #define IPPROTO_TCP_ 6
 #define IPPROTO_UDP_ 17
+#define IPPROTO_SCTP_ 132
+#define TCP_HDR_MIN 20
+#define UDP_HDR_LEN 8
 
-/* Hashes `len` bytes at `p` from input position `at`; false if they are not in the frame. */
-static __always_inline int soft_hash_bytes(const __u8 *p, void *end, __u32 at, __u32 len, __u32 *h)
+/* XORs into *h what the `len` bytes at `p` contribute at input positions `at`..; false if
+ * they are not all in the frame. `at` and `len` are constants at every call, so the loop
+ * unrolls to table loads at fixed rows. */
+static __always_inline int soft_hash_bytes(const __u8 *p, void *end, const __u32 at,
+					   const __u32 len, __u32 *h)
 {
 	if ((void *)(p + len) > end)
 		return 0;
-	for (__u32 i = 0; i < len && i < DP_RSS_INPUT_MAX; i++) {
-		__u32 pos = at + i;
-
-		if (pos >= DP_RSS_INPUT_MAX)
-			return 0;
-		*h ^= rss_soft_table[pos][p[i]];
-	}
+#pragma unroll
+	for (__u32 i = 0; i < len && at + i < DP_RSS_INPUT_MAX; i++)
+		*h ^= rss_soft_table[at + i][p[i]];
 	return 1;
 }
 
-/* The device's hash of this frame, computed here; false when the frame is not IP (the
- * device hashes none of those either). */
+/* The class of an IPv6 next header that is the L4 protocol itself (-1: an extension
+ * header or SCTP, whose hashing the device decides past what is parsed here). */
+static __always_inline int class_of_v6(__u8 next)
+{
+	switch (next) {
+	case IPPROTO_TCP_:
+		return RSS_TCP6;
+	case IPPROTO_UDP_:
+		return RSS_UDP6;
+	case 0:   /* hop-by-hop options */
+	case 43:  /* routing */
+	case 44:  /* fragment */
+	case 50:  /* ESP */
+	case 51:  /* AH */
+	case 60:  /* destination options */
+	case 135: /* mobility */
+	case 139: /* HIP */
+	case 140: /* shim6 */
+	case IPPROTO_SCTP_:
+		return -1;
+	default:
+		return RSS_OTHER6;
+	}
+}
+
+/* Hashes the addresses (and, by the class's mode, the ports at `l4`) into *hash; false when
+ * this frame is not computed here. */
+static __always_inline int soft_hash_ip(const __u8 *addrs, const __u32 addr_len, const __u8 *l4,
+					void *end, int class, __u32 *hash)
+{
+	__u8 mode;
+	__u32 h = 0;
+
+	if (class < 0 || class >= RSS_CLASSES)
+		return 0;
+	mode = rss_soft_mode[class];
+	if (mode == 0)
+		return 0;
+	if (!soft_hash_bytes(addrs, end, 0, addr_len, &h))
+		return 0;
+	if (mode == 2) {
+		/* The device classifies TCP and UDP only with their whole header there. */
+		__u32 need = (class == RSS_TCP4 || class == RSS_TCP6) ? TCP_HDR_MIN : UDP_HDR_LEN;
+
+		if ((void *)(l4 + need) > end)
+			return 0;
+		if (!soft_hash_bytes(l4, end, addr_len, 4, &h))
+			return 0;
+	}
+	*hash = h;
+	return 1;
+}
+
+/* The device's hash of this frame, computed here; false when it is not computed (see
+ * above), or the frame is not IP. */
 static __always_inline int soft_hash(struct xdp_md *ctx, __u32 *hash)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	__u8 *l3 = data + sizeof(struct ethhdr);
 	struct ethhdr *eth = data;
-	__u32 h = 0;
 
 	if ((void *)(eth + 1) > end)
 		return 0;
 	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-		if ((void *)(l3 + IP4_HDR_MIN) > end)
-			return 0;
-		__u32 ihl = (l3[0] & 0x0f) * 4;
+		if ((void *)(l3 + IP4_HDR_MIN) > end || l3[0] != 0x45)
+			return 0; /* options go to the kernel; anything else is malformed */
 		__u8 proto = l3[9];
-		/* A fragment (more-fragments set, or an offset) carries no ports to hash. */
-		int frag = (l3[6] & 0x3f) || l3[7];
-		int l4 = !frag && ((proto == IPPROTO_TCP_ && (rss_soft_l4 & 1)) ||
-				   (proto == IPPROTO_UDP_ && (rss_soft_l4 & 2)));
+		/* A fragment (more-fragments set, or an offset) is hashed as IPv4 other. */
+		int class = ((l3[6] & 0x3f) || l3[7]) ? RSS_OTHER4 :
+			    proto == IPPROTO_TCP_    ? RSS_TCP4 :
+			    proto == IPPROTO_UDP_    ? RSS_UDP4 :
+			    proto == IPPROTO_SCTP_   ? -1 :
+						       RSS_OTHER4;
 
-		if (!soft_hash_bytes(l3 + 12, end, 0, 8, &h))
-			return 0;
-		if (l4 && ihl >= IP4_HDR_MIN && ihl <= 60)
-			soft_hash_bytes(l3 + ihl, end, 8, 4, &h);
-		*hash = h;
-		return 1;
+		return soft_hash_ip(l3 + 12, 8, l3 + IP4_HDR_MIN, end, class, hash);
 	}
 	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-		if ((void *)(l3 + IP6_HDR_LEN) > end)
+		if ((void *)(l3 + IP6_HDR_LEN) > end || (l3[0] >> 4) != 6)
 			return 0;
-		__u8 next = l3[6];
-		int l4 = (next == IPPROTO_TCP_ && (rss_soft_l4 & 4)) ||
-			 (next == IPPROTO_UDP_ && (rss_soft_l4 & 8));
-
-		if (!soft_hash_bytes(l3 + 8, end, 0, 32, &h))
-			return 0;
-		if (l4)
-			soft_hash_bytes(l3 + IP6_HDR_LEN, end, 32, 4, &h);
-		*hash = h;
-		return 1;
+		return soft_hash_ip(l3 + 8, 32, l3 + IP6_HDR_LEN, end, class_of_v6(l3[6]), hash);
 	}
 	return 0;
 }
@@ -213,9 +266,11 @@ static __always_inline void count_bucket(struct xdp_md *ctx)
 	__u32 hash, bucket;
 	__u64 *c;
 
-	/* A hash of type NONE is no hash (virtio_net reports 0 for a frame the device did
-	 * not hash): then the program's own hash where it has the device's key, else counted
-	 * apart, not all in bucket 0. */
+	/* No hash from the driver, or one of type NONE: the program's own, where it has the
+	 * device's key and the device hashes the frame's class; else counted apart, not all in
+	 * bucket 0. NONE is both "the device did not hash this frame" (a class it does not
+	 * hash: rss_soft_mode says so, and the frame went to the default queue) and, from
+	 * virtio_net without the hash-report feature, "hashed and steered, not reported". */
 	if (bpf_xdp_metadata_rx_hash(ctx, &hash, &type) || type == XDP_RSS_TYPE_NONE_) {
 		if (!rss_soft || !soft_hash(ctx, &hash)) {
 			count(DP_STEER_RSS_NO_HASH, 0);

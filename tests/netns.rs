@@ -635,7 +635,14 @@ fn the_rss_counting_program_with_its_own_toeplitz_hash_loads() {
             table_size: 128,
             soft: Some(dataplane::bpf::SoftRss {
                 key: [0x6d; dataplane::bpf::toeplitz::KEY_LEN],
-                l4: 0b1111,
+                modes: [
+                    dataplane::bpf::SoftMode::AddressesAndPorts,
+                    dataplane::bpf::SoftMode::AddressesAndPorts,
+                    dataplane::bpf::SoftMode::Addresses,
+                    dataplane::bpf::SoftMode::AddressesAndPorts,
+                    dataplane::bpf::SoftMode::AddressesAndPorts,
+                    dataplane::bpf::SoftMode::Addresses,
+                ],
             }),
         };
         let s = dataplane::bpf::Steer::load_with(&ifname, [2, 0, 0, 0, 0, 9], Some(rss))

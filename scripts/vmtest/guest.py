@@ -19,7 +19,7 @@ import termios
 import time
 import tty
 
-from wire import GUEST_MACS, HOST_MACS, LAYOUTS
+from wire import GUEST_MACS, HOST_MACS, LAYOUTS, toeplitz
 
 BURST = 2000
 FLOWS = 64
@@ -799,6 +799,19 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True):
                       if n == "dataplane_rss_bucket_packets_total" and dict(l).get("port") == ports[0])
         steer = {dict(l)["result"]: v for (n, l), v in m.items()
                  if n == "dataplane_steer_frames_total" and dict(l).get("port") == ports[0]}
+        # The host's burst: 64 UDP flows 198.18.0.1:10000+k -> 198.19.0.100:9. Their buckets
+        # by the Toeplitz hash of the port's key (this guest's own computation) must be
+        # exactly the buckets counted: the device's hash, or the program's, is the NIC's.
+        key = bytes.fromhex(rss_key(ports[0]))
+        src, dst = socket.inet_aton("198.18.0.1"), socket.inet_aton("198.19.0.100")
+        size = len(before[ports[0]])
+        want = {toeplitz(key, src + dst + (10000 + k).to_bytes(2, "big") + (9).to_bytes(2, "big")) % size
+                for k in range(64)}
+        got = {int(dict(l)["bucket"]) for (n, l), v in m.items()
+               if n == "dataplane_rss_bucket_packets_total" and dict(l).get("port") == ports[0] and v > 0}
+        ctl.check(f"{name}: the buckets counted are those the key's Toeplitz hash gives the flows sent",
+                  got == want, f"{len(want)} buckets by the hash; counted in {len(got)}, "
+                  f"{len(got - want)} not by the hash, {len(want - got)} missing")
         # hash=on: every hash read from the device (none computed); hash=off: every one
         # computed by the program.
         soft = steer.get("rss_soft_hash", 0)

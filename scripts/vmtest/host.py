@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from wire import GUEST_MACS, HOST_MACS, LAYOUTS
+from wire import GUEST_MACS, HOST_MACS, LAYOUTS, toeplitz
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DATAPLANE = os.path.join(REPO, "target", "release", "dataplane")
@@ -64,6 +64,13 @@ def run(*args, check=True, ns=None):
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
     return r.stdout
+
+
+def write(path, value):
+    """Writes `value` to a kernel file, raising on a refusal (a plain open().write()
+    reports it only when the file object is collected, and then only as a warning)."""
+    with open(path, "w") as f:
+        f.write(str(value))
 
 
 class VcpuQuota:
@@ -104,16 +111,24 @@ class VcpuQuota:
         for tid, _ in threads:
             group = os.path.join(self.ROOT, f"vmtest-{self.pid}-{tid}")
             os.makedirs(group, exist_ok=True)
-            self.groups.append(group)
-            open(os.path.join(group, "cpu.cfs_period_us"), "w").write(str(self.PERIOD_US))
-            open(os.path.join(group, "cpu.cfs_quota_us"), "w").write(str(quota))
-            open(os.path.join(group, "tasks"), "w").write(str(tid))
+            self.groups.append((group, tid, self.cgroup_of(tid)))
+            write(os.path.join(group, "cpu.cfs_period_us"), self.PERIOD_US)
+            write(os.path.join(group, "cpu.cfs_quota_us"), quota)
+            write(os.path.join(group, "tasks"), tid)
         return len(threads), quota
+
+    def cgroup_of(self, tid):
+        """The cpu controller's group thread `tid` is in (its path under ROOT)."""
+        for line in open(f"/proc/{self.pid}/task/{tid}/cgroup"):
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            if "cpu" in controllers.split(","):
+                return path
+        return "/"
 
     def throttled_ms(self):
         """How long the vCPUs were held back in all (ms), from the groups' cpu.stat."""
         total = 0
-        for g in self.groups:
+        for g, _, _ in self.groups:
             try:
                 for line in open(os.path.join(g, "cpu.stat")):
                     if line.startswith("throttled_time "):
@@ -123,18 +138,22 @@ class VcpuQuota:
         return total // 1_000_000
 
     def remove(self):
-        """The threads back in the root group, the groups gone (also when QEMU has exited)."""
-        for g in self.groups:
+        """The threads back in the groups they came from, the groups gone (also when QEMU
+        has exited); a group that cannot go yet is said, and tried again at the next call."""
+        left = []
+        for g, tid, home in self.groups:
             try:
-                for tid in open(os.path.join(g, "tasks")).read().split():
-                    try:
-                        open(os.path.join(self.ROOT, "tasks"), "w").write(tid)
-                    except OSError:
-                        pass  # the thread has exited
-                os.rmdir(g)
+                write(os.path.join(self.ROOT, home.lstrip("/"), "tasks"), tid)
             except OSError:
+                pass  # the thread has exited
+            try:
+                os.rmdir(g)
+            except FileNotFoundError:
                 pass
-        self.groups = []
+            except OSError as e:
+                print(f"vmtest: vcpu quota: removing {g}: {e}", file=sys.stderr)
+                left.append((g, tid, home))
+        self.groups = left
 
 
 class Bed:
@@ -282,18 +301,6 @@ class Bed:
         if received < 0:
             print(f"vmtest: sink failed: {err}", file=sys.stderr)
         return sent, received
-
-
-def toeplitz(key, data):
-    """The Toeplitz hash of `data` under `key` (the RSS hash NICs and QEMU compute)."""
-    k = int.from_bytes(key, "big")
-    klen = len(key) * 8
-    h = 0
-    for i, byte in enumerate(data):
-        for b in range(8):
-            if byte & (0x80 >> b):
-                h ^= (k >> (klen - 32 - (i * 8 + b))) & 0xFFFFFFFF
-    return h
 
 
 def flows_on_queue(key, queue, n, start, src="198.18.0.1", dst="198.19.0.100", dport=9,
@@ -627,8 +634,12 @@ def main():
                         "goals are judged on the median, each run's figures shown")
     p.add_argument("--vcpu-quota", type=int, default=None, metavar="PERCENT",
                    help="with --compare: while the traffic runs, each vCPU gets at most PERCENT "
-                        "of one host CPU (cgroup v1 cpu quota): slower cores, so one poller "
-                        "cannot carry the heavy flows' queue and static RSS drops")
+                        "of one host CPU (cgroup v1 cpu quota): slower cores, meant to overload "
+                        "the heavy flows' queue (docs/REBALANCE.md: QEMU's RSS then stalls tap "
+                        "queues rather than dropping per queue)")
+    p.add_argument("--rss-hash", choices=("on", "off"), default="on",
+                   help="with --compare: the NICs' hash=on (the device reports its hash, read "
+                        "by the rx-hash kfunc) or hash=off (the steering program computes it)")
     p.add_argument("--rss", default="2000x4", metavar="RATExSECONDS",
                    help="copy guest: one more boot, 4 vCPUs and 4 queues with rss=on,hash=on: live "
                         "RSS rebalancing under this load ('' to skip)")
@@ -709,7 +720,7 @@ def compare(a):
     def guest(rss, what):
         bed = Bed(argparse.Namespace(sockets=1, cores=4, threads=1, nodes=1, kernel="copy",
                                      bench=None, cost=None, extras=False, txfill=None, rss=rss,
-                                     vcpu_quota=a.vcpu_quota))
+                                     vcpu_quota=a.vcpu_quota, rss_hash=a.rss_hash == "on"))
         bed.results = None
         return boot(a, bed, set(), [], what), bed.results
     # tune in a boot of its own, tried up to three times: TCG has crashed the guest in the
@@ -728,7 +739,7 @@ def compare(a):
     json.dump(r, open(os.path.join(a.compare, "results.json"), "w"), indent=1)
     write_svg(os.path.join(a.compare, "rebalance.svg"), r["runs"], phase)
     lines = ["# RSS rebalancing against static RSS and tune's best layout (make rebalance-compare)", "",
-             "QEMU guest (TCG), 4 vCPUs, virtio-net with rss=on,hash=on, 4 queues, one poller per queue.",
+             f"QEMU guest (TCG), 4 vCPUs, virtio-net with rss=on,hash={a.rss_hash}, 4 queues, one poller per queue.",
              f"Traffic per run ({a.compare_load}, PHASExHEAVYxLIGHT[xSIZE of the heavy flows' frames[xRING size]]):",
              f"{phase} s of 4 heavy flows the default table puts on queue 0 plus 256 light",
              f"flows, {phase} s with the heavy flows on queue 2, {phase} s of light flows at 1/8 (night).",

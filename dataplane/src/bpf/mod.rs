@@ -197,9 +197,53 @@ pub struct SoftRss {
     /// The device's key (its first [`toeplitz::KEY_LEN`] bytes: all that hashing
     /// [`toeplitz::MAX_INPUT`] bytes reads).
     pub key: [u8; toeplitz::KEY_LEN],
-    /// Which flow types hash their ports too: bit 0 TCP/IPv4, 1 UDP/IPv4, 2 TCP/IPv6, 3
-    /// UDP/IPv6 (the device's `rx-flow-hash` settings); the others hash addresses only.
-    pub l4: u8,
+    /// What the device hashes per class of frame, in [`RssClass`] order.
+    pub modes: [SoftMode; RssClass::COUNT],
+}
+
+/// A class of frame as a device's RSS tells them apart (`ethtool -n IF rx-flow-hash
+/// tcp4` and the like), in the steering program's `enum rss_class` order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RssClass {
+    /// TCP over IPv4 (`tcp4`).
+    Tcp4 = 0,
+    /// UDP over IPv4 (`udp4`).
+    Udp4,
+    /// Other IPv4, and IPv4 fragments (`ip4`).
+    Other4,
+    /// TCP over IPv6 (`tcp6`).
+    Tcp6,
+    /// UDP over IPv6 (`udp6`).
+    Udp6,
+    /// Other IPv6 (`ip6`).
+    Other6,
+}
+
+impl RssClass {
+    /// Classes.
+    pub const COUNT: usize = 6;
+    /// All of them, in order.
+    pub const ALL: [RssClass; RssClass::COUNT] = [
+        RssClass::Tcp4,
+        RssClass::Udp4,
+        RssClass::Other4,
+        RssClass::Tcp6,
+        RssClass::Udp6,
+        RssClass::Other6,
+    ];
+}
+
+/// What a device hashes for one class of frame, as the steering program can follow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SoftMode {
+    /// Not computed by the program: the device hashes nothing for the class (its frames
+    /// go to the default queue), or fields the program does not follow (one address, one
+    /// port); such frames are counted as `rss_no_hash`.
+    None = 0,
+    /// Source and destination addresses.
+    Addresses = 1,
+    /// Addresses, then source and destination ports.
+    AddressesAndPorts = 2,
 }
 
 /// The steering program of one interface, with its own XSKMAP.
@@ -233,7 +277,7 @@ impl Steer {
             ro.rss_table_size = rss.map_or(1, |r| r.table_size.clamp(1, MAX_RSS_BUCKETS));
             if let Some(soft) = rss.and_then(|r| r.soft) {
                 ro.rss_soft = 1;
-                ro.rss_soft_l4 = soft.l4;
+                ro.rss_soft_mode = soft.modes.map(|m| m as u8);
                 ro.rss_soft_table = *toeplitz::tables(&soft.key);
             }
         }

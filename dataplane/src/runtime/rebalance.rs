@@ -7,7 +7,7 @@
 //! restore` after a crash) puts back the tables the NICs had.
 use std::time::{Duration, Instant};
 
-use crate::bpf::{toeplitz, RssCounting, SoftRss, Steer, MAX_RSS_BUCKETS};
+use crate::bpf::{toeplitz, RssClass, RssCounting, SoftMode, SoftRss, Steer, MAX_RSS_BUCKETS};
 use crate::config::{Config, RebalanceSection};
 use crate::placement::affinity::IrqChanges;
 use crate::placement::plan::Plan;
@@ -29,23 +29,72 @@ pub(super) struct TablePort {
     pub rings: u32,
     /// The table at start.
     pub table: Vec<u32>,
-    /// The device's Toeplitz key and hashed fields (None: not Toeplitz, or unreadable):
-    /// the steering program hashes by them frames the device hands up without a hash.
-    pub soft: Option<SoftRss>,
+    /// The device's Toeplitz key and hashed fields, by which the steering program hashes
+    /// frames the device hands up without a hash; or why it cannot.
+    pub soft: Result<SoftRss, String>,
 }
 
-/// The device's key and hashed fields, if its hash is Toeplitz with a key long enough to
-/// hash IPv6 and ports.
-fn soft_rss(ifname: &str) -> Option<SoftRss> {
-    let h = sys::rss_hash(ifname).ok()?;
-    if !h.toeplitz {
-        return None;
+/// `ETHTOOL_GRXFH` flow types in [`RssClass`] order: TCP_V4_FLOW, UDP_V4_FLOW, IPV4_FLOW,
+/// TCP_V6_FLOW, UDP_V6_FLOW, IPV6_FLOW.
+const FLOW_TYPES: [u32; RssClass::COUNT] = [0x01, 0x02, 0x10, 0x05, 0x06, 0x11];
+/// `RXH_IP_SRC | RXH_IP_DST`.
+const RXH_ADDRESSES: u64 = (1 << 4) | (1 << 5);
+/// `RXH_L4_B_0_1 | RXH_L4_B_2_3`.
+const RXH_PORTS: u64 = (1 << 6) | (1 << 7);
+
+/// What the device hashes for a flow type whose `RXH_*` fields are `fields`, as far as
+/// the program follows it (both addresses, and both ports or none).
+fn soft_mode(fields: u64) -> SoftMode {
+    match fields {
+        RXH_ADDRESSES => SoftMode::Addresses,
+        f if f == RXH_ADDRESSES | RXH_PORTS => SoftMode::AddressesAndPorts,
+        _ => SoftMode::None,
     }
-    let key: [u8; toeplitz::KEY_LEN] = h.key.get(..toeplitz::KEY_LEN)?.try_into().ok()?;
-    Some(SoftRss {
-        key,
-        l4: sys::rss_l4_ports(ifname).unwrap_or(0),
-    })
+}
+
+/// The device's key and hashed fields, if its hash is plain Toeplitz with a key long enough
+/// to hash IPv6 and ports; else why not.
+fn soft_rss(ifname: &str) -> Result<SoftRss, String> {
+    let h = sys::rss_hash(ifname).map_err(|e| e.to_string())?;
+    if !h.toeplitz {
+        return Err("its hash function is not plain Toeplitz".into());
+    }
+    let key: [u8; toeplitz::KEY_LEN] = h
+        .key
+        .get(..toeplitz::KEY_LEN)
+        .and_then(|k| k.try_into().ok())
+        .ok_or_else(|| {
+            format!(
+                "its key has {} bytes, fewer than the {} the hash reads",
+                h.key.len(),
+                toeplitz::KEY_LEN
+            )
+        })?;
+    // A flow type whose fields cannot be read is one the program does not hash.
+    let modes =
+        FLOW_TYPES.map(|t| sys::rss_hash_fields(ifname, t).map_or(SoftMode::None, soft_mode));
+    if modes.iter().all(|m| *m == SoftMode::None) {
+        return Err("no flow type hashes both addresses (or its fields cannot be read)".into());
+    }
+    Ok(SoftRss { key, modes })
+}
+
+/// What the program computes, for the log: "tcp4 addresses+ports, udp4 addresses, ...".
+fn soft_modes_line(soft: &SoftRss) -> String {
+    const NAMES: [&str; RssClass::COUNT] = ["tcp4", "udp4", "ip4", "tcp6", "udp6", "ip6"];
+    NAMES
+        .iter()
+        .zip(soft.modes)
+        .map(|(n, m)| {
+            let what = match m {
+                SoftMode::None => "not computed",
+                SoftMode::Addresses => "addresses",
+                SoftMode::AddressesAndPorts => "addresses+ports",
+            };
+            format!("{n} {what}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// What setup found: the ports with a table (their programs count buckets), and one line
@@ -103,6 +152,17 @@ pub(super) fn prepare(found: &mut Found, journal: &mut IrqChanges, log: &mut imp
             ));
             return false;
         }
+        let fallback = match &t.soft {
+            Ok(soft) => {
+                log(&format!(
+                    "rebalance: {}: frames the device hands up without a hash are hashed here, by its Toeplitz key ({})",
+                    t.ifname,
+                    soft_modes_line(soft)
+                ));
+                None
+            }
+            Err(why) => Some(why.clone()),
+        };
         match sys::rx_hashing(&t.ifname) {
             Ok(true) => true,
             Ok(false) => match journal.enable_rx_hashing(&t.ifname) {
@@ -113,28 +173,33 @@ pub(super) fn prepare(found: &mut Found, journal: &mut IrqChanges, log: &mut imp
                     ));
                     true
                 }
-                Err(e) if t.soft.is_some() => {
+                Err(e) => match &fallback {
+                    None => {
+                        log(&format!(
+                            "rebalance: {}: turning receive hashing on: {e}: its buckets are counted by the hash computed in the steering program",
+                            t.ifname
+                        ));
+                        true
+                    }
+                    Some(why) => {
+                        log(&format!(
+                            "rebalance: {}: turning receive hashing on: {e}, and the steering program cannot compute the hash ({why}): not rebalanced (its buckets could not be counted)",
+                            t.ifname
+                        ));
+                        false
+                    }
+                },
+            },
+            Err(e) => match &fallback {
+                None => true,
+                Some(why) => {
                     log(&format!(
-                        "rebalance: {}: turning receive hashing on: {e}: its buckets are counted by the device's Toeplitz hash, computed in the steering program",
-                        t.ifname
-                    ));
-                    true
-                }
-                Err(e) => {
-                    log(&format!(
-                        "rebalance: {}: turning receive hashing on: {e}: not rebalanced (its buckets could not be counted)",
+                        "rebalance: {}: reading its receive-hashing flag: {e}, and the steering program cannot compute the hash ({why}): not rebalanced",
                         t.ifname
                     ));
                     false
                 }
             },
-            Err(e) => {
-                log(&format!(
-                    "rebalance: {}: reading its receive-hashing flag: {e}: not rebalanced",
-                    t.ifname
-                ));
-                false
-            }
         }
     });
 }
@@ -145,7 +210,7 @@ pub(super) fn counting(found: &Found, port: usize) -> Option<RssCounting> {
     Some(RssCounting {
         ifindex: sys::if_index(&t.ifname).ok()?,
         table_size: t.table.len() as u32,
-        soft: t.soft,
+        soft: t.soft.clone().ok(),
     })
 }
 
@@ -541,6 +606,30 @@ impl Rebalancer {
             if let Err(e) = self.balancer.reset_tables(now_there) {
                 log(&format!("rebalance: {e}"));
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_program_follows_a_flow_type_hashing_both_addresses_and_both_ports_or_none() {
+        assert_eq!(soft_mode(RXH_ADDRESSES), SoftMode::Addresses);
+        assert_eq!(
+            soft_mode(RXH_ADDRESSES | RXH_PORTS),
+            SoftMode::AddressesAndPorts
+        );
+        // Nothing hashed (the default queue), one address, one port half, the VLAN tag:
+        // not followed, so counted as rss_no_hash rather than in a wrong bucket.
+        for fields in [
+            0,
+            1 << 4,
+            RXH_ADDRESSES | 1 << 6,
+            RXH_ADDRESSES | RXH_PORTS | 1 << 2,
+        ] {
+            assert_eq!(soft_mode(fields), SoftMode::None, "{fields:#x}");
         }
     }
 }

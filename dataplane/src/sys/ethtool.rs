@@ -16,8 +16,6 @@ const ETHTOOL_GRSSH: u32 = 0x46;
 const ETHTOOL_GRXFH: u32 = 0x29;
 /// `ETH_RSS_HASH_TOP`: the Toeplitz hash function.
 const ETH_RSS_HASH_TOP: u8 = 1;
-/// `RXH_L4_B_0_1 | RXH_L4_B_2_3`: a flow type hashes both its ports.
-const RXH_L4_PORTS: u64 = (1 << 6) | (1 << 7);
 /// The largest hash key read (ice's is 52 bytes).
 const MAX_KEY: usize = 256;
 const ETHTOOL_GFLAGS: u32 = 0x25;
@@ -29,7 +27,8 @@ const ETH_FLAG_RXHASH: u32 = 1 << 28;
 /// ETHTOOL_RXFH_INDIR_MAX-like sizes anyway).
 const MAX_TABLE: usize = 4096;
 
-/// `struct ethtool_rxnfc`, as far as `ETHTOOL_GRXRINGS` reads it: the command and `data`.
+/// `struct ethtool_rxnfc`, as far as `ETHTOOL_GRXRINGS` and `ETHTOOL_GRXFH` read it: the
+/// command, the flow type and `data`.
 /// The kernel copies the whole struct in and out, so the rest is there, zeroed.
 #[repr(C)]
 struct RxNfc {
@@ -180,25 +179,27 @@ pub(crate) fn set_rss_table(ifname: &str, table: &[u32]) -> Result<(), SyscallEr
     }
 }
 
-/// The device's RSS hash: its key, and whether its function is Toeplitz.
+/// The device's RSS hash: its key, and whether its function is plain Toeplitz (no input
+/// transformation such as symmetric-xor, which hashes other input).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RssHash {
     pub key: Vec<u8>,
     pub toeplitz: bool,
 }
 
-/// `struct ethtool_rxfh`'s header (the table and key follow it), in u32 words: cmd,
+/// `struct ethtool_rxfh`'s header in u32 words (the table and key follow it): cmd,
 /// rss_context, indir_size, key_size, then hfunc, input_xfrm and two reserved bytes in one
 /// word, and a reserved word.
 const RXFH_HEAD_WORDS: usize = 6;
 
 /// The device's RSS key and hash function (`ETHTOOL_GRSSH`, what `ethtool -x` prints).
 pub(crate) fn rss_hash(ifname: &str) -> Result<RssHash, SyscallError> {
-    // First the sizes (both 0 asks for them), then the table and the key.
+    // First the sizes (both 0 asks for them), then the key alone (a table size of 0 asks
+    // for no table).
     let mut head = [0u32; RXFH_HEAD_WORDS];
     head[0] = ETHTOOL_GRSSH;
     // SAFETY: `head` is a whole `struct ethtool_rxfh` header with both sizes 0: the kernel
-    // copies the header in and the two sizes out.
+    // copies the header in, and back with the device's sizes (nothing past it).
     unsafe {
         ethtool(
             ifname,
@@ -206,21 +207,21 @@ pub(crate) fn rss_hash(ifname: &str) -> Result<RssHash, SyscallError> {
             "SIOCETHTOOL(ETHTOOL_GRSSH)",
         )?
     };
-    let (indir, key) = (head[2] as usize, head[3] as usize);
-    if key == 0 || key > MAX_KEY || indir > MAX_TABLE {
+    let key = head[3] as usize;
+    if key == 0 || key > MAX_KEY {
         return Err(SyscallError {
             call: "SIOCETHTOOL(ETHTOOL_GRSSH) key size",
             io_error: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
         });
     }
-    // The header, `indir` u32s of table, then `key` bytes (rounded up to whole words).
-    let mut buf = vec![0u32; RXFH_HEAD_WORDS + indir + key.div_ceil(4)];
+    // The header, then `key` bytes (rounded up to whole words).
+    let mut buf = vec![0u32; RXFH_HEAD_WORDS + key.div_ceil(4)];
     if let Some(h) = buf.get_mut(..4) {
-        h.copy_from_slice(&[ETHTOOL_GRSSH, 0, indir as u32, key as u32]);
+        h.copy_from_slice(&[ETHTOOL_GRSSH, 0, 0, key as u32]);
     }
-    // SAFETY: `buf` is a `struct ethtool_rxfh` header with the device's sizes, followed by
-    // room for `indir` u32s and `key` bytes: what the kernel copies back for those sizes
-    // (it refuses sizes other than the device's).
+    // SAFETY: `buf` is a `struct ethtool_rxfh` header with table size 0 and the device's
+    // key size, followed by room for `key` bytes: the kernel copies back the header and
+    // the key, nothing more (it refuses a key size other than the device's).
     unsafe {
         ethtool(
             ifname,
@@ -228,9 +229,9 @@ pub(crate) fn rss_hash(ifname: &str) -> Result<RssHash, SyscallError> {
             "SIOCETHTOOL(ETHTOOL_GRSSH)",
         )?
     };
-    let hfunc = buf.get(4).map_or(0, |w| w.to_ne_bytes()[0]);
+    let [hfunc, input_xfrm, ..] = buf.get(4).map_or([0; 4], |w| w.to_ne_bytes());
     let key = buf
-        .get(RXFH_HEAD_WORDS + indir..)
+        .get(RXFH_HEAD_WORDS..)
         .unwrap_or_default()
         .iter()
         .flat_map(|w| w.to_ne_bytes())
@@ -238,38 +239,28 @@ pub(crate) fn rss_hash(ifname: &str) -> Result<RssHash, SyscallError> {
         .collect();
     Ok(RssHash {
         key,
-        toeplitz: hfunc == ETH_RSS_HASH_TOP,
+        toeplitz: hfunc == ETH_RSS_HASH_TOP && input_xfrm == 0,
     })
 }
 
-/// Flow types of `ETHTOOL_GRXFH`, in the order of [`rss_l4_ports`]'s bits: TCP/IPv4,
-/// UDP/IPv4, TCP/IPv6, UDP/IPv6.
-const L4_FLOW_TYPES: [u32; 4] = [0x01, 0x02, 0x05, 0x06];
-
-/// Which flow types hash their ports as well as their addresses (`ethtool -n IF
-/// rx-flow-hash tcp4` and the like): bit i for [`L4_FLOW_TYPES`]`[i]`.
-pub(crate) fn rss_l4_ports(ifname: &str) -> Result<u8, SyscallError> {
-    let mut bits = 0u8;
-    for (i, &flow_type) in L4_FLOW_TYPES.iter().enumerate() {
-        let mut nfc = RxNfc {
-            cmd: ETHTOOL_GRXFH,
-            flow_type,
-            data: 0,
-            rest: [0; 176],
-        };
-        // SAFETY: `nfc` is a whole `struct ethtool_rxnfc`, what ETHTOOL_GRXFH copies.
-        unsafe {
-            ethtool(
-                ifname,
-                (&mut nfc as *mut RxNfc).cast(),
-                "SIOCETHTOOL(ETHTOOL_GRXFH)",
-            )?
-        };
-        if nfc.data & RXH_L4_PORTS == RXH_L4_PORTS {
-            bits |= 1 << i;
-        }
-    }
-    Ok(bits)
+/// The fields a flow type hashes (`ETHTOOL_GRXFH`, `ethtool -n IF rx-flow-hash tcp4`):
+/// `RXH_*` bits.
+pub(crate) fn rss_hash_fields(ifname: &str, flow_type: u32) -> Result<u64, SyscallError> {
+    let mut nfc = RxNfc {
+        cmd: ETHTOOL_GRXFH,
+        flow_type,
+        data: 0,
+        rest: [0; 176],
+    };
+    // SAFETY: `nfc` is a whole `struct ethtool_rxnfc`, what ETHTOOL_GRXFH copies.
+    unsafe {
+        ethtool(
+            ifname,
+            (&mut nfc as *mut RxNfc).cast(),
+            "SIOCETHTOOL(ETHTOOL_GRXFH)",
+        )?
+    };
+    Ok(nfc.data)
 }
 
 /// Whether the device hands its receive hash up (`ethtool -k`'s receive-hashing).
@@ -316,7 +307,7 @@ mod tests {
         assert!(rss_rings("lo").is_err());
         let e = rss_hash("lo").expect_err("lo has no key");
         assert!(e.to_string().contains("ETHTOOL_GRSSH"), "{e}");
-        assert!(rss_l4_ports("lo").is_err());
+        assert!(rss_hash_fields("lo", 1).is_err());
     }
 
     #[test]

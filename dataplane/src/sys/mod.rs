@@ -20,7 +20,7 @@ mod xdp;
 pub use cpu::cycles;
 pub(crate) use cpu::prefetch;
 pub(crate) use ethtool::{
-    rss_hash, rss_l4_ports, rss_rings, rss_table, rx_hashing, set_rss_table, set_rx_hashing,
+    rss_hash, rss_hash_fields, rss_rings, rss_table, rx_hashing, set_rss_table, set_rx_hashing,
 };
 pub use mmap::MemPolicy;
 pub(crate) use mmap::{mbind, page_nodes, Mmap};

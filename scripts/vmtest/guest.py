@@ -19,7 +19,8 @@ import termios
 import time
 import tty
 
-from wire import GUEST_MACS, HOST_MACS, LAYOUTS, toeplitz
+from wire import (GEN_DPORT, GEN_DST, GEN_SPORT, GEN_SRC, GUEST_MACS, HOST_MACS, LAYOUTS, LOAD_FLOWS,
+                  rss_input, toeplitz)
 
 BURST = 2000
 FLOWS = 64
@@ -799,14 +800,13 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True):
                       if n == "dataplane_rss_bucket_packets_total" and dict(l).get("port") == ports[0])
         steer = {dict(l)["result"]: v for (n, l), v in m.items()
                  if n == "dataplane_steer_frames_total" and dict(l).get("port") == ports[0]}
-        # The host's burst: 64 UDP flows 198.18.0.1:10000+k -> 198.19.0.100:9. Their buckets
-        # by the Toeplitz hash of the port's key (this guest's own computation) must be
-        # exactly the buckets counted: the device's hash, or the program's, is the NIC's.
+        # The host's LOAD burst: LOAD_FLOWS UDP flows (wire.py). Their buckets by the
+        # Toeplitz hash of the port's key (this guest's own computation) must be exactly
+        # the buckets counted: the device's hash, or the program's, is the NIC's.
         key = bytes.fromhex(rss_key(ports[0]))
-        src, dst = socket.inet_aton("198.18.0.1"), socket.inet_aton("198.19.0.100")
         size = len(before[ports[0]])
-        want = {toeplitz(key, src + dst + (10000 + k).to_bytes(2, "big") + (9).to_bytes(2, "big")) % size
-                for k in range(64)}
+        want = {toeplitz(key, rss_input(GEN_SRC, GEN_DST, GEN_SPORT + k, GEN_DPORT)) % size
+                for k in range(LOAD_FLOWS)}
         got = {int(dict(l)["bucket"]) for (n, l), v in m.items()
                if n == "dataplane_rss_bucket_packets_total" and dict(l).get("port") == ports[0] and v > 0}
         ctl.check(f"{name}: the buckets counted are those the key's Toeplitz hash gives the flows sent",
@@ -907,8 +907,7 @@ def collected(ctl, tag, default_changes):
         said = [float(x) for x in reply[4].split(",")]
         # Fewer than asked: the host's phases ended early; the nominal times stand in.
         changes = said if len(said) >= len(default_changes) else default_changes
-    offered = int(reply[5]) if len(reply) > 5 else sent
-    return offered, sent, received, reordered, changes
+    return int(reply[5]), sent, received, reordered, changes
 
 
 def compare_run(ctl, dp, ports, name, cfg, args, load):

@@ -37,7 +37,8 @@ import sys
 import tempfile
 import time
 
-from wire import GUEST_MACS, HOST_MACS, LAYOUTS, toeplitz
+from wire import (GEN_DPORT, GEN_DST, GEN_SRC, GUEST_MACS, HOST_MACS, LAYOUTS, LOAD_FLOWS,
+                  rss_input, toeplitz)
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DATAPLANE = os.path.join(REPO, "target", "release", "dataplane")
@@ -303,16 +304,14 @@ class Bed:
         return sent, received
 
 
-def flows_on_queue(key, queue, n, start, src="198.18.0.1", dst="198.19.0.100", dport=9,
+def flows_on_queue(key, queue, n, start, src=GEN_SRC, dst=GEN_DST, dport=GEN_DPORT,
                    size=128, queues=4):
     """`n` UDP source ports from `start` whose flows the default indirection table (bucket
     i -> queue i % queues, bucket = hash % size) puts on `queue`, each in a bucket of its own."""
     out, buckets = [], []
-    s, d = socket.inet_aton(src), socket.inet_aton(dst)
     port = start
     while len(out) < n and port < 65536:
-        h = toeplitz(key, s + d + port.to_bytes(2, "big") + dport.to_bytes(2, "big"))
-        b = h % size
+        b = toeplitz(key, rss_input(src, dst, port, dport)) % size
         if b % queues == queue and b not in buckets:
             out.append(port)
             buckets.append(b)
@@ -535,7 +534,7 @@ def serve(bed, timeout, ran, rows):
             elif word == "LOAD":
                 _, name, seconds, rate = line.split()
                 count = int(seconds) * int(rate)
-                sent, received = bed.burst(count, 64, int(rate))
+                sent, received = bed.burst(count, LOAD_FLOWS, int(rate))
                 print(f"vmtest: {name}: offered {sent} at {rate}/s, the sink received {received}", flush=True)
                 sock.sendall(f"SENT {sent} {received}\n".encode())
             elif word == "VLAN":
@@ -641,8 +640,8 @@ def main():
                    help="with --compare: the NICs' hash=on (the device reports its hash, read "
                         "by the rx-hash kfunc) or hash=off (the steering program computes it)")
     p.add_argument("--rss", default="2000x4", metavar="RATExSECONDS",
-                   help="copy guest: one more boot, 4 vCPUs and 4 queues with rss=on,hash=on: live "
-                        "RSS rebalancing under this load ('' to skip)")
+                   help="copy guest: two more boots, 4 vCPUs and 4 queues with rss=on, hash=on and "
+                        "hash=off: live RSS rebalancing under this load ('' to skip)")
     p.add_argument("--tx-fill", dest="txfill", default="4000x3", metavar="RATExSECONDS",
                    help="zero-copy guest: one more boot whose egress NIC transmits slowly, this "
                         "load offered: a TX ring that fills ('' to skip)")
@@ -746,16 +745,17 @@ def compare(a):
              f"The rebalancer runs {a.compare_repeats} times in the same boot; its goals are judged on the",
              "median of those runs (timings on emulated CPUs sharing 2 host cores are noisy), with",
              "each run's figures beside it.",
-             "**Emulated CPUs:** loads and rates show behaviour, not hardware figures."]
+             "**Emulated CPUs:** loads and rates show behaviour, not hardware figures.",
+             "Lost: offered and not received (the guest's NIC refused it, or it was dropped inside)."]
     if a.vcpu_quota:
         lines += [f"While the traffic ran, each vCPU had at most {a.vcpu_quota}% of one host CPU "
-                  "(--vcpu-quota: slower cores, so one poller cannot carry the heavy flows' queue).",
-                  "Lost: offered and not received (the guest's NIC refused it, or it was dropped inside)."]
+                  "(--vcpu-quota: slower cores, meant to overload the heavy flows' queue; see "
+                  "docs/REBALANCE.md on QEMU's stalled tap queues)."]
     lines += ["",
              "| run | offered | sent | received | lost | reordered | moves | max/mean load of the pollers with buckets, phase 1 / 2 (last 5 s) | CPU at night, pollers / all CPUs (ms) | buckets per poller at the end | dataplane rx / tx / drops |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in r["runs"]:
-        lines.append(f"| {run['name']} | {run.get('offered', run['sent'])} | {run['sent']} | {run['received']} | "
+        lines.append(f"| {run['name']} | {run['offered']} | {run['sent']} | {run['received']} | "
                      f"{run['drops']} | {run['reordered']} | {run['moves']} | "
                      f"{run['imbalance'][0]:.2f} / {run['imbalance'][1]:.2f} | {run['night_cpu_ms']:.0f} / {run.get('night_all_cpu_ms', 0):.0f} | "
                      f"{run['buckets']} | {run['dataplane_rx']} / {run['dataplane_tx']} / {run['dataplane_drops']} |")

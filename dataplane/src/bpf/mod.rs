@@ -197,41 +197,14 @@ pub struct SoftRss {
     /// The device's key (its first [`toeplitz::KEY_LEN`] bytes: all that hashing
     /// [`toeplitz::MAX_INPUT`] bytes reads).
     pub key: [u8; toeplitz::KEY_LEN],
-    /// What the device hashes per class of frame, in [`RssClass`] order.
-    pub modes: [SoftMode; RssClass::COUNT],
+    /// What the device hashes per class of frame, in [`RSS_CLASSES`]' order.
+    pub modes: [SoftMode; RSS_CLASSES],
 }
 
-/// A class of frame as a device's RSS tells them apart (`ethtool -n IF rx-flow-hash
-/// tcp4` and the like), in the steering program's `enum rss_class` order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RssClass {
-    /// TCP over IPv4 (`tcp4`).
-    Tcp4 = 0,
-    /// UDP over IPv4 (`udp4`).
-    Udp4,
-    /// Other IPv4, and IPv4 fragments (`ip4`).
-    Other4,
-    /// TCP over IPv6 (`tcp6`).
-    Tcp6,
-    /// UDP over IPv6 (`udp6`).
-    Udp6,
-    /// Other IPv6 (`ip6`).
-    Other6,
-}
-
-impl RssClass {
-    /// Classes.
-    pub const COUNT: usize = 6;
-    /// All of them, in order.
-    pub const ALL: [RssClass; RssClass::COUNT] = [
-        RssClass::Tcp4,
-        RssClass::Udp4,
-        RssClass::Other4,
-        RssClass::Tcp6,
-        RssClass::Udp6,
-        RssClass::Other6,
-    ];
-}
+/// Classes of frame as a device's RSS tells them apart (`ethtool -n IF rx-flow-hash
+/// tcp4` and the like), in the steering program's `enum rss_class` order: TCP/IPv4,
+/// UDP/IPv4, other IPv4 (and IPv4 fragments), TCP/IPv6, UDP/IPv6, other IPv6.
+pub const RSS_CLASSES: usize = 6;
 
 /// What a device hashes for one class of frame, as the steering program can follow it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

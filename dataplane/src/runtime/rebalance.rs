@@ -7,7 +7,7 @@
 //! restore` after a crash) puts back the tables the NICs had.
 use std::time::{Duration, Instant};
 
-use crate::bpf::{toeplitz, RssClass, RssCounting, SoftMode, SoftRss, Steer, MAX_RSS_BUCKETS};
+use crate::bpf::{toeplitz, RssCounting, SoftMode, SoftRss, Steer, MAX_RSS_BUCKETS, RSS_CLASSES};
 use crate::config::{Config, RebalanceSection};
 use crate::placement::affinity::IrqChanges;
 use crate::placement::plan::Plan;
@@ -34,9 +34,17 @@ pub(super) struct TablePort {
     pub soft: Result<SoftRss, String>,
 }
 
-/// `ETHTOOL_GRXFH` flow types in [`RssClass`] order: TCP_V4_FLOW, UDP_V4_FLOW, IPV4_FLOW,
-/// TCP_V6_FLOW, UDP_V6_FLOW, IPV6_FLOW.
-const FLOW_TYPES: [u32; RssClass::COUNT] = [0x01, 0x02, 0x10, 0x05, 0x06, 0x11];
+/// Each class of frame the steering program hashes, in its order ([`RSS_CLASSES`]): the
+/// name `ethtool -n IF rx-flow-hash` gives it, and its `ETHTOOL_GRXFH` flow type
+/// (TCP_V4_FLOW, UDP_V4_FLOW, IPV4_FLOW, TCP_V6_FLOW, UDP_V6_FLOW, IPV6_FLOW).
+const CLASSES: [(&str, u32); RSS_CLASSES] = [
+    ("tcp4", 0x01),
+    ("udp4", 0x02),
+    ("ip4", 0x10),
+    ("tcp6", 0x05),
+    ("udp6", 0x06),
+    ("ip6", 0x11),
+];
 /// `RXH_IP_SRC | RXH_IP_DST`.
 const RXH_ADDRESSES: u64 = (1 << 4) | (1 << 5);
 /// `RXH_L4_B_0_1 | RXH_L4_B_2_3`.
@@ -71,8 +79,9 @@ fn soft_rss(ifname: &str) -> Result<SoftRss, String> {
             )
         })?;
     // A flow type whose fields cannot be read is one the program does not hash.
-    let modes =
-        FLOW_TYPES.map(|t| sys::rss_hash_fields(ifname, t).map_or(SoftMode::None, soft_mode));
+    let modes = CLASSES.map(|(_, flow_type)| {
+        sys::rss_hash_fields(ifname, flow_type).map_or(SoftMode::None, soft_mode)
+    });
     if modes.iter().all(|m| *m == SoftMode::None) {
         return Err("no flow type hashes both addresses (or its fields cannot be read)".into());
     }
@@ -81,11 +90,10 @@ fn soft_rss(ifname: &str) -> Result<SoftRss, String> {
 
 /// What the program computes, for the log: "tcp4 addresses+ports, udp4 addresses, ...".
 fn soft_modes_line(soft: &SoftRss) -> String {
-    const NAMES: [&str; RssClass::COUNT] = ["tcp4", "udp4", "ip4", "tcp6", "udp6", "ip6"];
-    NAMES
+    CLASSES
         .iter()
         .zip(soft.modes)
-        .map(|(n, m)| {
+        .map(|((n, _), m)| {
             let what = match m {
                 SoftMode::None => "not computed",
                 SoftMode::Addresses => "addresses",

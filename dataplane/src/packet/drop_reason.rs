@@ -80,7 +80,8 @@ pub enum DropReason {
     TxRefused,
     /// A multi-buffer packet whose last buffer (the one without XDP_PKT_CONTD) was not on
     /// the RX ring: the kernel publishes whole packets, so only a broken ring shows this.
-    /// Its buffers, and those of its rest when it comes, are given back.
+    /// Its buffers are given back, and what follows it up to a packet's end is dropped as
+    /// `chain_rest`.
     ChainUnterminated,
     /// A multi-buffer packet of more buffers than the kernel's limit (MAX_SKB_FRAGS + 1,
     /// 18): more than any port hands over, and more than an egress takes.
@@ -90,11 +91,16 @@ pub enum DropReason {
     /// A multi-buffer packet whose first buffer is too short to hold its headers (they
     /// are read and rewritten there).
     ChainShortHead,
+    /// The buffers read after a chain dropped as `chain_unterminated`, up to the first
+    /// that ends a packet: that chain's rest, given back. Counted as a packet of its own,
+    /// because nothing tells a rest from a next packet that came in its place (a rest that
+    /// never came): whichever it was, it is received and dropped, never forwarded.
+    ChainRest,
 }
 
 impl DropReason {
     /// Number of reasons (size of a counter array).
-    pub const COUNT: usize = 33;
+    pub const COUNT: usize = 34;
     /// All reasons in discriminant order.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Truncated,
@@ -130,6 +136,7 @@ impl DropReason {
         DropReason::ChainTooLong,
         DropReason::ChainEmptyBuffer,
         DropReason::ChainShortHead,
+        DropReason::ChainRest,
     ];
 
     /// True for the drops a router answers with an ICMP error (RFC 1812 5.2.7, 5.3.1;
@@ -183,6 +190,7 @@ impl DropReason {
             DropReason::ChainTooLong => "chain_too_long",
             DropReason::ChainEmptyBuffer => "chain_empty_buffer",
             DropReason::ChainShortHead => "chain_short_head",
+            DropReason::ChainRest => "chain_rest",
         }
     }
 }

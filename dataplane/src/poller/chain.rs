@@ -11,8 +11,8 @@
 //! save. The burst is first extended to its last chain's end. The kernel publishes a packet's
 //! descriptors together (reserved at once, the producer moved at the flush), so the rest is
 //! on the ring; a chain whose end is not there is dropped as `chain_unterminated`, and the
-//! socket remembers to give back the rest of it when that comes (never forward a tail as if
-//! it were a packet).
+//! socket remembers to give back the rest of it when that comes, dropped as `chain_rest`
+//! (never forward a tail as if it were a packet).
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 #![allow(unsafe_code)] // the frame views: each of a descriptor of this burst, still ours
 use arrayvec::ArrayVec;
@@ -118,12 +118,14 @@ impl<Q: RingIo> Poller<Q> {
         let mut tally = Tally::new();
         let (mut packets, mut bytes, mut links) = (0u64, 0u64, 0u64);
         let mut at = 0;
-        // The rest of a chain dropped as unterminated in an earlier burst: given back,
-        // counted with that packet (its buffers as links, no packet of their own).
+        // The rest of a chain dropped as unterminated in an earlier burst: given back and
+        // counted as a packet dropped as `chain_rest` (a rest that never came leaves the
+        // next packet in its place, which is received and dropped the same way, never lost
+        // from the counts).
         if self.open_chain.get(i).copied().unwrap_or(false) {
+            let start = at;
             while let Some(d) = self.chain_burst.get(at).copied().filter(|_| at < n) {
                 at += 1;
-                links += 1;
                 bytes += u64::from(d.len);
                 self.give_back(&d);
                 if d.options & XDP_PKT_CONTD == 0 {
@@ -132,6 +134,11 @@ impl<Q: RingIo> Poller<Q> {
                     }
                     break;
                 }
+            }
+            if at > start {
+                packets += 1;
+                links += (at - start - 1) as u64;
+                tally.drop(DropReason::ChainRest);
             }
         }
         while at < n {
@@ -206,9 +213,15 @@ impl<Q: RingIo> Poller<Q> {
         let ingress = self.fwd.ingress(in_port);
         // SAFETY: the buffer came off this burst's RX ring (check_chain checked its bounds)
         // and is this poller's until staged or freed, after this view.
-        let parsed =
-            self.fwd
-                .prepare_wire(rt, ingress, unsafe { self.area.frame(off, head.len) }, wire);
+        let first = unsafe { self.area.frame(off, head.len) };
+        // A packet of one buffer is parsed as on the single-buffer path: a frame Ethernet
+        // padded to its 60-byte minimum (a TCP ACK of 40 IP bytes) is longer than its IP
+        // length. Only a chain must be exactly its IP length (the egress MTU check reads it).
+        let parsed = if chain.len() == 1 {
+            self.fwd.prepare(rt, ingress, first)
+        } else {
+            self.fwd.prepare_wire(rt, ingress, first, wire)
+        };
         let verdict = match parsed {
             // SAFETY: as above.
             Ok(p) => self.fwd.finish(rt, in_port, p, unsafe {

@@ -4,6 +4,7 @@
 //! close the sockets and take every frame back.
 use std::time::{Duration, Instant};
 
+use super::stats::Counter;
 use super::Poller;
 use crate::port::rings::{RingIo, RingStats, SocketFrames};
 
@@ -23,8 +24,10 @@ pub struct FrameCount {
     /// On RX rings, not yet read.
     pub rx: u64,
     /// Taken by a socket's kernel side and on no ring: a zero-copy driver's posted receive
-    /// buffers, the pool's cache in copy mode. Counted from what each socket was given and
-    /// gave back, not inferred from the other terms.
+    /// buffers, the pool's cache in copy mode. Inferred per socket: what it was given (fill
+    /// and TX entries) less what it gave back (RX and completion entries) less what is on
+    /// its rings now; so `accounted() == total` checks the free list and the ledgers
+    /// against the UMEM's size, not the kernel's side on its own.
     pub held: u64,
     /// Frames taken back once the sockets were closed (all but `free`, when nothing is lost).
     pub reclaimed: u64,
@@ -130,7 +133,11 @@ impl<Q: RingIo> Poller<Q> {
                     self.stats.add_tx_refused(refused);
                 }
                 let (free, mask) = (&mut self.free, self.frame_mask);
-                moved += q.complete(&self.area, self.ring, |a| free.push(a & mask)) as usize;
+                let done = q.complete(&self.area, self.ring, |a| free.push(a & mask));
+                if done > 0 {
+                    self.stats.add(Counter::Completions, u64::from(done));
+                }
+                moved += done as usize;
             }
             let tx_left: u32 = self.queues.iter().map(|q| q.tx_pending()).sum();
             if (moved == 0 && tx_left == 0) || Instant::now() > deadline {

@@ -569,6 +569,34 @@ mod tests {
     }
 
     #[test]
+    fn a_padded_frame_beside_a_chain_is_forwarded_as_alone() {
+        // A 28-byte IP packet Ethernet padded to the 60-byte minimum, as a NIC delivers a TCP
+        // ACK, between jumbo packets: bursts with a chain take the multi-buffer path, and
+        // there too its padding is no length error.
+        let mut padded = udp_v4(&FrameSpec {
+            payload_len: 0,
+            ..FrameSpec::default()
+        });
+        padded.resize(60, 0);
+        let traffic = Traffic::chained(&[jumbo(false, true), padded.clone()], SEG);
+        let mut p = chain_poller(traffic, 9000, Faults::default());
+        deliver(&mut p, 7 * 100);
+        let s = p.inner.stats.snapshot();
+        assert_eq!(s.total_drops(), 0, "{:?}", s.drops);
+        assert_eq!(s.get(Counter::RxPackets), 200);
+        assert_eq!(s.get(Counter::TxPackets), 200);
+        let out = p.queues()[1].counters();
+        assert_eq!(
+            out.captured[1].len(),
+            60,
+            "sent as it came, padding and all"
+        );
+        assert_eq!(out.captured[1][TTL4], 63);
+        let f = p.finish().frames;
+        assert_eq!(f.accounted(), 1024, "{f:?}");
+    }
+
+    #[test]
     fn a_jumbo_packet_without_df_leaves_as_fragments_of_the_egress_mtu() {
         // 9000 -> 1500: 8980 payload bytes in pieces of 1480, seven fragments; with DF, and
         // IPv6, too big (dropped, for an ICMP error).
@@ -685,14 +713,101 @@ mod tests {
         let s = p.inner.stats.snapshot();
         assert_eq!(s.drop_count(DropReason::ChainUnterminated), 1);
         assert_eq!(s.get(Counter::TxPackets), 0);
-        // Its rest comes first: given back, never forwarded as a packet; then whole ones.
+        // Its rest comes first: given back, never forwarded, dropped as a packet of its
+        // own; then whole ones.
         deliver(&mut p, 3 + 6 * 10);
         let s = p.inner.stats.snapshot();
-        assert_eq!(s.total_drops(), 1, "{:?}", s.drops);
+        assert_eq!(s.drop_count(DropReason::ChainRest), 1, "{:?}", s.drops);
+        assert_eq!(s.total_drops(), 2, "{:?}", s.drops);
         assert_eq!(s.get(Counter::TxPackets), 10);
-        assert_eq!(s.get(Counter::RxPackets), 11);
-        assert_eq!(s.get(Counter::RxChainBuffers), 2 + 3 + 50);
+        assert_eq!(s.get(Counter::RxPackets), 12);
+        assert_eq!(s.get(Counter::RxChainBuffers), 2 + 2 + 50);
         let f = p.finish().frames;
+        assert_eq!(f.accounted(), 1024, "{f:?}");
+    }
+
+    #[test]
+    fn a_packet_in_place_of_a_rest_that_never_came_is_counted_and_dropped() {
+        // Three buffers of a chain, then a whole small packet where its rest should be.
+        let v4 = jumbo(false, true);
+        let small = udp_v4(&FrameSpec::default());
+        let bufs: Vec<(Vec<u8>, bool)> = v4
+            .chunks(SEG)
+            .take(3)
+            .map(|b| (b.to_vec(), true))
+            .chain([(small, false)])
+            .collect();
+        let mut p = chain_poller(Traffic::buffers(&bufs), 9000, Faults::default());
+        deliver(&mut p, 3);
+        deliver(&mut p, 1);
+        let s = p.inner.stats.snapshot();
+        assert_eq!(s.drop_count(DropReason::ChainUnterminated), 1);
+        assert_eq!(s.drop_count(DropReason::ChainRest), 1, "{:?}", s.drops);
+        assert_eq!(s.get(Counter::RxPackets), 2, "each packet received counted");
+        assert_eq!(s.get(Counter::TxPackets), 0);
+        assert_eq!(s.get(Counter::RxChainBuffers), 2);
+        let f = p.finish().frames;
+        assert_eq!(f.accounted(), 1024, "{f:?}");
+    }
+
+    #[test]
+    fn a_saturated_pollers_passes_are_published_while_it_runs() {
+        // Every pass takes 5 ms (a poller saturated by a slow port): far fewer than 256
+        // passes in the 300 ms a reader waits, and still its passes and busy cycles show.
+        let slow = Faults {
+            rx_delay: Duration::from_millis(5),
+            ..Faults::default()
+        };
+        let traffic = Traffic::new(&[udp_v4(&FrameSpec::default())]);
+        let queues = vec![
+            MemQueue::new(0, 0, RING, Some(Arc::new(traffic))).with_faults(slow),
+            MemQueue::new(1, 0, RING, None),
+        ];
+        let fwd = Arc::new(crate::forward::tests::fwd_with_egress_mtu(
+            Mode::L3fwd,
+            1500,
+        ));
+        let stats = Arc::new(PollerStats::with_queues(false, 2));
+        let mut p = MemPoller::new(&spec(1024), queues, fwd, stats.clone()).expect("poller");
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            stats.snapshot()
+        });
+        p.run_for(Duration::from_millis(600));
+        let seen = reader.join().expect("reader");
+        let after = p.inner.stats.snapshot();
+        assert!(
+            after.get(Counter::LoopPasses) < 256,
+            "the test needs slow passes: {}",
+            after.get(Counter::LoopPasses)
+        );
+        assert!(seen.get(Counter::LoopPasses) > 0, "{:?}", seen.counters);
+        assert!(seen.get(Counter::BusyCycles) > 0, "{:?}", seen.counters);
+        assert_eq!(seen.get(Counter::IdleSleeps), 0, "it never slept");
+    }
+
+    #[test]
+    fn completions_reaped_at_stop_are_counted() {
+        // The egress stalls with its TX ring full; at the stop it comes back, and the drain
+        // reaps what it then completes: counted as every other completion is.
+        let stalled = Faults {
+            tx_stalled: true,
+            ..Faults::default()
+        };
+        let traffic = Traffic::new(&[udp_v4(&FrameSpec::default())]);
+        let mut p = chain_poller(traffic, 1500, stalled);
+        deliver(&mut p, 200);
+        assert_eq!(p.inner.stats.snapshot().get(Counter::Completions), 0);
+        p.inner.queues[1].set_faults(Faults::default());
+        let f = p.finish().frames;
+        let transmitted = p.queues()[1].counters().transmitted;
+        assert_eq!(
+            transmitted,
+            u64::from(RING),
+            "the full ring went out at the stop"
+        );
+        let s = p.inner.stats.snapshot();
+        assert_eq!(s.get(Counter::Completions), transmitted, "{:?}", s.counters);
         assert_eq!(f.accounted(), 1024, "{f:?}");
     }
 

@@ -57,6 +57,10 @@ pub(crate) const MAX_BATCH: usize = 256;
 const BURST_SLOTS: usize = MAX_BATCH + chain::MAX_CHAIN;
 /// Most TX kicks per ring per pass (copy mode sends at most 32 frames per kick).
 const MAX_KICKS: u64 = 8;
+/// Clock ticks between publications of the loop's pass tally: 2^22, 1 to 4 ms at the TSC
+/// rates of current x86 CPUs (4 ms where the clock counts nanoseconds), well inside the
+/// rebalancer's shortest period (100 ms).
+const PUBLISH_CYCLES: u64 = 1 << 22;
 /// Zero-copy: passes with frames waiting on a TX ring and nothing completed before the poller
 /// kicks the driver again anyway (a wakeup it missed).
 const ZC_KICK_PATIENCE: u32 = 64;
@@ -183,12 +187,14 @@ impl<Q: RingIo> Poller<Q> {
 
     fn run(&mut self, stop: &AtomicBool) {
         // Loop passes, busy passes, busy cycles: tallied here and added to the counters every
-        // 256 passes and before each sleep, so an idle busy-polling loop does not write its
-        // counter line on every pass. One clock read per pass: a pass with work adds the
+        // PUBLISH_CYCLES and before each sleep, so an idle busy-polling loop does not write
+        // its counter line on every pass. One clock read per pass: a pass with work adds the
         // cycles since the previous pass ended.
-        // [loop passes, busy passes, busy cycles, the clock at the last pass's end]: one
-        // array on the stack, so the loop keeps no more registers for it.
-        let mut passes = [0u64, 0, 0, sys::cycles()];
+        // [loop passes, busy passes, busy cycles, the clock at the last pass's end, the clock
+        // at the last publication]: one array on the stack, so the loop keeps no more
+        // registers for it.
+        let start = sys::cycles();
+        let mut passes = [0u64, 0, 0, start, start];
         let table = self.fwd.table().clone();
         let Some(mut reader) = self.reader.take() else {
             return;
@@ -223,7 +229,10 @@ impl<Q: RingIo> Poller<Q> {
                 passes[2] += now.wrapping_sub(passes[3]);
             }
             passes[3] = now;
-            if passes[0] == 256 {
+            // Published by the clock, not by a number of passes: a saturated poller's pass
+            // can take milliseconds, and its readers (the rebalancer's liveness and load,
+            // `top`) must see it working within their period.
+            if now.wrapping_sub(passes[4]) >= PUBLISH_CYCLES {
                 self.add_passes(&mut passes);
             }
             let mut nap = false;
@@ -288,14 +297,15 @@ impl<Q: RingIo> Poller<Q> {
         self.stats.add(Counter::IdleSleeps, 1);
     }
 
-    /// Adds the tallied [loop passes, busy passes, busy cycles] to the counters and clears
-    /// the tally.
-    fn add_passes(&mut self, passes: &mut [u64; 4]) {
+    /// Adds the tallied [loop passes, busy passes, busy cycles] to the counters, clears
+    /// the tally and notes when (the clock of the last pass, `passes[3]`, into `passes[4]`).
+    fn add_passes(&mut self, passes: &mut [u64; 5]) {
         self.stats.add(Counter::LoopPasses, passes[0]);
         self.stats.add(Counter::BusyPasses, passes[1]);
         self.stats.add(Counter::BusyCycles, passes[2]);
         self.stats.set_free_frames(self.free.len() as u64);
         passes[..3].fill(0);
+        passes[4] = passes[3];
     }
 
     /// [`Poller::flush`] from the multi-buffer path (mid-burst, once a stage fills up): out

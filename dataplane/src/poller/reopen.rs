@@ -132,10 +132,9 @@ impl<Q: RingIo> Poller<Q> {
             return;
         };
         let mut burst = [XdpDesc::default(); 64];
-        // Packets and the buffers after each first apart, as the receive path counts them:
-        // the rest of a chain already counted (dropped unterminated) is buffers only.
+        // Packets and the buffers after each first apart, as the receive path counts them
+        // (the rest of a chain dropped unterminated is a packet of its own there too).
         let (mut n, mut links, mut bytes) = (0u64, 0u64, 0u64);
-        let mut rest = self.open_chain.get(i).copied().unwrap_or(false);
         loop {
             let got = q.rx_burst(&mut self.area, &mut burst);
             for d in burst.iter().take(got) {
@@ -143,9 +142,7 @@ impl<Q: RingIo> Poller<Q> {
                     self.free.push(d.addr & self.frame_mask);
                 }
                 bytes += u64::from(d.len);
-                let contd = d.options & XDP_PKT_CONTD != 0;
-                links += u64::from(contd || rest);
-                rest &= contd;
+                links += u64::from(d.options & XDP_PKT_CONTD != 0);
             }
             n += got as u64;
             if got == 0 {

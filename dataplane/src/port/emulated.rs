@@ -186,6 +186,9 @@ pub(crate) struct Faults {
     /// Keep this many frames taken off the fill ring and posted, out of sight, as a
     /// zero-copy driver keeps its receive queue stocked (they never come back on a ring).
     pub posted: u32,
+    /// Each receive call that delivers frames takes this long (a saturated poller whose
+    /// every pass is slow).
+    pub rx_delay: std::time::Duration,
 }
 
 /// What the emulated port did.
@@ -295,6 +298,12 @@ impl MemQueue {
     pub(crate) fn with_faults(mut self, faults: Faults) -> MemQueue {
         self.faults = faults;
         self
+    }
+
+    /// Replaces the injected faults (a stalled link that comes back).
+    #[cfg(test)]
+    pub(crate) fn set_faults(&mut self, faults: Faults) {
+        self.faults = faults;
     }
 
     /// Keeps a copy of the first `frames` transmitted frames (tests; it allocates per frame).
@@ -504,6 +513,9 @@ impl RingIo for MemQueue {
     #[inline]
     fn rx_burst(&mut self, area: &mut Area, out: &mut [XdpDesc]) -> usize {
         self.receive_frames(area, out.len());
+        if !self.faults.rx_delay.is_zero() && self.rx.len() > 0 {
+            std::thread::sleep(self.faults.rx_delay);
+        }
         let mut n = 0;
         for slot in out.iter_mut() {
             match self.rx.pop() {

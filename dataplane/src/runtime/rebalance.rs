@@ -486,29 +486,12 @@ impl Rebalancer {
         out
     }
 
-    /// Each poller's busy share and packets since the last step; a poller whose loop made
-    /// no pass at all (neither worked nor slept) has stopped.
+    /// Each poller's busy share and packets since the last step ([`poller_loads`]).
     fn read_pollers(&mut self, pollers: &Pollers) -> Vec<PollerLoad> {
         let now = pollers.snapshots();
         let cycles = sys::cycles();
-        let span = cycles.wrapping_sub(self.last_cycles).max(1) as f64;
-        let finished = pollers.finished();
-        let loads = now
-            .iter()
-            .enumerate()
-            .map(|(p, s)| {
-                let d = self
-                    .last_pollers
-                    .get(p)
-                    .map_or(*s, |before| s.delta(before));
-                let passes = d.get(Counter::LoopPasses) + d.get(Counter::IdleSleeps);
-                PollerLoad {
-                    busy: (d.get(Counter::BusyCycles) as f64 / span).clamp(0.0, 1.0),
-                    packets: d.get(Counter::RxPackets),
-                    alive: passes > 0 && !finished.get(p).copied().unwrap_or(false),
-                }
-            })
-            .collect();
+        let span = cycles.wrapping_sub(self.last_cycles).max(1);
+        let loads = poller_loads(&self.last_pollers, &now, &pollers.finished(), span);
         self.last_pollers = now;
         self.last_cycles = cycles;
         loads
@@ -618,9 +601,58 @@ impl Rebalancer {
     }
 }
 
+/// Each poller's load between two snapshots of its counters `span` clock ticks apart. A
+/// poller is alive while its thread runs and its loop shows it: a pass or a sleep
+/// published, or a packet taken (a saturated poller counts its packets every burst, its
+/// passes only every few milliseconds).
+pub(crate) fn poller_loads(
+    before: &[Snapshot],
+    now: &[Snapshot],
+    finished: &[bool],
+    span: u64,
+) -> Vec<PollerLoad> {
+    now.iter()
+        .enumerate()
+        .map(|(p, s)| {
+            let d = before.get(p).map_or(*s, |b| s.delta(b));
+            let shown =
+                d.get(Counter::LoopPasses) + d.get(Counter::IdleSleeps) + d.get(Counter::RxPackets);
+            PollerLoad {
+                busy: (d.get(Counter::BusyCycles) as f64 / span.max(1) as f64).clamp(0.0, 1.0),
+                packets: d.get(Counter::RxPackets),
+                alive: shown > 0 && !finished.get(p).copied().unwrap_or(false),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_saturated_poller_that_published_no_pass_is_alive_and_a_silent_one_is_not() {
+        let snap = |passes: u64, sleeps: u64, packets: u64, busy: u64| {
+            let mut s = Snapshot::default();
+            s.counters[Counter::LoopPasses as usize] = passes;
+            s.counters[Counter::IdleSleeps as usize] = sleeps;
+            s.counters[Counter::RxPackets as usize] = packets;
+            s.counters[Counter::BusyCycles as usize] = busy;
+            s
+        };
+        let before = vec![snap(256, 0, 1000, 0); 4];
+        let now = vec![
+            snap(256, 0, 90_000, 0),     // saturated: packets, no pass published yet
+            snap(256, 7, 1000, 0),       // idle: slept
+            snap(256, 0, 1000, 0),       // stopped: nothing moved
+            snap(512, 0, 5000, 500_000), // finished thread
+        ];
+        let loads = poller_loads(&before, &now, &[false, false, false, true], 1_000_000);
+        let alive: Vec<bool> = loads.iter().map(|l| l.alive).collect();
+        assert_eq!(alive, [true, true, false, false]);
+        assert_eq!(loads[0].packets, 89_000);
+        assert!((loads[3].busy - 0.5).abs() < 1e-9);
+    }
 
     #[test]
     fn the_program_follows_a_flow_type_hashing_both_addresses_and_both_ports_or_none() {

@@ -254,6 +254,9 @@ struct Loads {
     item: Vec<Vec<f64>>,
     /// Each poller's demand.
     poller: Vec<f64>,
+    /// Each poller's cost per packet (the fallback where it has none): an item moved from
+    /// poller `a` to `b` weighs `cost[b] / cost[a]` times as much there.
+    cost: Vec<f64>,
 }
 
 impl Balancer {
@@ -533,7 +536,10 @@ impl Balancer {
                 }
             }
         }
-        Loads { item, poller }
+        let cost = (0..self.layout.poller_nodes.len())
+            .map(|p| self.cost.get(p).copied().flatten().unwrap_or(fallback))
+            .collect();
+        Loads { item, poller, cost }
     }
 
     /// Max over mean of the engaged, running pollers' demand (1.0 when there is none).
@@ -681,12 +687,15 @@ impl Balancer {
         let node = self.layout.poller_nodes.get(victim).copied();
         for &(port, b) in &items {
             let d = item_of(view, port, b);
+            let fits = |p: usize| {
+                planned.get(p).copied().unwrap_or(f64::MAX) + priced(view, d, victim, p) <= target
+            };
             let mut candidates: Vec<(usize, u32)> = engaged
                 .iter()
                 .copied()
                 .filter(|&p| p != victim)
                 .filter_map(|p| self.layout.queue_of_poller(port, p).map(|q| (p, q)))
-                .filter(|&(p, _)| planned.get(p).copied().unwrap_or(f64::MAX) + d <= target)
+                .filter(|&(p, _)| fits(p))
                 .collect();
             // Same node first, then the most loaded that still fits (packing tight).
             candidates.sort_by(|a, b| {
@@ -701,7 +710,7 @@ impl Balancer {
                 return false; // does not fit: keep the poller
             };
             if let Some(s) = planned.get_mut(p) {
-                *s += d;
+                *s += priced(view, d, victim, p);
             }
             plan.push((port, b, p, q));
         }
@@ -798,11 +807,15 @@ impl Balancer {
                 _ => self.least_loaded(port, loads, alive, None, |p| p != from, false),
             };
             let Some((to, q)) = target else { continue };
+            // Priced at the receiving poller's cost: onto a slower poller a bucket weighs
+            // more than it did here.
+            let there = priced(loads, d, from, to);
             let gap = from_load - load_of(loads, to);
-            if d >= gap {
+            if there >= gap {
                 continue; // would only move the maximum, not lower it
             }
-            let score = (gap / 2.0 - d).abs();
+            // The pair's larger load after the move, as low as it can be.
+            let score = ((from_load - d) - (load_of(loads, to) + there)).abs();
             if best.is_none_or(|(s, ..)| score < s) {
                 best = Some((score, port, b, to, q));
             }
@@ -881,8 +894,13 @@ impl Balancer {
         };
         let from_poller = self.layout.poller_of(port, from_queue);
         let d = item_of(loads, port, b);
+        let there = from_poller.map_or(d, |from| priced(loads, d, from, to_poller));
         if let Some(slot) = self.tables.get_mut(port).and_then(|t| t.get_mut(b)) {
             *slot = to_queue;
+        }
+        // From now on the item weighs what it costs on its new poller.
+        if let Some(slot) = loads.item.get_mut(port).and_then(|v| v.get_mut(b)) {
+            *slot = there;
         }
         if let Some(c) = self.cooldown.get_mut(port).and_then(|v| v.get_mut(b)) {
             *c = self.settings.cooldown;
@@ -891,7 +909,7 @@ impl Balancer {
             *s -= d;
         }
         if let Some(s) = loads.poller.get_mut(to_poller) {
-            *s += d;
+            *s += there;
         }
         moves.push(Move {
             port,
@@ -935,6 +953,15 @@ impl Layout {
             .iter()
             .position(|&x| x == Some(p))
             .map(|q| q as u32)
+    }
+}
+
+/// What demand `d` on poller `from` weighs on poller `to`, at their costs per packet (as it
+/// is where either cost is unknown).
+fn priced(loads: &Loads, d: f64, from: usize, to: usize) -> f64 {
+    match (loads.cost.get(from), loads.cost.get(to)) {
+        (Some(&a), Some(&b)) if a > 0.0 && b > 0.0 => d * b / a,
+        _ => d,
     }
 }
 

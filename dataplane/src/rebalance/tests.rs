@@ -393,6 +393,40 @@ proptest! {
         }
     }
 
+    /// The same with pollers of unequal capacity (a slower core, a sibling thread): a
+    /// bucket moved onto a slower poller weighs more there, and the step still never raises
+    /// the largest load as the next period measures it, once every poller's cost per packet
+    /// is known (a poller that never took a packet is priced at the others' mean).
+    #[test]
+    fn a_step_never_makes_the_max_load_worse_on_unequal_pollers(
+        (mut nic, traffic, queues) in nic_and_traffic(),
+        slow in prop::collection::vec(prop::bool::ANY, 8),
+    ) {
+        for (p, s) in slow.iter().enumerate().take(queues) {
+            if *s {
+                nic.capacity[p] = 3_000.0;
+            }
+        }
+        let mut b = balancer(&nic, Settings::default());
+        let mut known = vec![false; queues];
+        for _ in 0..6 {
+            let seen = nic.period(&traffic);
+            for (k, l) in known.iter_mut().zip(&seen.pollers) {
+                *k |= l.packets > 0;
+            }
+            let d = b.step(&seen.buckets, &seen.pollers, SECOND);
+            let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+            prop_assert!(max(&d.demand_after) <= max(&d.demand_before) + 1e-9);
+            nic.apply(&d.moves);
+            let next = nic.period(&traffic);
+            let owned = |p: usize| nic.layout.ports[0].contains(&Some(p));
+            if (0..queues).all(|p| known[p] || !owned(p)) {
+                prop_assert!(max(&next.offered) <= max(&seen.offered) + 1e-3,
+                    "capacities {:?}: {:?} -> {:?}", nic.capacity, seen.offered, next.offered);
+            }
+        }
+    }
+
     /// On a steady load the balancer converges: no move after a while.
     #[test]
     fn a_steady_load_converges((mut nic, traffic, _q) in nic_and_traffic(), scale in prop::bool::ANY) {
@@ -402,6 +436,38 @@ proptest! {
         let late: usize = trace[40..].iter().map(|t| t.2).sum();
         prop_assert_eq!(late, 0, "moves in the last 20 periods: {:?}", trace);
     }
+}
+
+#[test]
+fn a_move_onto_a_slower_poller_is_priced_at_its_cost() {
+    // Pollers of 10000, 3000, 10000 and 10000 packets per period. Queue 0 takes four flows
+    // of 3000, queues 2 and 3 one of 6000 each, queue 1 (the slow poller) light flows only,
+    // so it is the least loaded. A 3000-packet bucket is 0.3 of poller 0 but all of poller
+    // 1: priced at the source's cost, two of them would go there (2.08 of a core).
+    let mut nic = SimNic::one_port(4, 128, CAP);
+    nic.capacity = vec![CAP, 3_000.0, CAP, CAP];
+    let t = nic.tables[0].clone();
+    let traffic = Traffic::heavy_on(&t, 0, 1_000_000, 4, 3_000.0)
+        .and(Traffic::heavy_on(&t, 2, 2_000_000, 1, 6_000.0))
+        .and(Traffic::heavy_on(&t, 3, 3_000_000, 1, 6_000.0))
+        .and(Traffic::light(0, 1000, 1.0));
+    let mut b = balancer(&nic, Settings::default());
+    let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+    let first = max(&nic.period(&traffic).offered);
+    for step in 0..20 {
+        let seen = nic.period(&traffic);
+        let d = b.step(&seen.buckets, &seen.pollers, SECOND);
+        nic.apply(&d.moves);
+        let next = nic.period(&traffic);
+        assert!(
+            max(&next.offered) <= max(&seen.offered) + 1e-3,
+            "step {step}: {:?} -> {:?}",
+            seen.offered,
+            next.offered
+        );
+    }
+    let end = nic.period(&traffic);
+    assert!(max(&end.offered) < first, "{first} -> {:?}", end.offered);
 }
 
 #[test]

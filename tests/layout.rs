@@ -339,7 +339,24 @@ fn irq_restore_undoes_what_a_killed_run_moved() {
         "0",
         "threaded back: {text}"
     );
+    assert!(out.status.success(), "{text}");
     assert!(!state.exists(), "the journal is removed");
+    // An item that cannot be undone (veth has no indirection table) fails the command and
+    // stays in the journal.
+    let journal = format!(
+        r#"[{{"RssTable":{{"ifname":"{}","before":[1,0],"default":false}}}}]"#,
+        t.dut_in()
+    );
+    std::fs::write(&state, journal).expect("journal");
+    let out = common::router::ns_output(
+        &t.dut_ns(),
+        &[&bin(), "irq", "restore", "--state", &state_arg],
+    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "a failed restore exits non-zero");
+    assert!(err.contains("could not be restored"), "{err}");
+    assert!(state.exists(), "what failed stays journaled");
+    std::fs::remove_file(&state).expect("journal");
     // And a run starts again.
     let (ok, err) = run_once(&bed, "again", &cfg, &args);
     assert!(ok, "{err}");

@@ -31,8 +31,16 @@ pub fn main(cmd: IrqCmd) -> Result<()> {
                 );
                 return Ok(());
             }
-            for line in dataplane::placement::affinity::restore_from(&path)? {
+            let restored = dataplane::placement::affinity::restore_from(&path)?;
+            for line in &restored.lines {
                 println!("{line}");
+            }
+            if restored.kept > 0 {
+                anyhow::bail!(
+                    "{} of the items {} recorded could not be restored; they stay in it for another `dataplane irq restore`",
+                    restored.kept,
+                    path.display()
+                );
             }
             println!(
                 "irq: restored what {} recorded, and removed it",

@@ -29,8 +29,8 @@ pub fn default_state_path() -> PathBuf {
 }
 
 /// Undoes the changes recorded in the state file `path` by a run that did not restore them,
-/// and removes the file. One line per item, with what was read back.
-pub fn restore_from(path: &Path) -> Result<Vec<String>, IrqStateError> {
+/// and removes the file once every one is undone; what failed stays in it.
+pub fn restore_from(path: &Path) -> Result<Restored, IrqStateError> {
     let text = std::fs::read_to_string(path).map_err(|source| IrqStateError::Read {
         path: path.to_path_buf(),
         source,
@@ -43,7 +43,21 @@ pub fn restore_from(path: &Path) -> Result<Vec<String>, IrqStateError> {
         changes,
         journal: Some(path.to_path_buf()),
     };
-    Ok(set.restore())
+    let lines = set.restore();
+    // What failed stays in the journal for another try; the set itself must not try again
+    // when it is dropped.
+    set.journal = None;
+    let kept = std::mem::take(&mut set.changes).len();
+    Ok(Restored { lines, kept })
+}
+
+/// What [`restore_from`] did.
+#[derive(Debug)]
+pub struct Restored {
+    /// One line per item, with what was read back.
+    pub lines: Vec<String>,
+    /// Items that could not be undone, kept in the journal (0: it was removed).
+    pub kept: usize,
 }
 
 /// The interrupt state file could not be used.
@@ -347,82 +361,194 @@ impl IrqChanges {
         &self.changes
     }
 
-    /// Undoes every change, newest first; returns one line per restored item with what was
-    /// read back.
+    /// Undoes every change, newest first; returns one line per item with what was read
+    /// back. What could not be undone stays: in [`IrqChanges::changes`] and in the journal,
+    /// which is removed only once everything was restored.
     pub(crate) fn restore(&mut self) -> Vec<String> {
+        self.restore_with(&mut System)
+    }
+
+    /// [`IrqChanges::restore`] through `sys`.
+    fn restore_with(&mut self, sys: &mut impl Undo) -> Vec<String> {
         let mut out = Vec::new();
+        let mut failed = Vec::new();
         while let Some(c) = self.changes.pop() {
-            out.push(match c {
-                Change::Threaded { ifname, before } => {
-                    let r = std::fs::write(format!("/sys/class/net/{ifname}/threaded"), &before);
-                    format!(
-                        "irq: {ifname} threaded NAPI back to {before}{}",
-                        r.err().map_or(String::new(), |e| format!(" (failed: {e})"))
-                    )
-                }
-                Change::Napi { tid, name, .. }
-                    if topology::thread_name(tid).as_deref() != Some(name.as_str()) =>
-                {
-                    // The device (and its NAPI thread) went away; never touch a thread that
-                    // has since taken the id.
-                    format!("irq: {name} (thread {tid}) is gone: nothing to restore")
-                }
-                Change::Napi {
-                    tid, name, before, ..
-                } => {
-                    let r = sys::set_thread_affinity(tid, &before);
-                    let now = topology::thread_cpus(tid).unwrap_or_default();
-                    format!(
-                        "irq: {name} cpus back to [{}]{}",
-                        cpu_list(&now),
-                        r.err().map_or(String::new(), |e| format!(" (failed: {e})"))
-                    )
-                }
-                Change::RxHashing { ifname } => {
-                    let r = privileged(|| sys::set_rx_hashing(&ifname, false));
-                    format!(
-                        "rss: {ifname} receive hashing off again{}",
-                        r.err().map_or(String::new(), |e| format!(" (failed: {e})"))
-                    )
-                }
-                Change::RssTable {
-                    ifname,
-                    before,
-                    default,
-                } => {
-                    let r = privileged(|| {
-                        sys::set_rss_table(&ifname, if default { &[] } else { &before })
-                    });
-                    let back = sys::rss_table(&ifname);
-                    let same = back.as_ref().is_ok_and(|t| *t == before);
-                    format!(
-                        "rss: {ifname} indirection table {}{}",
-                        match (&r, same, default) {
-                            (Err(_), ..) => "not restored",
-                            (Ok(()), true, true) => "reset to the default spread, read back",
-                            (Ok(()), true, false) => "restored, read back",
-                            (Ok(()), false, _) => "written back, but reads back otherwise",
-                        },
-                        r.err().map_or(String::new(), |e| format!(" (failed: {e})"))
-                    )
-                }
-                Change::Irq { irq, before, .. } => {
-                    let r = std::fs::write(
-                        format!("/proc/irq/{irq}/smp_affinity_list"),
-                        cpu_list(&before),
-                    );
-                    format!(
-                        "irq: IRQ {irq} cpus back to [{}]{}",
-                        cpu_list(&irq_cpus(irq)),
-                        r.err().map_or(String::new(), |e| format!(" (failed: {e})"))
-                    )
-                }
-            });
+            let (line, ok) = undo(sys, &c);
+            out.push(line);
+            if !ok {
+                failed.push(c);
+            }
         }
-        if let Some(path) = self.journal.take() {
-            let _ = std::fs::remove_file(path);
+        failed.reverse();
+        self.changes = failed;
+        if let Some(path) = self.journal.clone() {
+            if self.changes.is_empty() {
+                let _ = std::fs::remove_file(&path);
+                self.journal = None;
+            } else {
+                let kept = self.changes.len();
+                let write = serde_json::to_string(&self.changes)
+                    .map_err(|e| e.to_string())
+                    .and_then(|text| {
+                        let tmp = path.with_extension("json.tmp");
+                        std::fs::write(&tmp, text)
+                            .and_then(|()| std::fs::rename(&tmp, &path))
+                            .map_err(|e| e.to_string())
+                    });
+                out.push(match write {
+                    Ok(()) => format!(
+                        "irq: {kept} item(s) not restored, kept in {}: `dataplane irq restore` tries again",
+                        path.display()
+                    ),
+                    Err(e) => format!(
+                        "irq: {kept} item(s) not restored, and {} could not be rewritten: {e}",
+                        path.display()
+                    ),
+                });
+            }
         }
         out
+    }
+}
+
+/// Undoes `c` through `sys`: the line to report, and whether it is undone (an item whose
+/// thread is gone has nothing left to undo).
+fn undo(sys: &mut impl Undo, c: &Change) -> (String, bool) {
+    let failed = |e: String| format!(" (failed: {e})");
+    match c {
+        Change::Threaded { ifname, before } => {
+            let r = sys.write(&format!("/sys/class/net/{ifname}/threaded"), before);
+            let ok = r.is_ok();
+            (
+                format!(
+                    "irq: {ifname} threaded NAPI back to {before}{}",
+                    r.err().map_or(String::new(), failed)
+                ),
+                ok,
+            )
+        }
+        Change::Napi { tid, name, .. }
+            if sys.thread_name(*tid).as_deref() != Some(name.as_str()) =>
+        {
+            // The device (and its NAPI thread) went away; never touch a thread that has
+            // since taken the id.
+            (
+                format!("irq: {name} (thread {tid}) is gone: nothing to restore"),
+                true,
+            )
+        }
+        Change::Napi {
+            tid, name, before, ..
+        } => {
+            let r = sys.set_thread_affinity(*tid, before);
+            let ok = r.is_ok();
+            (
+                format!(
+                    "irq: {name} cpus back to [{}]{}",
+                    cpu_list(&sys.thread_cpus(*tid)),
+                    r.err().map_or(String::new(), failed)
+                ),
+                ok,
+            )
+        }
+        Change::RxHashing { ifname } => {
+            let r = sys.set_rx_hashing(ifname, false);
+            let ok = r.is_ok();
+            (
+                format!(
+                    "rss: {ifname} receive hashing off again{}",
+                    r.err().map_or(String::new(), failed)
+                ),
+                ok,
+            )
+        }
+        Change::RssTable {
+            ifname,
+            before,
+            default,
+        } => {
+            let r = sys.set_rss_table(ifname, if *default { &[] } else { before });
+            let same = sys.rss_table(ifname).is_ok_and(|t| t == *before);
+            let ok = r.is_ok() && same;
+            (
+                format!(
+                    "rss: {ifname} indirection table {}{}",
+                    match (&r, same, default) {
+                        (Err(_), ..) => "not restored",
+                        (Ok(()), true, true) => "reset to the default spread, read back",
+                        (Ok(()), true, false) => "restored, read back",
+                        (Ok(()), false, _) => "written back, but reads back otherwise",
+                    },
+                    r.err().map_or(String::new(), failed)
+                ),
+                ok,
+            )
+        }
+        Change::Irq { irq, before, .. } => {
+            let r = sys.write(
+                &format!("/proc/irq/{irq}/smp_affinity_list"),
+                &cpu_list(before),
+            );
+            let ok = r.is_ok();
+            (
+                format!(
+                    "irq: IRQ {irq} cpus back to [{}]{}",
+                    cpu_list(&sys.irq_cpus(*irq)),
+                    r.err().map_or(String::new(), failed)
+                ),
+                ok,
+            )
+        }
+    }
+}
+
+/// The system calls that undo a [`Change`]: the machine's ([`System`]), or a test's.
+trait Undo {
+    /// Writes `text` to the file at `path` (sysfs, procfs).
+    fn write(&mut self, path: &str, text: &str) -> Result<(), String>;
+    /// An IRQ's CPUs as read back.
+    fn irq_cpus(&self, irq: u32) -> Vec<usize>;
+    /// A thread's name (None: gone).
+    fn thread_name(&self, tid: u32) -> Option<String>;
+    /// A thread's CPUs as read back.
+    fn thread_cpus(&self, tid: u32) -> Vec<usize>;
+    /// Sets a thread's CPUs.
+    fn set_thread_affinity(&mut self, tid: u32, cpus: &[usize]) -> Result<(), String>;
+    /// Turns a device's receive hashing on or off.
+    fn set_rx_hashing(&mut self, ifname: &str, on: bool) -> Result<(), String>;
+    /// Writes a device's indirection table (empty: the driver's default spread).
+    fn set_rss_table(&mut self, ifname: &str, table: &[u32]) -> Result<(), String>;
+    /// A device's indirection table as read back.
+    fn rss_table(&self, ifname: &str) -> Result<Vec<u32>, String>;
+}
+
+/// This machine.
+struct System;
+
+impl Undo for System {
+    fn write(&mut self, path: &str, text: &str) -> Result<(), String> {
+        std::fs::write(path, text).map_err(|e| e.to_string())
+    }
+    fn irq_cpus(&self, irq: u32) -> Vec<usize> {
+        irq_cpus(irq)
+    }
+    fn thread_name(&self, tid: u32) -> Option<String> {
+        topology::thread_name(tid)
+    }
+    fn thread_cpus(&self, tid: u32) -> Vec<usize> {
+        topology::thread_cpus(tid).unwrap_or_default()
+    }
+    fn set_thread_affinity(&mut self, tid: u32, cpus: &[usize]) -> Result<(), String> {
+        sys::set_thread_affinity(tid, cpus).map_err(|e| e.to_string())
+    }
+    fn set_rx_hashing(&mut self, ifname: &str, on: bool) -> Result<(), String> {
+        privileged(|| sys::set_rx_hashing(ifname, on)).map_err(|e| e.to_string())
+    }
+    fn set_rss_table(&mut self, ifname: &str, table: &[u32]) -> Result<(), String> {
+        privileged(|| sys::set_rss_table(ifname, table)).map_err(|e| e.to_string())
+    }
+    fn rss_table(&self, ifname: &str) -> Result<Vec<u32>, String> {
+        sys::rss_table(ifname).map_err(|e| e.to_string())
     }
 }
 
@@ -471,13 +597,18 @@ mod tests {
                 },
             ]
         );
-        // Restoring names what it could not do (no such interfaces here), and removes the file.
+        // Restoring names what it could not do (no such interfaces here), and keeps it in
+        // the journal for another try.
         let lines = set.restore();
         assert!(
             lines.iter().all(|l| l.contains("not restored")),
             "{lines:?}"
         );
-        assert!(!path.exists());
+        assert_eq!(set.changes().len(), 2);
+        assert!(path.exists(), "what failed stays journaled");
+        set.changes.clear();
+        set.journal = None;
+        let _ = std::fs::remove_file(&path);
         let _ = std::fs::remove_dir(&dir);
     }
 
@@ -507,10 +638,119 @@ mod tests {
         );
         // What a SIGKILLed run leaves: the file, restored from disk.
         std::mem::forget(set);
-        let lines = restore_from(&path).expect("restore");
-        assert_eq!(lines.len(), 1);
-        assert!(lines[0].contains("is gone"), "{lines:?}");
+        let r = restore_from(&path).expect("restore");
+        assert_eq!((r.lines.len(), r.kept), (1, 0));
+        assert!(r.lines[0].contains("is gone"), "{:?}", r.lines);
         assert!(!path.exists(), "a restore removes the journal");
+        let _ = std::fs::remove_dir(&dir);
+    }
+
+    /// A machine's RSS state: each device's table and rx-hash flag; devices named in
+    /// `refuse` fail every write.
+    #[derive(Default)]
+    struct FakeNics {
+        tables: std::collections::HashMap<String, Vec<u32>>,
+        hashing: std::collections::HashMap<String, bool>,
+        rings: u32,
+        refuse: Vec<String>,
+    }
+
+    impl FakeNics {
+        fn refuses(&self, ifname: &str) -> Result<(), String> {
+            match self.refuse.iter().any(|r| r == ifname) {
+                true => Err("Operation not supported".into()),
+                false => Ok(()),
+            }
+        }
+    }
+
+    impl Undo for FakeNics {
+        fn write(&mut self, path: &str, _: &str) -> Result<(), String> {
+            Err(format!("{path}: no such file in this test"))
+        }
+        fn irq_cpus(&self, _: u32) -> Vec<usize> {
+            Vec::new()
+        }
+        fn thread_name(&self, _: u32) -> Option<String> {
+            None
+        }
+        fn thread_cpus(&self, _: u32) -> Vec<usize> {
+            Vec::new()
+        }
+        fn set_thread_affinity(&mut self, _: u32, _: &[usize]) -> Result<(), String> {
+            Err("no thread in this test".into())
+        }
+        fn set_rx_hashing(&mut self, ifname: &str, on: bool) -> Result<(), String> {
+            self.refuses(ifname)?;
+            self.hashing.insert(ifname.into(), on);
+            Ok(())
+        }
+        fn set_rss_table(&mut self, ifname: &str, table: &[u32]) -> Result<(), String> {
+            self.refuses(ifname)?;
+            let size = self.tables.get(ifname).map_or(0, Vec::len);
+            let t = if table.is_empty() {
+                (0..size as u32).map(|i| i % self.rings).collect()
+            } else {
+                table.to_vec()
+            };
+            self.tables.insert(ifname.into(), t);
+            Ok(())
+        }
+        fn rss_table(&self, ifname: &str) -> Result<Vec<u32>, String> {
+            self.tables
+                .get(ifname)
+                .cloned()
+                .ok_or("no such device".into())
+        }
+    }
+
+    #[test]
+    fn a_non_default_table_and_the_rx_hash_flag_are_restored_and_a_failure_keeps_the_journal() {
+        let dir = std::env::temp_dir().join(format!("dp-rss-{}", std::process::id()));
+        let path = dir.join("state.json");
+        let _ = std::fs::remove_file(&path);
+        let mut set = IrqChanges::journaled(&path).expect("journal");
+        // nic0: an operator's own table (weights 3:1), then rx hashing turned on; nic1 the
+        // default spread, whose device refuses writes by the time of the restore.
+        let own = vec![0, 0, 0, 1, 0, 0, 0, 1];
+        set.journal_rss_table("nic0", own.clone(), 2)
+            .expect("journal");
+        set.record(Change::RxHashing {
+            ifname: "nic0".into(),
+        })
+        .expect("journal");
+        set.journal_rss_table("nic1", vec![0, 1, 0, 1], 2)
+            .expect("journal");
+        let mut nics = FakeNics {
+            rings: 2,
+            ..FakeNics::default()
+        };
+        // What the rebalancer left: both tables rewritten, hashing on.
+        nics.tables.insert("nic0".into(), vec![1; 8]);
+        nics.tables.insert("nic1".into(), vec![1; 4]);
+        nics.hashing.insert("nic0".into(), true);
+        nics.refuse.push("nic1".into());
+        let lines = set.restore_with(&mut nics);
+        assert_eq!(nics.tables["nic0"], own, "{lines:?}");
+        assert!(!nics.hashing["nic0"], "{lines:?}");
+        assert!(lines
+            .iter()
+            .any(|l| l.contains("nic1") && l.contains("not restored")));
+        // The failure is kept, in memory and on disk.
+        let kept: Vec<Change> =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("journal kept"))
+                .expect("json");
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert!(
+            matches!(&kept[0], Change::RssTable { ifname, default: true, .. } if ifname == "nic1")
+        );
+        assert_eq!(set.changes(), &kept[..]);
+        // The device takes writes again: the next try restores it and removes the journal.
+        nics.refuse.clear();
+        let lines = set.restore_with(&mut nics);
+        assert_eq!(nics.tables["nic1"], vec![0, 1, 0, 1], "{lines:?}");
+        assert!(set.changes().is_empty());
+        assert!(!path.exists(), "removed once all is restored");
         let _ = std::fs::remove_dir(&dir);
     }
 }

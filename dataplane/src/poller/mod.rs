@@ -342,9 +342,17 @@ impl<Q: RingIo> Poller<Q> {
                     break;
                 }
                 sent += n;
+                // A packet cut short on the ring: its rest is dropped below, never sent.
+                if staged
+                    .get(sent - 1)
+                    .is_some_and(|d| d.options & XDP_PKT_CONTD != 0)
+                {
+                    break;
+                }
             }
             // Packets and buffers apart: every buffer of a multi-buffer packet but its last
-            // carries XDP_PKT_CONTD (bit 0), and tx_burst never splits a packet.
+            // carries XDP_PKT_CONTD (bit 0). A cut packet's buffers that went all carry it:
+            // it counts as a packet dropped (with its rest), not as one sent.
             let (mut bytes, mut links) = (0u64, 0u64);
             #[allow(clippy::cast_possible_truncation)] // setup caps sockets at MAX_SOCKETS
             let socket = i as u16;

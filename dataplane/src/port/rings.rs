@@ -72,8 +72,10 @@ pub trait RingIo: 'static {
     /// RX descriptors waiting.
     fn rx_available(&self) -> u32;
 
-    /// Puts as many of `descs` on the TX ring as fit (one reservation), whole packets only
-    /// ([`whole_packets`]); returns how many.
+    /// Puts as many of `descs` on the TX ring as fit, whole packets only
+    /// ([`whole_packets`]); returns how many. A count that ends inside a packet (the last
+    /// sent still flagged XDP_PKT_CONTD in `descs`) is a packet cut on a ring that granted
+    /// less than it had room for ([`crate::port::tx_reserve`]): the caller drops its rest.
     fn tx_burst(&mut self, descs: &[XdpDesc]) -> usize;
     /// TX descriptors not yet taken by the device.
     fn tx_pending(&self) -> u32;

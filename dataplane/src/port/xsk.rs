@@ -77,45 +77,6 @@ impl QueueRings {
     }
 }
 
-impl QueueRings {
-    /// The reservation is served from a cached view of the kernel's consumer and refreshed
-    /// only once that view shows the ring full, so it can grant fewer slots (`reserved`)
-    /// than the first packet of `descs`, a multi-buffer one, needs while the ring has room:
-    /// then nothing would ever go. Where the ring has room for the whole packet, its first
-    /// `reserved` buffers go now, and the rest at once in a second reservation (refreshed:
-    /// the first used the cached room up; the kernel only ever frees more room meanwhile),
-    /// so the ring never keeps a packet in part. Returns how many went (0: no room).
-    #[cold]
-    fn tx_split_packet(&mut self, descs: &[XdpDesc], reserved: usize) -> usize {
-        let packet = descs
-            .iter()
-            .position(|d| d.options & crate::port::rings::XDP_PKT_CONTD == 0)
-            .map_or(descs.len(), |i| i + 1);
-        let room = self.entries.saturating_sub(self.tx.pending()) as usize;
-        if room < packet || reserved >= packet {
-            return 0;
-        }
-        let (head, rest) = descs.split_at(packet).0.split_at(reserved);
-        let mut w = self.tx.transmit(u32::try_from(reserved).unwrap_or(0));
-        if (w.capacity() as usize) < head.len() {
-            return 0;
-        }
-        let first = w.insert(head.iter().copied());
-        // The first part is published a moment before the rest: a zero-copy driver's batch
-        // read takes whole packets only, and copy mode reads the ring in our own sendto.
-        w.commit();
-        drop(w);
-        let mut w2 = self.tx.transmit(u32::try_from(rest.len()).unwrap_or(0));
-        let second = w2.insert(rest.iter().copied());
-        w2.commit();
-        drop(w2);
-        let n = first + second;
-        debug_assert_eq!(n as usize, packet, "a packet left in part on the TX ring");
-        self.ledger.sent = self.ledger.sent.wrapping_add(n);
-        n as usize
-    }
-}
-
 impl RingIo for QueueRings {
     fn port(&self) -> u16 {
         self.port
@@ -155,18 +116,12 @@ impl RingIo for QueueRings {
 
     #[inline]
     fn tx_burst(&mut self, descs: &[XdpDesc]) -> usize {
-        let want = u32::try_from(descs.len()).unwrap_or(u32::MAX);
-        let mut w = self.tx.transmit(want);
-        let reserved = w.capacity() as usize;
-        let cap = crate::port::rings::whole_packets(descs, reserved);
-        if cap == 0 && reserved > 0 {
-            drop(w);
-            return self.tx_split_packet(descs, reserved);
+        let n = crate::port::tx_reserve::tx_whole_packets(&mut self.tx, self.entries, descs);
+        #[allow(clippy::cast_possible_truncation)] // at most the ring's size
+        {
+            self.ledger.sent = self.ledger.sent.wrapping_add(n as u32);
         }
-        let n = w.insert(descs.iter().copied().take(cap));
-        w.commit();
-        self.ledger.sent = self.ledger.sent.wrapping_add(n);
-        n as usize
+        n
     }
     #[inline]
     fn tx_pending(&self) -> u32 {

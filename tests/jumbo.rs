@@ -55,7 +55,9 @@ fn iperf3(t: &Testbed, family: &str, dst: &str, args: &[&str]) -> serde_json::Va
     serde_json::from_str(&text(&out)).expect("iperf3 json")
 }
 
-/// `tracepath`'s "pmtu N" to `dst` from the generator.
+/// The path MTU `tracepath` found to `dst` from the generator: its closing line's
+/// "Resume: pmtu N", with the destination reached (its first line's pmtu is only the
+/// sending interface's MTU).
 fn tracepath_pmtu(t: &Testbed, v6: bool, dst: &str) -> Option<u32> {
     let mut args = vec!["tracepath", "-n"];
     if v6 {
@@ -63,8 +65,26 @@ fn tracepath_pmtu(t: &Testbed, v6: bool, dst: &str) -> Option<u32> {
     }
     args.push(dst);
     let out = text(&ns_output(&t.gen_ns(), &args));
-    let at = out.find("pmtu ")?;
-    out[at + 5..].split_whitespace().next()?.parse().ok()
+    path_pmtu(&out)
+}
+
+/// The "Resume: pmtu N" of a tracepath output that reached its destination.
+fn path_pmtu(out: &str) -> Option<u32> {
+    if !out.lines().any(|l| l.trim_end().ends_with("reached")) {
+        return None;
+    }
+    let resume = out.lines().find(|l| l.trim_start().starts_with("Resume:"))?;
+    let at = resume.find("pmtu ")?;
+    resume[at + 5..].split_whitespace().next()?.parse().ok()
+}
+
+#[test]
+fn the_path_pmtu_is_read_from_tracepaths_resume_line() {
+    // A path that stops at 1500 after a first hop of 9000: the first line says 9000.
+    let cut = " 1?: [LOCALHOST]                      pmtu 9000\n                 1:  10.0.1.1                                              0.120ms pmtu 1500\n                 2:  10.0.2.2                                              0.210ms reached\n                     Resume: pmtu 1500 hops 2 back 2 \n";
+    assert_eq!(path_pmtu(cut), Some(1500));
+    let unreached = " 1?: [LOCALHOST]                      pmtu 9000\n                      1:  no reply\n     Too many hops: pmtu 9000\n                          Resume: pmtu 9000 \n";
+    assert_eq!(path_pmtu(unreached), None);
 }
 
 /// Asserts the dataplane carried multi-buffer packets and the DUT's kernel forwarded none.
@@ -90,17 +110,10 @@ fn jumbo_frames_cross_the_dataplane_with_real_clients() {
     let t = &bed.0;
     set_mtu(t, 9000, true, true);
     let kernel_before = kernel_forwarded(&t.dut_ns());
+    // UDP first, on a dataplane of its own: 8000-byte datagrams, one packet each at MTU
+    // 9000; loss only where the sink's socket dropped it, and not one drop in the
+    // dataplane (its whole run's counters).
     let dut = Dut::start(&bed, &config(t, ""));
-    // TCP, both families: 9000-byte segments (8948 bytes of MSS over IPv4).
-    for (family, dst) in [("-4", testbed::SINK_V4), ("-6", testbed::SINK_V6)] {
-        let v = iperf3(t, family, dst, &["-t", "2"]);
-        let bytes = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-        assert!(
-            bytes > 10_000_000,
-            "iperf3 TCP {family} moved {bytes} bytes"
-        );
-    }
-    // UDP: 8000-byte datagrams, one packet each at MTU 9000; none lost on the way.
     let udp_before = udp_counters(&t.sink_ns());
     let v = iperf3(
         t,
@@ -113,6 +126,23 @@ fn jumbo_frames_cross_the_dataplane_with_real_clients() {
         udp_before,
         udp_counters(&t.sink_ns()),
     );
+    let s = dut.stop();
+    assert_eq!(total_drops(&s), 0, "the dataplane dropped datagrams: {s}");
+    assert!(
+        counter(&s, Counter::TxPackets) >= v["end"]["sum"]["packets"].as_u64().unwrap_or(0),
+        "{s}"
+    );
+    assert_chains_forwarded(&s, kernel_before, t);
+    let dut = Dut::start(&bed, &config(t, ""));
+    // TCP, both families: 9000-byte segments (8948 bytes of MSS over IPv4).
+    for (family, dst) in [("-4", testbed::SINK_V4), ("-6", testbed::SINK_V6)] {
+        let v = iperf3(t, family, dst, &["-t", "2"]);
+        let bytes = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+        assert!(
+            bytes > 10_000_000,
+            "iperf3 TCP {family} moved {bytes} bytes"
+        );
+    }
     // 20 MB over HTTP, checked by its SHA-256 at both ends.
     let dir = tempfile_dir();
     let file = dir.join("blob");

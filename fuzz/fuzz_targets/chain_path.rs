@@ -3,9 +3,14 @@
 //! testbed table's 1280-byte egress, answered with ICMP errors or dropped; bit flips, cuts
 //! anywhere (empty buffers, heads too short for the headers, more buffers than the limit),
 //! and continuation flags flipped (chains that never end, or run into the next packet). The
-//! emulated port delivers them to the real poller loop. Whatever comes: no panic, every UMEM
-//! frame accounted at the end (none lost, none given back twice), and every packet taken in
-//! is forwarded, fragmented, answered or dropped by reason, exactly once.
+//! emulated port delivers them to the real poller loop. Whatever comes: no panic, the input
+//! taken within a second, every UMEM frame accounted at the end (none lost, none given back
+//! twice), and every packet taken in is forwarded, fragmented, answered or dropped by reason,
+//! exactly once. Where no byte and no continuation flag was flipped, each packet's fate is
+//! also known beforehand (the oracle): dropped for the chain's own faults (too many buffers,
+//! an empty one, a head too short), else what the single-buffer decision makes of the whole
+//! frame, fragmentation for IPv4 without DF too big for the egress; the counters must say
+//! exactly that, per drop reason.
 #![no_main]
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,6 +19,7 @@ use std::time::Duration;
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 
+use dataplane::packet::{dont_fragment_v4, DropReason};
 use dataplane::poller::stats::{Counter, PollerStats};
 use dataplane::poller::{MemPoller, PollerSpec};
 use dataplane::port::emulated::{MemQueue, Traffic};
@@ -119,10 +125,84 @@ fn buffers(p: &Packet, f: &[u8]) -> Vec<(Vec<u8>, bool)> {
 static FORWARDER: std::sync::OnceLock<Arc<dataplane::forward::Forwarder>> =
     std::sync::OnceLock::new();
 
+/// What a packet's counters must show.
+#[derive(Debug)]
+struct Expected {
+    /// Packets forwarded whole.
+    forwarded: u64,
+    /// Packets fragmented.
+    fragmented: u64,
+    /// Drops by reason (indexed as `DropReason::ALL`).
+    drops: [u64; DropReason::COUNT],
+}
+
+impl Default for Expected {
+    fn default() -> Expected {
+        Expected {
+            forwarded: 0,
+            fragmented: 0,
+            drops: [0; DropReason::COUNT],
+        }
+    }
+}
+
+/// Most buffers the kernel hands over for one packet (MAX_SKB_FRAGS + 1).
+const MAX_CHAIN: usize = 18;
+/// Fewest bytes a chain's first buffer must hold.
+const MIN_CHAIN_HEAD: usize = 128;
+
+/// The oracle: what `frame`, delivered in `bufs` (its continuation flags as cut), calls
+/// for.
+fn expect(
+    fwd: &dataplane::forward::Forwarder,
+    rt: dataplane::fib::Routes<'_>,
+    frame: &[u8],
+    bufs: &[(Vec<u8>, bool)],
+    e: &mut Expected,
+) {
+    let chain = bufs.len() > 1;
+    let fault = if bufs.len() > MAX_CHAIN {
+        Some(DropReason::ChainTooLong)
+    } else if chain && bufs.iter().any(|(b, _)| b.is_empty()) {
+        Some(DropReason::ChainEmptyBuffer)
+    } else if chain && bufs[0].0.len() < MIN_CHAIN_HEAD {
+        Some(DropReason::ChainShortHead)
+    } else {
+        None
+    };
+    let verdict = match fault {
+        Some(r) => Err(r),
+        None => fwd.process(rt, 0, &mut frame.to_vec()),
+    };
+    let v4 = frame.get(12..14) == Some(&[0x08, 0x00][..]);
+    match verdict {
+        Ok(_) => e.forwarded += 1,
+        Err(DropReason::TooBig) if v4 && !dont_fragment_v4(frame) => e.fragmented += 1,
+        Err(r) => e.drops[r as usize] += 1,
+    }
+}
+
 fuzz_target!(|input: Input| {
+    let fwd = FORWARDER
+        .get_or_init(|| Arc::new(testbed_forwarder()))
+        .clone();
     let mut bufs = Vec::new();
-    for p in input.packets.iter().take(8) {
-        bufs.extend(buffers(p, &frame(p)));
+    let mut expected = Some(Expected::default());
+    {
+        // The oracle's reader is gone before the poller takes the same slot.
+        let mut reader = fwd.table().reader(0).expect("reader slot 0");
+        let online = reader.online();
+        let rt = online.routes();
+        for p in input.packets.iter().take(8) {
+            let f = frame(p);
+            let b = buffers(p, &f);
+            let clean = p.flips.is_empty() && p.contd_flips.is_empty();
+            match (&mut expected, clean) {
+                (Some(e), true) => expect(&fwd, rt, &f, &b, e),
+                _ => expected = None,
+            }
+            bufs.extend(b);
+        }
     }
     if bufs.is_empty() {
         return;
@@ -132,15 +212,14 @@ fuzz_target!(|input: Input| {
     let queues = vec![
         MemQueue::new(0, 0, 64, Some(Arc::new(Traffic::buffers(&bufs))))
             .with_budget(total, done.clone()),
-        MemQueue::new(1, 0, 64, None),
+        // Room for every frame of the UMEM: no drop for a full TX ring to excuse.
+        MemQueue::new(1, 0, FRAMES, None),
     ];
-    let fwd = FORWARDER
-        .get_or_init(|| Arc::new(testbed_forwarder()))
-        .clone();
     let stats = Arc::new(PollerStats::with_queues(false, 2));
     let spec = PollerSpec::in_memory(2, FRAMES, 64, 32);
     let mut p = MemPoller::new(&spec, queues, fwd, stats.clone()).expect("poller");
-    // A chain the emulated port cannot deliver whole waits for room; never past a second.
+    // The input takes microseconds; a loop that has not read it all within a second is
+    // stuck (a chain it waits for forever), and that fails the input.
     let watchdog = {
         let done = done.clone();
         std::thread::spawn(move || {
@@ -148,11 +227,16 @@ fuzz_target!(|input: Input| {
             while !done.load(Ordering::Relaxed) && t.elapsed() < Duration::from_secs(1) {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            done.store(true, Ordering::Relaxed);
+            let fired = !done.swap(true, Ordering::Relaxed);
+            fired
         })
     };
     p.run(&done);
-    watchdog.join().expect("watchdog");
+    let stuck = watchdog.join().expect("watchdog");
+    assert!(
+        !stuck,
+        "the poller did not take the input's {total} buffers within 1 s"
+    );
     let report = p.finish();
     let f = report.frames;
     assert_eq!(
@@ -171,4 +255,27 @@ fuzz_target!(|input: Input| {
         s.counters,
         s.drops
     );
+    if let Some(e) = expected {
+        assert_eq!(
+            c(Counter::FragOk),
+            e.fragmented,
+            "fragmented: {e:?} {:?}",
+            s.counters
+        );
+        assert_eq!(
+            c(Counter::TxPackets),
+            e.forwarded + c(Counter::FragCreates),
+            "forwarded whole, and the fragments: {e:?} {:?}",
+            s.counters
+        );
+        for r in DropReason::ALL {
+            assert_eq!(
+                s.drops[r as usize],
+                e.drops[r as usize],
+                "{}: {e:?} {:?}",
+                r.name(),
+                s.drops
+            );
+        }
+    }
 });

@@ -6,6 +6,7 @@ page nodes, frame counts) with what the plan or the host says, and reports RESUL
 the host over the second serial port; the host sends the traffic (see host.py).
 """
 import argparse
+import collections
 import json
 import os
 import re
@@ -286,14 +287,14 @@ def stop_run(proc):
         proc.kill()
 
 
-def start_run(dp, layout, cfg_path, topo, tag):
+def start_run(dp, layout, cfg_path, topo, tag, extra=()):
     """Starts `dataplane run --layout L --apply-irq`; returns (process, summary path), or
     (None, the end of its log) when it did not get as far as attaching within 120 s."""
     summary_path = f"/run/{tag}-{layout}.json"
     err_path = f"/run/{tag}-{layout}.err"
     proc = subprocess.Popen(
         [dp, "run", "--config", cfg_path, "--layout", layout, "--apply-irq", "--duration", "300",
-         "--interval", "0", "--json", summary_path] + irq_args(topo),
+         "--interval", "0", "--json", summary_path] + irq_args(topo) + list(extra),
         stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
     deadline = time.time() + 120
     # The run's own "attached xdp_steer ..." line comes last in its setup, after the IRQs
@@ -417,6 +418,14 @@ def run_checks(ctl, name, s, ports):
               f"idle sleeps {c[IDLE_SLEEPS]}")
 
 
+def bind_mode_check(ctl, name, s, zerocopy):
+    """Every socket of the run bound in the mode it is meant to: a silent fall back to copy
+    would skip a zero-copy run's own checks."""
+    modes = [st["zerocopy"] for st in s["setup"]]
+    ctl.check(f"{name}: every socket bound {'zero-copy' if zerocopy else 'in copy mode'}",
+              len(modes) > 0 and all(m == zerocopy for m in modes), modes)
+
+
 def xdp_attached(port):
     """What `ip link` says is attached to the port (None: nothing)."""
     return json.loads(sh("ip", "-d", "-j", "link", "show", "dev", port))[0].get("xdp")
@@ -526,7 +535,7 @@ def link_flap_test(ctl, dp, ports, topo, extra, name):
     return s
 
 
-def recreate_test(ctl, dp, ports, name):
+def recreate_test(ctl, dp, ports, name, zc):
     """The egress NIC's driver unbound and bound again while the dataplane runs: its netdev
     is deleted and created anew (same name), the pollers reopen their sockets on it and take
     back every frame the dead sockets held (in zero-copy, the buffers the driver had posted);
@@ -577,13 +586,14 @@ def recreate_test(ctl, dp, ports, name):
     ctl.check(f"{name}: the dead sockets' frames came back, none misplaced",
               c[FRAMES_RECLAIMED] > 0 and c[FRAMES_MISPLACED] == 0,
               f"reclaimed {c[FRAMES_RECLAIMED]}, misplaced {c[FRAMES_MISPLACED]}")
+    bind_mode_check(ctl, name, s, zc)
     run_checks(ctl, name, s, ports)
 
 
 FRAG_OK, FRAG_CREATES, ICMP_SENT, ICMP_RATE_LIMITED = 16, 17, 11, 12
 
 
-def frag_icmp_test(ctl, dp, ports, topo, name):
+def frag_icmp_test(ctl, dp, ports, topo, name, zc):
     """The frames the poller takes from its own free list: IPv4 fragments (1400-byte frames
     without DF out of an egress port of MTU 1000: two fragments each, the second built in a
     free-list frame) and ICMP errors (the same frames with DF: fragmentation needed, RFC 1191;
@@ -618,14 +628,18 @@ def frag_icmp_test(ctl, dp, ports, topo, name):
               and c[ICMP_SENT] + c[ICMP_RATE_LIMITED] == sent_b + sent_u,
               f"too_big {d.get('too_big')} of {sent_b}, no_route {d.get('no_route')} of {sent_u}, "
               f"icmp_sent {c[ICMP_SENT]}, rate-limited {c[ICMP_RATE_LIMITED]}")
+    bind_mode_check(ctl, name, s, zc)
     run_checks(ctl, name, s, ports)
 
 
 # Index of rx_chain_buffers and tx_chain_buffers in the summary's counters.
 RX_CHAIN_BUFFERS, TX_CHAIN_BUFFERS = 21, 22
+# A copy-mode AF_XDP buffer of a 2048-byte UMEM frame holds 2048 - XDP_PACKET_HEADROOM (256)
+# bytes of packet: the kernel fills each to that before starting the next.
+BUFFER_ROOM = 2048 - 256
 
 
-def jumbo_test(ctl, dp, ports, topo, name):
+def jumbo_test(ctl, dp, ports, topo, name, zc):
     """9000-byte packets through AF_XDP multi-buffer: both NICs at MTU 9000 (virtio_net takes
     the xdp.frags steering program with mergeable receive buffers; the host's taps are at 9000
     too), a counted burst of 9018-byte frames (9000-byte IP packets) arrives whole, each
@@ -651,11 +665,17 @@ def jumbo_test(ctl, dp, ports, topo, name):
     c = s["totals"]["counters"]
     ctl.check(f"{name}: a counted burst of 9018-byte frames arrives whole",
               sent == 500 and received == sent, f"sent {sent}, the sink received {received}")
-    ctl.check(f"{name}: each packet crossed the dataplane as a chain of buffers",
-              c[RX_CHAIN_BUFFERS] >= 4 * sent and c[TX_CHAIN_BUFFERS] == c[RX_CHAIN_BUFFERS]
-              and c[TX_PACKETS] == c[RX_PACKETS],
+    # 9018 bytes on the wire are 9014 without the FCS: ceil(9014 / 1792) = 6 buffers, the 5
+    # after each first counted as chain buffers.
+    per = -(-(9018 - 4) // BUFFER_ROOM)
+    ctl.check(f"{name}: each packet crossed the dataplane as a chain of {per} buffers",
+              c[RX_PACKETS] >= sent and c[RX_CHAIN_BUFFERS] == (per - 1) * c[RX_PACKETS]
+              and c[TX_CHAIN_BUFFERS] == c[RX_CHAIN_BUFFERS] and c[TX_PACKETS] == c[RX_PACKETS],
               f"rx {c[RX_PACKETS]} packets + {c[RX_CHAIN_BUFFERS]} chained buffers, "
               f"tx {c[TX_PACKETS]} + {c[TX_CHAIN_BUFFERS]}, drops {s['drops_by_reason']}")
+    # virtio_net posts no multi-buffer zero-copy receive buffers: `auto` binds copy here,
+    # in both guests.
+    bind_mode_check(ctl, name, s, False)
     run_checks(ctl, name, s, ports)
 
 
@@ -673,16 +693,34 @@ def tx_fill_test(ctl, dp, ports, topo, rate, seconds):
     every frame home at stop."""
     name = "TX ring full zero-copy"
     path = write_config(ports, 'socket_mode = "zerocopy"', "tx-fill")
-    proc, summary_path = start_run(dp, "unpinned", path, topo, "tx-fill")
+    proc, summary_path = start_run(dp, "unpinned", path, topo, "tx-fill", ("--metrics", "9100"))
     if proc is None:
         return ctl.check(f"{name}: starts", False, summary_path)
     try:
-        ctl.send(f"LOAD tx-fill {seconds} {rate}")
-        sent, received = map(int, ctl.recv(seconds + 120).split()[1:3])
+        ctl.send(f"LOADOPEN tx-fill {seconds} {rate}")
+        sent = int(ctl.recv(seconds + 120).split()[1])
+        # Readiness, not a grace period: every frame put on a TX ring completed by the
+        # device (the completions counted reach the frames sent, the same on two reads).
+        total = lambda m, n: sum(v for (k, _), v in m.items() if k == n)
+        deadline, last = time.time() + 60, None
+        while time.time() < deadline:
+            m = scrape(only=("dataplane_tx_packets_total", "dataplane_completions_total"))
+            now = (total(m, "dataplane_tx_packets_total"), total(m, "dataplane_completions_total"))
+            if now[0] > 0 and now[0] == now[1] and now == last:
+                break
+            last = now
+            time.sleep(0.5)
+        drained = last is not None and last[0] > 0 and last[0] == last[1]
     finally:
         stop_run(proc)
     s = json.load(open(summary_path))
     c = s["totals"]["counters"]
+    ctl.check(f"{name}: the device completed every frame put on a TX ring before the stop",
+              drained, f"tx {last and last[0]}, completions {last and last[1]}")
+    # Then the sink is asked for exactly that many: it answers once it has counted them
+    # (or after 60 s with what it has).
+    ctl.send(f"CLOSE tx-fill {c[TX_PACKETS]}")
+    received = int(ctl.recv(120).split()[2])
     d = s["drops_by_reason"]
     ctl.check(f"{name}: every socket bound zero-copy", all(st["zerocopy"] for st in s["setup"]),
               [st["zerocopy"] for st in s["setup"]])
@@ -739,8 +777,8 @@ def rss_config(ports):
     text = config(ports).replace(
         "[[pollers]]\nqueues = [0]\n[[pollers]]\nqueues = [1]\n",
         "".join(f"[[pollers]]\nqueues = [{q}]\n" for q in range(4)))
-    # A light load here (a functional check of moves, read-back and restore): no floor.
-    text += "\n[rebalance]\nenabled = true\nperiod_ms = 500\nfast_period_ms = 250\nmin_gap = 0\n"
+    # The default floor (min_gap): an even load's noise moves nothing; the skew does.
+    text += "\n[rebalance]\nenabled = true\nperiod_ms = 500\nfast_period_ms = 250\n"
     path = "/run/vmtest-rss.toml"
     open(path, "w").write(text)
     return path
@@ -780,22 +818,12 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True):
         ctl.send(f"LOAD rss {seconds} {rate}")
         sent, received = map(int, ctl.recv(seconds + 120).split()[1:3])
         # The metrics publish every 250 ms: wait until the rebalancer's step count has moved
-        # on twice since the load ended, so what is read is from after the last move.
+        # on twice since the load ended, so what is read counts the whole load.
         steps = lambda: scrape().get(("dataplane_rebalance_steps_total", ()), 0)
         first, deadline = steps(), time.time() + 30
         while steps() < first + 2 and time.time() < deadline:
             time.sleep(0.1)
         m = scrape()
-        moves = m.get(("dataplane_rebalance_moves_total", ()), 0)
-        ctl.check(f"{name}: the balancer moved buckets", moves > 0,
-                  f"{moves:.0f} moves in {m.get(('dataplane_rebalance_steps_total', ()), 0):.0f} steps; "
-                  f"offered {sent}, sink {received}")
-        now = rss_table(ports[0])
-        said = bucket_queues(m, ports[0])
-        ctl.check(f"{name}: the NIC's table (ethtool -x) is the one the run set, and moved",
-                  now == said and now != before[ports[0]],
-                  f"{sum(a != b for a, b in zip(now, before[ports[0]]))} of {len(now)} buckets differ from the start; "
-                  f"{sum(a != b for a, b in zip(now, said))} differ from the run's")
         counted = sum(v for (n, l), v in m.items()
                       if n == "dataplane_rss_bucket_packets_total" and dict(l).get("port") == ports[0])
         steer = {dict(l)["result"]: v for (n, l), v in m.items()
@@ -821,6 +849,24 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True):
                   and soft == (0 if device_hash else counted),
                   f"buckets {counted:.0f}, redirected {steer.get('redirected')}, no hash {steer.get('rss_no_hash')}, "
                   f"computed {soft:.0f}")
+        # A skew the balancer must answer: heavy flows in buckets of one queue (the host's
+        # schedule, one phase), light ones everywhere; its moves come from that queue's
+        # poller, and the NIC's table is the one the run says it set.
+        ctl.send(f"KEY {rss_key(ports[0])}")
+        table0, log_at = rss_table(ports[0]), len(open(err_path).read())
+        moves0 = scrape().get(("dataplane_rebalance_moves_total", ()), 0)
+        heavy, moved_from, m = skew(ctl, ports[0], err_path, log_at, "rss-skew", seconds)
+        loaded = collections.Counter(table0[b] for b in heavy).most_common(1)[0][0] if heavy else None
+        moves = m.get(("dataplane_rebalance_moves_total", ()), 0) - moves0
+        ctl.check(f"{name}: the balancer answered the skew, moving buckets off the loaded queue's poller",
+                  moves > 0 and moved_from[:1] == [loaded] and 2 * moved_from.count(loaded) >= len(moved_from),
+                  f"{moves:.0f} moves; heavy buckets {heavy} on queue {loaded}; moved from queues {moved_from}")
+        now = rss_table(ports[0])
+        said = bucket_queues(m, ports[0])
+        ctl.check(f"{name}: the NIC's table (ethtool -x) is the one the run set, and moved",
+                  now == said and now != before[ports[0]],
+                  f"{sum(a != b for a, b in zip(now, before[ports[0]]))} of {len(now)} buckets differ from the start; "
+                  f"{sum(a != b for a, b in zip(now, said))} differ from the run's")
     finally:
         stop_run(proc)
     log = open(err_path).read()
@@ -842,8 +888,7 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True):
     differs = lambda: any(rss_table(p) != before[p] for p in ports)
     try:
         for i in range(3):
-            ctl.send(f"LOAD rss-crash{i} {seconds} {rate}")
-            ctl.recv(seconds + 120)
+            skew(ctl, ports[0], err_path, 0, f"rss-crash{i}", seconds)
             if differs():
                 break
         moved = wait_log(err_path, "bucket(s) moved", 10)
@@ -855,6 +900,23 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True):
     ctl.check(f"{name}: after SIGKILL, `dataplane irq restore` puts the NICs' tables back",
               moved and changed and r.returncode == 0 and all(rss_table(p) == before[p] for p in ports),
               f"moved {moved}, table changed at the kill {changed}; " + " | ".join(r.stdout.strip().splitlines()[-3:]))
+
+
+def skew(ctl, port, err_path, log_at, tag, seconds):
+    """One phase of the host's schedule (KEY sent before): four heavy flows of 1000 frames/s
+    in buckets the default table gives queue 0, 256 light flows at 500 frames/s in all.
+    Waits for the phase; returns (the heavy buckets, the source queue of each move of
+    `port` logged after `log_at`, the metrics after the rebalancer's next two steps)."""
+    ctl.send(f"SCHEDULE {tag} {seconds} 1000 500 1 0 64")
+    heavy = [int(b) for b in ctl.recv(60).split()[1].split(",")]
+    collected(ctl, tag, [0])
+    steps = lambda: scrape(only=("dataplane_rebalance_steps",)).get(("dataplane_rebalance_steps_total", ()), 0)
+    first, deadline = steps(), time.time() + 30
+    while steps() < first + 2 and time.time() < deadline:
+        time.sleep(0.1)
+    log = open(err_path).read()[log_at:]
+    moved_from = [int(q) for q in re.findall(rf"{re.escape(port)}:\d+ q(\d+)->q\d+", log)]
+    return heavy, moved_from, scrape()
 
 
 def rss_key(port):
@@ -928,11 +990,18 @@ def compare_run(ctl, dp, ports, name, cfg, args, load):
         # soon after it settles.
         sampled = ("dataplane_poller_busy_share", "dataplane_rebalance_moves_total",
                    "dataplane_rebalance_poller_buckets")
+        rebalancing = "[rebalance]" in open(cfg).read()
+        missing = 0
         while time.time() - t0 < 3 * phase + 1:
             t = time.time() - t0
             m = scrape(only=sampled)
             busy = by_poller(m, "dataplane_poller_busy_share")
-            moves = m.get(("dataplane_rebalance_moves_total", ()), 0)
+            # A run without the rebalancer has no moves; a run with it must show the
+            # metric (a missing one is counted, and fails the run's moves figure).
+            moves = m.get(("dataplane_rebalance_moves_total", ()))
+            if moves is None:
+                missing += rebalancing
+                moves = last_moves
             # Buckets per poller: the rebalancer's own gauge, else the static tables' spread.
             held = by_poller(m, "dataplane_rebalance_poller_buckets") or {p: 64 for p in range(4)}
             timeline.append((round(t, 2), [busy.get(p, 0.0) for p in range(4)], int(moves - last_moves),
@@ -942,9 +1011,10 @@ def compare_run(ctl, dp, ports, name, cfg, args, load):
                 night0 = (time.time(), sum(thread_ns(proc.pid, x) for x in tids), cpu_busy_ns())
             time.sleep(max(0.0, t0 + t + 0.3 - time.time()))
         m = scrape()
-        night_cpu_ms = (sum(thread_ns(proc.pid, x) for x in tids) - night0[1]) / 1e6 if night0 else 0
-        night_all_ms = (cpu_busy_ns() - night0[2]) / 1e6 if night0 else 0
-        night_s = time.time() - night0[0] if night0 else 1
+        # No night sample (the run ended early): no figure, not a zero.
+        night_cpu_ms = (sum(thread_ns(proc.pid, x) for x in tids) - night0[1]) / 1e6 if night0 else None
+        night_all_ms = (cpu_busy_ns() - night0[2]) / 1e6 if night0 else None
+        night_s = time.time() - night0[0] if night0 else None
         counted = {int(dict(l)["bucket"]): v for (n, l), v in m.items()
                    if n == "dataplane_rss_bucket_packets_total" and dict(l).get("port") == ports[0]}
         buckets = buckets_per_queue(ports)
@@ -955,19 +1025,23 @@ def compare_run(ctl, dp, ports, name, cfg, args, load):
 
     def imbalance(lo, hi):
         """max/mean of the engaged pollers' (those with buckets) mean busy share over
-        [lo, hi) seconds."""
+        [lo, hi) seconds; None where the window has no sample or no load (no figure to
+        judge, never a perfect 0)."""
         rows = [(b, e) for t, b, _, e in timeline if lo <= t < hi]
         if not rows:
-            return 0.0
+            return None
         engaged = [p for p in range(4) if rows[-1][1][p] > 0]
         means = [sum(r[0][p] for r in rows) / len(rows) for p in engaged]
-        return max(means) / max(sum(means) / len(means), 1e-9) if means else 0.0
+        if not means or sum(means) <= 0:
+            return None
+        return max(means) / (sum(means) / len(means))
     return {
         # Lost: offered and not received, whether the guest's NIC refused it (not sent) or
         # it was dropped inside the guest (sent, not received).
         "name": name, "offered": offered, "sent": sent, "received": received,
-        "drops": offered - received,
-        "reordered": reordered, "moves": int(sum(x[2] for x in timeline)),
+        "drops": offered - received if received >= 0 else None,
+        "reordered": reordered,
+        "moves": int(sum(x[2] for x in timeline)) if not missing else None,
         "changes": changes,
         "imbalance": [imbalance(changes[1] - 5, changes[1]), imbalance(changes[2] - 5, changes[2])],
         # From 2 s after each change to the next: does the balance, once reached, hold?
@@ -1175,9 +1249,11 @@ def compare_test(ctl, dp, ports, spec, best, repeats):
             return "; ".join(f"{rb['name']}: {shown(f[key])}" for rb, f in zip(rebalanced, figures))
         inf = float("inf")
         settle = [max(x if x is not None else inf for x in f["settled"]) for f in figures]
-        held = [max(f["held"]) for f in figures]
+        # A window without a figure counts as not met (inf), never as a perfect 0.
+        held = [max(x if x is not None else inf for x in f["held"]) for f in figures]
         late = [f["late_moves"] for f in figures]
-        drops = [rb["drops"] for rb in rebalanced]
+        drops = [rb["drops"] if rb["drops"] is not None else inf for rb in rebalanced]
+        static_drops = st["drops"] if st["drops"] is not None else 0
         n = len(figures)
         met = lambda xs, ok: f"{sum(1 for x in xs if ok(x))} of {n} runs"
         checks = [
@@ -1186,21 +1262,29 @@ def compare_test(ctl, dp, ports, spec, best, repeats):
              + each("settled", lambda v: " / ".join(f"{x} s" if x is not None else "never" for x in v))),
             (f"and it holds: max/mean over the rest of each phase (from 2 s after the change) <= 1.15 (median of {n} runs)",
              median(held) <= 1.15, f"median {median(held):.2f}, met in {met(held, lambda x: x <= 1.15)}; "
-             + each("held", lambda v: " / ".join(f"{x:.2f}" for x in v))),
+             + each("held", lambda v: " / ".join(f"{x:.2f}" if x is not None else "no figure" for x in v))),
+            # Judged only where static RSS lost something: 0 against 0 says nothing, and a
+            # missing count (a sink that failed) is no figure.
             (f"drops <= 1% of static RSS's (median of {n} runs)",
-             median(drops) <= 0.01 * max(st["drops"], 0) or median(drops) <= 0,
+             static_drops > 0 and median(drops) <= 0.01 * static_drops,
              f"median {median(drops)}, each {' / '.join(map(str, drops))}, against {st['drops']}"
-             + ("" if st["drops"] > 0 else " (static RSS lost nothing: the goal is not exercised at this load)")),
+             + ("" if static_drops > 0 else " (static RSS lost nothing, or its count is missing: the goal is not exercised at this load)")),
             (f"no oscillation: under 1 move per 10 s after convergence (last 5 s of phases 1 and 2; median of {n} runs)",
              median(late) < 1, f"median {median(late)}, met in {met(late, lambda x: x < 1)}; "
              + each("late_moves", str)),
         ]
         night_buckets = [b for b in sc["buckets"] if b]
+        night_figures = [sc["night_cpu_ms"], st["night_cpu_ms"], sc["night_all_cpu_ms"], st["night_all_cpu_ms"]]
+        fig = lambda x: "no figure" if x is None else f"{x:.0f}"
         checks += [
             ("at low load, all buckets on one poller (target_load 0.7)", len(night_buckets) == 1, sc["buckets"]),
-            ("CPU at night with target_load 0.7 against static RSS (reported, not a goal)", True,
-             f"pollers {sc['night_cpu_ms']:.0f} ms against {st['night_cpu_ms']:.0f} ms, all CPUs "
-             f"{sc['night_all_cpu_ms']:.0f} ms against {st['night_all_cpu_ms']:.0f} ms, over {sc['night_s']:.0f} s"),
+            # Reported, not a goal; but reported it must be: every figure measured.
+            ("CPU at night with target_load 0.7 against static RSS, measured", all(x is not None for x in night_figures)
+             and st["night_cpu_ms"] > 0,
+             f"pollers {fig(sc['night_cpu_ms'])} ms against {fig(st['night_cpu_ms'])} ms, all CPUs "
+             f"{fig(sc['night_all_cpu_ms'])} ms against {fig(st['night_all_cpu_ms'])} ms, over {fig(sc['night_s'])} s"),
+            ("every rebalancer run's moves counted from its metric",
+             all(rb["moves"] is not None for rb in rebalanced), [rb["moves"] for rb in rebalanced]),
         ]
         if len(night) == 2:
             st_cpu, sc_cpu = sum(night[0]["cpu_ms_per_s"]), sum(night[1]["cpu_ms_per_s"])
@@ -1414,17 +1498,17 @@ def main():
             ctl.check("link flap / socket mode: ran", False, repr(e))
         try:
             if extras:
-                frag_icmp_test(ctl, dp, ports, topo, "fragments and ICMP " + ("zero-copy" if zc else "copy"))
+                frag_icmp_test(ctl, dp, ports, topo, "fragments and ICMP " + ("zero-copy" if zc else "copy"), zc)
         except Exception as e:
             ctl.check("fragments and ICMP: ran", False, repr(e))
         try:
             if extras:
-                recreate_test(ctl, dp, ports, "recreated port " + ("zero-copy" if zc else "copy"))
+                recreate_test(ctl, dp, ports, "recreated port " + ("zero-copy" if zc else "copy"), zc)
         except Exception as e:
             ctl.check("recreated port: ran", False, repr(e))
         try:
             if extras:
-                jumbo_test(ctl, dp, ports, topo, "jumbo frames " + ("zero-copy guest" if zc else "copy"))
+                jumbo_test(ctl, dp, ports, topo, "jumbo frames " + ("zero-copy guest" if zc else "copy"), zc)
         except Exception as e:
             ctl.check("jumbo frames: ran", False, repr(e))
         mode = 'zero-copy' if modes == {True} else 'copy' if modes == {False} else modes

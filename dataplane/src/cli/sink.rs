@@ -23,6 +23,10 @@ pub struct SinkArgs {
     /// Print per-second rates.
     #[arg(long)]
     verbose: bool,
+    /// Print the matched count every 100 ms ("sink IF: matched N"), for a caller that waits
+    /// until it reaches what it knows was sent.
+    #[arg(long)]
+    progress: bool,
     /// Also count UDP frames to this destination port (the generator's is 9) as "matched".
     #[arg(long, default_value_t = 9)]
     match_port: u16,
@@ -58,6 +62,9 @@ pub fn main(a: SinkArgs) -> Result<()> {
     let mut last = (base.packets, start);
     while start.elapsed() < dur && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100).min(dur.saturating_sub(start.elapsed())));
+        if a.progress {
+            eprintln!("sink {iface}: matched {}", sink.counts().since(&base).matched);
+        }
         if a.verbose && last.1.elapsed() >= Duration::from_secs(1) {
             let p = sink.counts().packets;
             eprintln!(

@@ -108,6 +108,8 @@ bench: build
 lint: deps
 	python3 scripts/modgraph.py --self-test
 	python3 scripts/modgraph.py --check docs/ARCHITECTURE.md
+	python3 scripts/limits.py --self-test
+	python3 scripts/limits.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy -p dataplane --features loom --lib --tests -- -D warnings

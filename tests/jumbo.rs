@@ -73,7 +73,9 @@ fn path_pmtu(out: &str) -> Option<u32> {
     if !out.lines().any(|l| l.trim_end().ends_with("reached")) {
         return None;
     }
-    let resume = out.lines().find(|l| l.trim_start().starts_with("Resume:"))?;
+    let resume = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("Resume:"))?;
     let at = resume.find("pmtu ")?;
     resume[at + 5..].split_whitespace().next()?.parse().ok()
 }

@@ -63,7 +63,10 @@ pub fn main(a: SinkArgs) -> Result<()> {
     while start.elapsed() < dur && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100).min(dur.saturating_sub(start.elapsed())));
         if a.progress {
-            eprintln!("sink {iface}: matched {}", sink.counts().since(&base).matched);
+            eprintln!(
+                "sink {iface}: matched {}",
+                sink.counts().since(&base).matched
+            );
         }
         if a.verbose && last.1.elapsed() >= Duration::from_secs(1) {
             let p = sink.counts().packets;

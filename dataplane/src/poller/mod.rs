@@ -59,7 +59,9 @@ const BURST_SLOTS: usize = MAX_BATCH + chain::MAX_CHAIN;
 const MAX_KICKS: u64 = 8;
 /// Clock ticks between publications of the loop's pass tally: 2^22, 1 to 4 ms at the TSC
 /// rates of current x86 CPUs (4 ms where the clock counts nanoseconds), well inside the
-/// rebalancer's shortest period (100 ms).
+/// rebalancer's shortest period (100 ms). By the clock, not by a number of passes: a
+/// saturated poller's pass can take milliseconds, and its readers (the rebalancer's
+/// liveness and load, `top`) must see it working within their period.
 const PUBLISH_CYCLES: u64 = 1 << 22;
 /// Zero-copy: passes with frames waiting on a TX ring and nothing completed before the poller
 /// kicks the driver again anyway (a wakeup it missed).
@@ -186,13 +188,10 @@ impl<Q: RingIo> Poller<Q> {
     }
 
     fn run(&mut self, stop: &AtomicBool) {
-        // Loop passes, busy passes, busy cycles: tallied here and added to the counters every
-        // PUBLISH_CYCLES and before each sleep, so an idle busy-polling loop does not write
-        // its counter line on every pass. One clock read per pass: a pass with work adds the
-        // cycles since the previous pass ended.
         // [loop passes, busy passes, busy cycles, the clock at the last pass's end, the clock
-        // at the last publication]: one array on the stack, so the loop keeps no more
-        // registers for it.
+        // at the last publication], one array on the stack (no more registers for it): added
+        // to the counters every PUBLISH_CYCLES and before each sleep, never per pass. One
+        // clock read per pass: a pass with work adds the cycles since the previous one.
         let start = sys::cycles();
         let mut passes = [0u64, 0, 0, start, start];
         let table = self.fwd.table().clone();
@@ -229,9 +228,7 @@ impl<Q: RingIo> Poller<Q> {
                 passes[2] += now.wrapping_sub(passes[3]);
             }
             passes[3] = now;
-            // Published by the clock, not by a number of passes: a saturated poller's pass
-            // can take milliseconds, and its readers (the rebalancer's liveness and load,
-            // `top`) must see it working within their period.
+            // By the clock, not by a number of passes (see PUBLISH_CYCLES).
             if now.wrapping_sub(passes[4]) >= PUBLISH_CYCLES {
                 self.add_passes(&mut passes);
             }

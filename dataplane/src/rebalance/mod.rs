@@ -3,7 +3,8 @@
 //! Barbette et al., CoNEXT 2019; `docs/REBALANCE.md` compares).
 //!
 //! - [`balancer`]: the algorithm, pure (per-bucket packets and per-poller busy shares in,
-//!   moves out).
+//!   moves out), its demand estimate and its moves in files of their own.
+//! - [`model`]: what it takes and gives (settings, layout, loads, moves, decisions).
 //! - [`sim`] (tests and the `testkit` feature): a simulated NIC and traffic models that
 //!   drive it without hardware.
 //!
@@ -12,6 +13,7 @@
 //! period and writes the table with `SIOCETHTOOL` (`sys::ethtool`), journaled so a stop or
 //! `dataplane irq restore` puts the NIC's own table back.
 pub mod balancer;
+pub mod model;
 #[cfg(any(test, feature = "testkit"))]
 pub mod sim;
 #[cfg(test)]

@@ -30,6 +30,7 @@ pub(crate) mod health;
 mod rebalance;
 mod recreate;
 mod report;
+mod soft_rss;
 mod spawn;
 mod started;
 
@@ -167,29 +168,14 @@ pub fn run(
     opts: &RunOptions,
     mut log: impl FnMut(&str),
 ) -> Result<RunSummary, RunError> {
-    check_privileges(opts)?;
-    let _ = sys::raise_memlock_limit();
-    // Everything that can fail runs before the first attach, the interrupt journal included:
-    // a stale one (a run that died without restoring) is refused here.
-    // Rebalancing journals the NICs' indirection tables in the same file.
-    let journaled = opts.apply_irq || cfg.rebalance.enabled;
-    let mut irq = match (journaled, &opts.irq_state) {
-        (true, Some(path)) => IrqChanges::journaled(path)?,
-        _ => IrqChanges::default(),
-    };
-    let (fwd, rib, ifindexes) = check::forwarder(cfg, &mut log)?;
-    let mut tables = rebalance::find_tables(cfg);
-    for l in &tables.lines {
-        log(l);
-    }
-    rebalance::prepare(&mut tables, &mut irq, &mut log);
-    let steers = match attach::load_steering(cfg, &tables) {
-        Ok(s) => s,
-        Err(e) => {
-            irq.restore();
-            return Err(e);
-        }
-    };
+    let Checked {
+        irq,
+        fwd,
+        rib,
+        ifindexes,
+        tables,
+        steers,
+    } = check_phase(cfg, opts, &mut log)?;
     // The control thread first: in kernel mode it reads the kernel's tables before any
     // poller starts, so the first packet finds them.
     let resolve = crate::control::resolve_queue();
@@ -273,6 +259,54 @@ pub fn run(
             rebalance: rebalancer.map(|r| r.report),
         },
     ))
+}
+
+/// What the check phase found and loaded; nothing attached yet.
+struct Checked {
+    irq: IrqChanges,
+    fwd: Arc<crate::forward::Forwarder>,
+    rib: crate::fib::rib::Rib,
+    ifindexes: Vec<u32>,
+    tables: rebalance::Found,
+    steers: Vec<crate::bpf::Steer>,
+}
+
+/// Everything that can fail before the first attach: privileges, the interrupt journal (a
+/// stale one, from a run that died without restoring, is refused here; rebalancing
+/// journals the NICs' indirection tables in the same file), the machine against the config
+/// and the table, the rebalancer's tables, the steering programs loaded.
+fn check_phase(
+    cfg: &Config,
+    opts: &RunOptions,
+    log: &mut impl FnMut(&str),
+) -> Result<Checked, RunError> {
+    check_privileges(opts)?;
+    let _ = sys::raise_memlock_limit();
+    let journaled = opts.apply_irq || cfg.rebalance.enabled;
+    let mut irq = match (journaled, &opts.irq_state) {
+        (true, Some(path)) => IrqChanges::journaled(path)?,
+        _ => IrqChanges::default(),
+    };
+    let (fwd, rib, ifindexes) = check::forwarder(cfg, log)?;
+    let mut tables = rebalance::find_tables(cfg);
+    for l in &tables.lines {
+        log(l);
+    }
+    rebalance::prepare(&mut tables, &mut irq, log);
+    match attach::load_steering(cfg, &tables) {
+        Ok(steers) => Ok(Checked {
+            irq,
+            fwd,
+            rib,
+            ifindexes,
+            tables,
+            steers,
+        }),
+        Err(e) => {
+            irq.restore();
+            Err(e)
+        }
+    }
 }
 
 /// Refuses to start without the capabilities setup needs.

@@ -161,44 +161,8 @@ fn poller_spec(
     let kernel_sg = sys::kernel_at_least(6, 6);
     let multi_buffer = kernel_sg && wants_multi_buffer(cfg.dataplane.socket_mode, &drivers, room);
     let socket_mode = bind_mode(cfg.dataplane.socket_mode, multi_buffer, &drivers, room);
-    if id == 0
-        && socket_mode != cfg.dataplane.socket_mode
-        && drivers.iter().all(|(d, _)| d.zerocopy)
-    {
-        tracing::info!(
-            "socket_mode = \"auto\": the ports' drivers offer zero-copy but cannot chain as many \
-             zero-copy buffers as their MTUs ({}) take, so the sockets bind in copy mode with \
-             multi-buffer; MTUs within one {}-byte frame keep zero-copy",
-            drivers
-                .iter()
-                .map(|(_, m)| m.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            cfg.dataplane.frame_size
-        );
-    }
-    if !multi_buffer && id == 0 {
-        let (why, what) = if kernel_sg {
-            (
-                "its driver cannot chain as many zero-copy buffers as it takes",
-                "socket_mode = \"copy\" (or \"auto\") forwards them as multi-buffer packets",
-            )
-        } else {
-            (
-                "this kernel has no AF_XDP multi-buffer (Linux 6.6)",
-                "lower the MTU to fit one frame or run Linux 6.6 or later",
-            )
-        };
-        for (name, (_, mtu)) in cfg.interfaces.iter().zip(&drivers) {
-            if mtu + ETH_HLEN > room {
-                tracing::warn!(
-                    "{name}: MTU {mtu} is more than one {}-byte frame holds ({room} bytes with \
-                     the headroom, MTU {}) and {why}: the kernel drops larger packets; {what}",
-                    cfg.dataplane.frame_size,
-                    room - ETH_HLEN
-                );
-            }
-        }
+    if id == 0 {
+        log_bind_choice(cfg, &drivers, room, socket_mode, multi_buffer, kernel_sg);
     }
     let mut sockets = Vec::new();
     for q in &p.queues {
@@ -235,6 +199,54 @@ fn poller_spec(
         reopened: None,
         park: None,
     })
+}
+
+/// Says (once, for the first poller) why the sockets bind as they do where `auto` chose
+/// copy mode, and which ports' MTUs one frame cannot hold without multi-buffer.
+fn log_bind_choice(
+    cfg: &Config,
+    drivers: &[(sys::DriverXdp, u32)],
+    room: u32,
+    socket_mode: crate::types::SocketMode,
+    multi_buffer: bool,
+    kernel_sg: bool,
+) {
+    if socket_mode != cfg.dataplane.socket_mode && drivers.iter().all(|(d, _)| d.zerocopy) {
+        tracing::info!(
+            "socket_mode = \"auto\": the ports' drivers offer zero-copy but cannot chain as many \
+             zero-copy buffers as their MTUs ({}) take, so the sockets bind in copy mode with \
+             multi-buffer; MTUs within one {}-byte frame keep zero-copy",
+            drivers
+                .iter()
+                .map(|(_, m)| m.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            cfg.dataplane.frame_size
+        );
+    }
+    if !multi_buffer {
+        let (why, what) = if kernel_sg {
+            (
+                "its driver cannot chain as many zero-copy buffers as it takes",
+                "socket_mode = \"copy\" (or \"auto\") forwards them as multi-buffer packets",
+            )
+        } else {
+            (
+                "this kernel has no AF_XDP multi-buffer (Linux 6.6)",
+                "lower the MTU to fit one frame or run Linux 6.6 or later",
+            )
+        };
+        for (name, (_, mtu)) in cfg.interfaces.iter().zip(drivers) {
+            if mtu + ETH_HLEN > room {
+                tracing::warn!(
+                    "{name}: MTU {mtu} is more than one {}-byte frame holds ({room} bytes with \
+                     the headroom, MTU {}) and {why}: the kernel drops larger packets; {what}",
+                    cfg.dataplane.frame_size,
+                    room - ETH_HLEN
+                );
+            }
+        }
+    }
 }
 
 /// Whether every port's driver takes zero-copy chains as long as a packet of its MTU needs

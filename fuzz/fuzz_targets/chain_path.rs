@@ -227,8 +227,7 @@ fuzz_target!(|input: Input| {
             while !done.load(Ordering::Relaxed) && t.elapsed() < Duration::from_secs(1) {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            let fired = !done.swap(true, Ordering::Relaxed);
-            fired
+            !done.swap(true, Ordering::Relaxed)
         })
     };
     p.run(&done);

@@ -880,6 +880,10 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True):
               {k: r.get(k) for k in ("steps", "moves", "imbalance", "engaged", "buckets_per_poller")})
     run_checks(ctl, name, s, ports)
     # A run that dies: the journal has the tables; `dataplane irq restore` puts them back.
+    # The ingress NIC starts from an operator's own table (weights 3:1:1:1, not the default
+    # spread): restored as it was, not reset.
+    sh("ethtool", "-X", ports[0], "weight", "3", "1", "1", "1")
+    before[ports[0]] = rss_table(ports[0])
     proc, _, err_path = start_rss_run(dp, path, "rss-crash")
     if proc is None:
         return ctl.check(f"{name}: crash run starts", False, err_path)
@@ -897,9 +901,14 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True):
         proc.wait()
     changed = differs()
     r = subprocess.run([dp, "irq", "restore"], capture_output=True, text=True, timeout=60)
-    ctl.check(f"{name}: after SIGKILL, `dataplane irq restore` puts the NICs' tables back",
-              moved and changed and r.returncode == 0 and all(rss_table(p) == before[p] for p in ports),
-              f"moved {moved}, table changed at the kill {changed}; " + " | ".join(r.stdout.strip().splitlines()[-3:]))
+    weighted = before[ports[0]] != [i % 4 for i in range(len(before[ports[0]]))]
+    ctl.check(f"{name}: after SIGKILL, `dataplane irq restore` puts the NICs' tables back, "
+              f"{ports[0]}'s own weighted table as it was",
+              moved and changed and weighted and r.returncode == 0
+              and "indirection table restored, read back" in r.stdout
+              and all(rss_table(p) == before[p] for p in ports),
+              f"moved {moved}, table changed at the kill {changed}; " + " | ".join(r.stdout.strip().splitlines()[-4:]))
+    sh("ethtool", "-X", ports[0], "default", check=False)
 
 
 def skew(ctl, port, err_path, log_at, tag, seconds):

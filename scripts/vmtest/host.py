@@ -278,6 +278,10 @@ class Bed:
         sink counting, and leaves the sink open ([`close_load`]); returns what was sent."""
         self.sink_json = os.path.join(self.dir, "sink.json")
         gen_json = os.path.join(self.dir, "gen.json")
+        # A sink that dies without writing its counts must not leave an earlier run's.
+        for f in (self.sink_json, gen_json):
+            if os.path.exists(f):
+                os.remove(f)
         self.open_sink = subprocess.Popen(
             ["ip", "netns", "exec", self.sink, DATAPLANE, "sink", "--iface", self.taps[1],
              "--duration", str(int(count / rate) + 300), "--progress", "--json", self.sink_json],
@@ -298,7 +302,9 @@ class Bed:
 
     def close_load(self, want):
         """Waits until the open sink has counted `want` frames (its progress lines; at most
-        60 s), stops it; returns (sent, received)."""
+        60 s), stops it; returns (sent, received); (-1, -1) when none is open."""
+        if getattr(self, "open_sink", None) is None:
+            return -1, -1
         deadline = time.time() + 60
         matched = 0
         while matched < want and time.time() < deadline:
@@ -309,6 +315,7 @@ class Bed:
                 matched = int(line.rsplit(" ", 1)[1])
         self.open_sink.send_signal(2)
         _, err = self.open_sink.communicate(timeout=60)
+        self.open_sink = None
         received = json.load(open(self.sink_json))["matched"] if os.path.exists(self.sink_json) else -1
         if received < 0:
             print(f"vmtest: sink failed: {err}", file=sys.stderr)
@@ -319,6 +326,9 @@ class Bed:
         `flows` flows at `rate` frames/s to `dst` into the guest; returns (sent, received)."""
         sink_json = os.path.join(self.dir, "sink.json")
         gen_json = os.path.join(self.dir, "gen.json")
+        for f in (sink_json, gen_json):
+            if os.path.exists(f):
+                os.remove(f)
         sink = subprocess.Popen(
             ["ip", "netns", "exec", self.sink, DATAPLANE, "sink", "--iface", self.taps[1],
              "--duration", str(int(count / rate) + 8), "--json", sink_json],

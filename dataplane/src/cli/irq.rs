@@ -9,8 +9,9 @@ use super::need_root;
 /// Interrupt placement left behind by a run that died.
 #[derive(Subcommand)]
 pub enum IrqCmd {
-    /// Put back every IRQ affinity, NAPI thread affinity and threaded-NAPI setting recorded in
-    /// the state file, then remove it. Run it in the namespace the run was in.
+    /// Put back every IRQ affinity, NAPI thread affinity and threaded-NAPI setting (and RSS
+    /// table and receive hashing) recorded in the state file, then remove it; what cannot be
+    /// put back stays in it, and the command fails. Run it in the namespace the run was in.
     Restore {
         /// The state file (default: /run/dataplane/irq-<netns inode>.json).
         #[arg(long)]
@@ -37,7 +38,10 @@ pub fn main(cmd: IrqCmd) -> Result<()> {
             }
             if restored.kept > 0 {
                 anyhow::bail!(
-                    "{} of the items {} recorded could not be restored; they stay in it for another `dataplane irq restore`",
+                    "{} of the items {} recorded could not be restored (the lines above say why); \
+                     they stay in it, and a run refuses to start until it is gone: run \
+                     `dataplane irq restore` again once the cause is fixed, or put the settings \
+                     back by hand and remove the file",
                     restored.kept,
                     path.display()
                 );

@@ -361,6 +361,13 @@ impl IrqChanges {
         &self.changes
     }
 
+    /// Forgets the changes left after a restore, keeping the journal file as it is: the
+    /// caller has reported what failed, and the file holds it for `dataplane irq restore`.
+    pub(crate) fn release(&mut self) {
+        self.changes.clear();
+        self.journal = None;
+    }
+
     /// Undoes every change, newest first; returns one line per item with what was read
     /// back. What could not be undone stays: in [`IrqChanges::changes`] and in the journal,
     /// which is removed only once everything was restored.
@@ -416,6 +423,9 @@ impl IrqChanges {
 fn undo(sys: &mut impl Undo, c: &Change) -> (String, bool) {
     let failed = |e: String| format!(" (failed: {e})");
     match c {
+        Change::Threaded { ifname, .. } if !sys.exists(&format!("/sys/class/net/{ifname}")) => {
+            (format!("irq: {ifname} is gone: nothing to restore"), true)
+        }
         Change::Threaded { ifname, before } => {
             let r = sys.write(&format!("/sys/class/net/{ifname}/threaded"), before);
             let ok = r.is_ok();
@@ -451,6 +461,11 @@ fn undo(sys: &mut impl Undo, c: &Change) -> (String, bool) {
                 ok,
             )
         }
+        Change::RxHashing { ifname } | Change::RssTable { ifname, .. }
+            if !sys.exists(&format!("/sys/class/net/{ifname}")) =>
+        {
+            (format!("rss: {ifname} is gone: nothing to restore"), true)
+        }
         Change::RxHashing { ifname } => {
             let r = sys.set_rx_hashing(ifname, false);
             let ok = r.is_ok();
@@ -469,7 +484,9 @@ fn undo(sys: &mut impl Undo, c: &Change) -> (String, bool) {
         } => {
             let r = sys.set_rss_table(ifname, if *default { &[] } else { before });
             let same = sys.rss_table(ifname).is_ok_and(|t| t == *before);
-            let ok = r.is_ok() && same;
+            // A reset is the default spread by definition, even where the driver's spread
+            // moved with a channel change since.
+            let ok = r.is_ok() && (same || *default);
             (
                 format!(
                     "rss: {ifname} indirection table {}{}",
@@ -477,12 +494,18 @@ fn undo(sys: &mut impl Undo, c: &Change) -> (String, bool) {
                         (Err(_), ..) => "not restored",
                         (Ok(()), true, true) => "reset to the default spread, read back",
                         (Ok(()), true, false) => "restored, read back",
-                        (Ok(()), false, _) => "written back, but reads back otherwise",
+                        (Ok(()), false, true) => {
+                            "reset to the default spread (the driver's spread now)"
+                        }
+                        (Ok(()), false, false) => "written back, but reads back otherwise",
                     },
                     r.err().map_or(String::new(), failed)
                 ),
                 ok,
             )
+        }
+        Change::Irq { irq, .. } if !sys.exists(&format!("/proc/irq/{irq}")) => {
+            (format!("irq: IRQ {irq} is gone: nothing to restore"), true)
         }
         Change::Irq { irq, before, .. } => {
             let r = sys.write(
@@ -504,6 +527,9 @@ fn undo(sys: &mut impl Undo, c: &Change) -> (String, bool) {
 
 /// The system calls that undo a [`Change`]: the machine's ([`System`]), or a test's.
 trait Undo {
+    /// Whether `path` (a device's or an IRQ's directory in sysfs or procfs) exists: where
+    /// it does not, the device or IRQ is gone and its change has nothing left to undo.
+    fn exists(&self, path: &str) -> bool;
     /// Writes `text` to the file at `path` (sysfs, procfs).
     fn write(&mut self, path: &str, text: &str) -> Result<(), String>;
     /// An IRQ's CPUs as read back.
@@ -526,6 +552,9 @@ trait Undo {
 struct System;
 
 impl Undo for System {
+    fn exists(&self, path: &str) -> bool {
+        std::path::Path::new(path).exists()
+    }
     fn write(&mut self, path: &str, text: &str) -> Result<(), String> {
         std::fs::write(path, text).map_err(|e| e.to_string())
     }
@@ -597,18 +626,11 @@ mod tests {
                 },
             ]
         );
-        // Restoring names what it could not do (no such interfaces here), and keeps it in
-        // the journal for another try.
+        // No such interfaces here: gone, so nothing is left to undo, and the journal goes.
         let lines = set.restore();
-        assert!(
-            lines.iter().all(|l| l.contains("not restored")),
-            "{lines:?}"
-        );
-        assert_eq!(set.changes().len(), 2);
-        assert!(path.exists(), "what failed stays journaled");
-        set.changes.clear();
-        set.journal = None;
-        let _ = std::fs::remove_file(&path);
+        assert!(lines.iter().all(|l| l.contains("is gone")), "{lines:?}");
+        assert!(set.changes().is_empty());
+        assert!(!path.exists());
         let _ = std::fs::remove_dir(&dir);
     }
 
@@ -665,6 +687,10 @@ mod tests {
     }
 
     impl Undo for FakeNics {
+        fn exists(&self, path: &str) -> bool {
+            path.strip_prefix("/sys/class/net/")
+                .is_some_and(|d| self.tables.contains_key(d))
+        }
         fn write(&mut self, path: &str, _: &str) -> Result<(), String> {
             Err(format!("{path}: no such file in this test"))
         }
@@ -721,6 +747,9 @@ mod tests {
         .expect("journal");
         set.journal_rss_table("nic1", vec![0, 1, 0, 1], 2)
             .expect("journal");
+        // nic2's device was deleted since: nothing to undo, never a reason to keep the file.
+        set.journal_rss_table("nic2", vec![1, 0], 2)
+            .expect("journal");
         let mut nics = FakeNics {
             rings: 2,
             ..FakeNics::default()
@@ -736,6 +765,10 @@ mod tests {
         assert!(lines
             .iter()
             .any(|l| l.contains("nic1") && l.contains("not restored")));
+        assert!(
+            lines.iter().any(|l| l.contains("nic2 is gone")),
+            "{lines:?}"
+        );
         // The failure is kept, in memory and on disk.
         let kept: Vec<Change> =
             serde_json::from_str(&std::fs::read_to_string(&path).expect("journal kept"))

@@ -122,23 +122,23 @@ impl<Q: RingIo> Poller<Q> {
         // counted as a packet dropped as `chain_rest` (a rest that never came leaves the
         // next packet in its place, which is received and dropped the same way, never lost
         // from the counts).
+        // A rest that runs past this burst is counted at its end, once: its buffers before
+        // the last as links, the last as the packet.
         if self.open_chain.get(i).copied().unwrap_or(false) {
-            let start = at;
             while let Some(d) = self.chain_burst.get(at).copied().filter(|_| at < n) {
                 at += 1;
                 bytes += u64::from(d.len);
                 self.give_back(&d);
-                if d.options & XDP_PKT_CONTD == 0 {
-                    if let Some(o) = self.open_chain.get_mut(i) {
-                        *o = false;
-                    }
-                    break;
+                if d.options & XDP_PKT_CONTD != 0 {
+                    links += 1;
+                    continue;
                 }
-            }
-            if at > start {
+                if let Some(o) = self.open_chain.get_mut(i) {
+                    *o = false;
+                }
                 packets += 1;
-                links += (at - start - 1) as u64;
                 tally.drop(DropReason::ChainRest);
+                break;
             }
         }
         while at < n {

@@ -727,6 +727,23 @@ mod tests {
     }
 
     #[test]
+    fn a_rest_over_two_bursts_is_one_packet_dropped() {
+        let traffic = Traffic::chained(&[jumbo(false, true)], SEG);
+        let mut p = chain_poller(traffic, 9000, Faults::default());
+        // Half a packet; then its rest, one buffer and then two, in bursts of their own.
+        deliver(&mut p, 3);
+        deliver(&mut p, 1);
+        deliver(&mut p, 2);
+        let s = p.inner.stats.snapshot();
+        assert_eq!(s.drop_count(DropReason::ChainUnterminated), 1);
+        assert_eq!(s.drop_count(DropReason::ChainRest), 1, "{:?}", s.drops);
+        assert_eq!(s.get(Counter::RxPackets), 2);
+        assert_eq!(s.get(Counter::RxChainBuffers), 2 + 2);
+        let f = p.finish().frames;
+        assert_eq!(f.accounted(), 1024, "{f:?}");
+    }
+
+    #[test]
     fn a_packet_in_place_of_a_rest_that_never_came_is_counted_and_dropped() {
         // Three buffers of a chain, then a whole small packet where its rest should be.
         let v4 = jumbo(false, true);

@@ -139,7 +139,8 @@ pub(crate) const BURST_BUCKETS: usize = 9;
 /// The upper bound of each burst bucket (`le` in the metrics).
 pub(crate) const BURST_BUCKET_LE: [u32; BURST_BUCKETS] = [1, 3, 7, 15, 31, 63, 127, 255, 256];
 const BURSTS: usize = COUNTERS + DropReason::COUNT;
-/// The gauge of free frames (the poller's own free list), set every 256 loop passes.
+/// The gauge of free frames (the poller's own free list), set with the pass tally (every few
+/// milliseconds of the loop, and before each sleep).
 const FREE: usize = BURSTS + BURST_BUCKETS;
 const SLOTS: usize = FREE + 1;
 

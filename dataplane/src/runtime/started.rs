@@ -163,6 +163,8 @@ impl Started {
         for l in self.irq.restore() {
             log(&l);
         }
+        // What failed is logged and stays in the journal; not tried again unseen at drop.
+        self.irq.release();
         self.steers.iter_mut().for_each(Steer::detach);
         std::thread::sleep(Duration::from_millis(20));
         self.stop.store(true, Ordering::Relaxed);

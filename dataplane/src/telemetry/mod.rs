@@ -410,8 +410,9 @@ impl Publisher {
                 if let Some(l) = last.get_mut(i) {
                     let (passes, busy) = (s.get(Counter::LoopPasses), s.get(Counter::BusyPasses));
                     let (dp, db) = (passes.saturating_sub(l.0), busy.saturating_sub(l.1));
-                    // Passes are added every 256 of them: an idle poller may have added
-                    // none since the last publish; then the ratio since start stands in.
+                    // Passes are added every few milliseconds and before a sleep: a
+                    // poller asleep may have added none since the last publish; then the
+                    // ratio since start stands in.
                     let ratio = if dp > 0 {
                         db as f64 / dp as f64
                     } else if passes > 0 {

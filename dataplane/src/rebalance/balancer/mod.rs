@@ -31,10 +31,12 @@
 //!    the target, idle pollers are engaged (one node first) and the balancing below spreads
 //!    buckets onto them within the same step.
 //! 3. **Balance:** while the most loaded engaged poller is more than `threshold` above the
-//!    mean, move one of its buckets to the least loaded poller (of its node when that one is
-//!    under the mean, else any): the bucket whose demand is nearest half their gap, and only
-//!    if smaller than the gap, so the pair's larger load falls and the maximum never rises,
-//!    and, unless that poller is over its capacity (or `target_load`, when scaling), not
+//!    mean, move one of its buckets to another poller (of its node when that node's least
+//!    loaded one is under the mean, else any): the bucket and receiver that leave the pair's
+//!    larger load lowest (the less loaded receiver on a tie), a bucket weighing on the
+//!    receiver what it costs there (its demand times the receiver's cost per packet over the
+//!    giver's), and only if that is smaller than their gap, so the pair's larger load falls
+//!    and the maximum never rises, and, unless that poller is over its capacity (or `target_load`, when scaling), not
 //!    smaller than a quarter of `min_gap` (a move must be worth its reordering).
 //!    It stops at half the threshold (hysteresis), after `max_moves`, or when no bucket fits.
 //! 4. **Heavy buckets:** a bucket whose demand alone is over `heavy` of a core cannot be

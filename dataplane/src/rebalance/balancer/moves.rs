@@ -238,39 +238,60 @@ impl Balancer {
         } else {
             (self.settings.min_gap / 4.0).max(f64::MIN_POSITIVE)
         };
-        let mut best: Option<(f64, usize, usize, usize, u32)> = None;
+        // (the pair's larger load after the move, the receiver's load now, the move)
+        let mut best: Option<(f64, f64, usize, usize, usize, u32)> = None;
         for (port, b) in self.items_of(from, loads, false) {
             let d = item_of(loads, port, b);
             if d < smallest || d > self.settings.heavy {
                 continue;
             }
-            // Its node's least loaded poller if that one is under the mean, else any node's.
-            let local = self.least_loaded(port, loads, alive, node, |p| p != from, false);
-            let target = match local {
-                Some((p, _)) if load_of(loads, p) < mean => local,
-                _ => self.least_loaded(port, loads, alive, None, |p| p != from, false),
-            };
-            let Some((to, q)) = target else { continue };
-            // Priced at the receiving poller's cost: onto a slower poller a bucket weighs
-            // more than it did here.
-            let there = priced(loads, d, from, to);
-            let gap = from_load - load_of(loads, to);
-            if there >= gap {
-                continue; // would only move the maximum, not lower it
-            }
-            // The pair's larger load after the move, as low as it can be.
-            let score = ((from_load - d) - (load_of(loads, to) + there)).abs();
-            if best.is_none_or(|(s, ..)| score < s) {
-                best = Some((score, port, b, to, q));
+            for (to, q) in self.targets(port, loads, alive, node, from, mean) {
+                // Priced at the receiving poller's cost: onto a slower poller a bucket
+                // weighs more than it did here, so the least loaded poller is not always
+                // the one a bucket lowers the maximum most on.
+                let there = priced(loads, d, from, to);
+                let to_load = load_of(loads, to);
+                if there >= from_load - to_load {
+                    continue; // would only move the maximum, not lower it
+                }
+                let worst = (from_load - d).max(to_load + there);
+                let better = best.is_none_or(|(w, l, ..)| {
+                    cmp_f64(worst, w).then(cmp_f64(to_load, l)) == std::cmp::Ordering::Less
+                });
+                if better {
+                    best = Some((worst, to_load, port, b, to, q));
+                }
             }
         }
         match best {
-            Some((_, port, b, to, q)) => {
+            Some((_, _, port, b, to, q)) => {
                 self.move_item(loads, port, b, to, q, Why::Balance, moves);
                 true
             }
             None => false,
         }
+    }
+
+    /// Where a bucket of `port` on poller `from` may go: the engaged running pollers of its
+    /// node when that node's least loaded one is under the mean, else of any node; each with
+    /// the queue of `port` it serves.
+    fn targets(
+        &self,
+        port: usize,
+        loads: &Loads,
+        alive: &[bool],
+        node: Option<usize>,
+        from: usize,
+        mean: f64,
+    ) -> Vec<(usize, u32)> {
+        let local = self.least_loaded(port, loads, alive, node, |p| p != from, false);
+        let node = local.filter(|&(p, _)| load_of(loads, p) < mean).and(node);
+        (0..loads.poller.len())
+            .filter(|&p| p != from && alive.get(p).copied().unwrap_or(false))
+            .filter(|&p| self.is_engaged(p))
+            .filter(|&p| node.is_none_or(|n| self.layout.poller_nodes.get(p) == Some(&n)))
+            .filter_map(|p| self.layout.queue_of_poller(port, p).map(|q| (p, q)))
+            .collect()
     }
 
     /// The buckets (port, bucket) of poller `p`; with `all`, those in cooldown and heavy

@@ -6,7 +6,6 @@ page nodes, frame counts) with what the plan or the host says, and reports RESUL
 the host over the second serial port; the host sends the traffic (see host.py).
 """
 import argparse
-import collections
 import json
 import os
 import re
@@ -819,6 +818,26 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True):
     try:
         ctl.check(f"{name}: on for both ports", wait_log(err_path, f"rebalance: on for {ports[0]}, {ports[1]}", 10),
                   open(err_path).read()[-300:])
+        # First, on the NIC's own table: a skew the balancer must answer, heavy flows in
+        # buckets the default table gives queue 0 (the host's schedule, one phase) and light
+        # ones everywhere; its moves come from queue 0's poller.
+        ctl.send(f"KEY {rss_key(ports[0])}")
+        table0, log_at = rss_table(ports[0]), len(open(err_path).read())
+        heavy, moved_from, m = skew(ctl, ports[0], err_path, log_at, "rss-skew", seconds)
+        on = sorted({table0[b] for b in heavy})
+        moves = m.get(("dataplane_rebalance_moves_total", ()), 0)
+        ctl.check(f"{name}: the balancer answered the skew, moving buckets off the loaded queue's poller",
+                  on == [0] and moves > 0 and moved_from[:1] == [0] and 2 * moved_from.count(0) >= len(moved_from),
+                  f"{moves:.0f} moves; heavy buckets {heavy} on queues {on}; moved from queues {moved_from}")
+        # Then the host's LOAD_FLOWS flows (wire.py), counted apart (the counters' rise over
+        # the load): their buckets by the Toeplitz hash of the port's key (this guest's own
+        # computation) must be exactly the buckets counted: the device's hash, or the
+        # program's, is the NIC's.
+        bucket_counts = lambda m: {int(dict(l)["bucket"]): v for (n, l), v in m.items()
+                                   if n == "dataplane_rss_bucket_packets_total" and dict(l).get("port") == ports[0]}
+        steer_counts = lambda m: {dict(l)["result"]: v for (n, l), v in m.items()
+                                  if n == "dataplane_steer_frames_total" and dict(l).get("port") == ports[0]}
+        b0, s0 = bucket_counts(m), steer_counts(m)
         ctl.send(f"LOAD rss {seconds} {rate}")
         sent, received = map(int, ctl.recv(seconds + 120).split()[1:3])
         # The metrics publish every 250 ms: wait until the rebalancer's step count has moved
@@ -828,22 +847,17 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True):
         while steps() < first + 2 and time.time() < deadline:
             time.sleep(0.1)
         m = scrape()
-        counted = sum(v for (n, l), v in m.items()
-                      if n == "dataplane_rss_bucket_packets_total" and dict(l).get("port") == ports[0])
-        steer = {dict(l)["result"]: v for (n, l), v in m.items()
-                 if n == "dataplane_steer_frames_total" and dict(l).get("port") == ports[0]}
-        # The host's LOAD burst: LOAD_FLOWS UDP flows (wire.py). Their buckets by the
-        # Toeplitz hash of the port's key (this guest's own computation) must be exactly
-        # the buckets counted: the device's hash, or the program's, is the NIC's.
+        rise = {b: v - b0.get(b, 0) for b, v in bucket_counts(m).items()}
+        steer = {k: v - s0.get(k, 0) for k, v in steer_counts(m).items()}
+        counted = sum(rise.values())
         key = bytes.fromhex(rss_key(ports[0]))
         size = len(before[ports[0]])
         want = {toeplitz(key, rss_input(GEN_SRC, GEN_DST, GEN_SPORT + k, GEN_DPORT)) % size
                 for k in range(LOAD_FLOWS)}
-        got = {int(dict(l)["bucket"]) for (n, l), v in m.items()
-               if n == "dataplane_rss_bucket_packets_total" and dict(l).get("port") == ports[0] and v > 0}
+        got = {b for b, v in rise.items() if v > 0}
         ctl.check(f"{name}: the buckets counted are those the key's Toeplitz hash gives the flows sent",
                   got == want, f"{len(want)} buckets by the hash; counted in {len(got)}, "
-                  f"{len(got - want)} not by the hash, {len(want - got)} missing")
+                  f"{len(got - want)} not by the hash, {len(want - got)} missing; offered {sent}, sink {received}")
         # hash=on: every hash read from the device (none computed); hash=off: every one
         # computed by the program.
         soft = steer.get("rss_soft_hash", 0)
@@ -853,18 +867,7 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True):
                   and soft == (0 if device_hash else counted),
                   f"buckets {counted:.0f}, redirected {steer.get('redirected')}, no hash {steer.get('rss_no_hash')}, "
                   f"computed {soft:.0f}")
-        # A skew the balancer must answer: heavy flows in buckets of one queue (the host's
-        # schedule, one phase), light ones everywhere; its moves come from that queue's
-        # poller, and the NIC's table is the one the run says it set.
-        ctl.send(f"KEY {rss_key(ports[0])}")
-        table0, log_at = rss_table(ports[0]), len(open(err_path).read())
-        moves0 = scrape().get(("dataplane_rebalance_moves_total", ()), 0)
-        heavy, moved_from, m = skew(ctl, ports[0], err_path, log_at, "rss-skew", seconds)
-        loaded = collections.Counter(table0[b] for b in heavy).most_common(1)[0][0] if heavy else None
-        moves = m.get(("dataplane_rebalance_moves_total", ()), 0) - moves0
-        ctl.check(f"{name}: the balancer answered the skew, moving buckets off the loaded queue's poller",
-                  moves > 0 and moved_from[:1] == [loaded] and 2 * moved_from.count(loaded) >= len(moved_from),
-                  f"{moves:.0f} moves; heavy buckets {heavy} on queue {loaded}; moved from queues {moved_from}")
+        # And the NIC's table is the one the run says it set.
         now = rss_table(ports[0])
         said = bucket_queues(m, ports[0])
         ctl.check(f"{name}: the NIC's table (ethtool -x) is the one the run set, and moved",
@@ -917,7 +920,8 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True):
 
 def skew(ctl, port, err_path, log_at, tag, seconds):
     """One phase of the host's schedule (KEY sent before): four heavy flows of 1000 frames/s
-    in buckets the default table gives queue 0, 256 light flows at 500 frames/s in all.
+    in buckets the default table gives queue 0 (each its own bucket), 256 light flows at 500
+    frames/s in all.
     Waits for the phase; returns (the heavy buckets, the source queue of each move of
     `port` logged after `log_at`, the metrics after the rebalancer's next two steps)."""
     ctl.send(f"SCHEDULE {tag} {seconds} 1000 500 1 0 64")

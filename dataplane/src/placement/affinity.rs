@@ -481,29 +481,7 @@ fn undo(sys: &mut impl Undo, c: &Change) -> (String, bool) {
             ifname,
             before,
             default,
-        } => {
-            let r = sys.set_rss_table(ifname, if *default { &[] } else { before });
-            let same = sys.rss_table(ifname).is_ok_and(|t| t == *before);
-            // A reset is the default spread by definition, even where the driver's spread
-            // moved with a channel change since.
-            let ok = r.is_ok() && (same || *default);
-            (
-                format!(
-                    "rss: {ifname} indirection table {}{}",
-                    match (&r, same, default) {
-                        (Err(_), ..) => "not restored",
-                        (Ok(()), true, true) => "reset to the default spread, read back",
-                        (Ok(()), true, false) => "restored, read back",
-                        (Ok(()), false, true) => {
-                            "reset to the default spread (the driver's spread now)"
-                        }
-                        (Ok(()), false, false) => "written back, but reads back otherwise",
-                    },
-                    r.err().map_or(String::new(), failed)
-                ),
-                ok,
-            )
-        }
+        } => undo_table(sys, ifname, before, *default),
         Change::Irq { irq, .. } if !sys.exists(&format!("/proc/irq/{irq}")) => {
             (format!("irq: IRQ {irq} is gone: nothing to restore"), true)
         }
@@ -523,6 +501,28 @@ fn undo(sys: &mut impl Undo, c: &Change) -> (String, bool) {
             )
         }
     }
+}
+
+/// Puts `ifname`'s indirection table back: `before` written, or the driver's default
+/// spread by a reset (`default`); the line to report, and whether it is undone.
+fn undo_table(sys: &mut impl Undo, ifname: &str, before: &[u32], default: bool) -> (String, bool) {
+    let r = sys.set_rss_table(ifname, if default { &[] } else { before });
+    let same = sys.rss_table(ifname).is_ok_and(|t| t == before);
+    // A reset is the default spread by definition, even where the driver's spread moved with
+    // a channel change since.
+    let ok = r.is_ok() && (same || default);
+    let what = match (&r, same, default) {
+        (Err(_), ..) => "not restored",
+        (Ok(()), true, true) => "reset to the default spread, read back",
+        (Ok(()), true, false) => "restored, read back",
+        (Ok(()), false, true) => "reset to the default spread (the driver's spread now)",
+        (Ok(()), false, false) => "written back, but reads back otherwise",
+    };
+    let failed = r.err().map_or(String::new(), |e| format!(" (failed: {e})"));
+    (
+        format!("rss: {ifname} indirection table {what}{failed}"),
+        ok,
+    )
 }
 
 /// The system calls that undo a [`Change`]: the machine's ([`System`]), or a test's.

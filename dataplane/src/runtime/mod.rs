@@ -1,14 +1,16 @@
-//! The control thread's job: check everything, load programs, start pollers, attach, report
-//! every second, and on stop detach, drain and account for every frame.
+//! One `dataplane run`, on the main thread: check everything, load programs, start the
+//! control thread and the pollers, attach, watch (the event loop) until the stop, then
+//! detach, drain and account for every frame.
 //!
 //! Order matters for "a bad config is refused before anything is attached": every check that
 //! can fail (root, interfaces, queues, table, program load, socket setup) runs before the first
 //! XDP program is attached; and on stop the programs are detached before the pollers drain.
 //!
-//! The steps, each a function of its own: `check` (the machine against the config, the
+//! The phases, each in a file of its own: `check` (the machine against the config, the
 //! table), `attach` (load the steering programs; later fill the XSKMAPs and attach; apply
-//! the interrupt plan), `spawn` (start the pollers and wait until each is set up), and
-//! `report` (setup lines, the per-interval rate line, the final summary).
+//! the interrupt plan), `spawn` (start the pollers and wait until each is set up), `watch`
+//! (the main thread's event loop while forwarding), and `report` (setup lines, the
+//! per-interval rate line, the final summary).
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +35,7 @@ mod report;
 mod soft_rss;
 mod spawn;
 mod started;
+mod watch;
 
 use started::{drop_privileges, start_control, Started};
 
@@ -221,11 +224,11 @@ pub fn run(
         &mut log,
     );
     let start = Instant::now();
-    report::watch(
+    watch::watch(
         opts,
         pollers,
         &mut started.steers,
-        report::ControlSide {
+        watch::ControlSide {
             status: &links.status,
             addresses: &links.addresses,
             foreign_routes: &links.foreign_routes,

@@ -16,6 +16,7 @@ build: deps
 
 test: deps
 	$(CARGO) test --workspace  # builds the dataplane binary that tests/ runs
+	python3 -m unittest discover -s scripts/vmtest -p 'test_*.py'  # rebalance-compare's goals
 	$(MAKE) loom
 
 # The whole suite beside a CPU load on both CPUs (stress-ng): outcomes must not depend on

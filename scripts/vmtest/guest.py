@@ -1043,18 +1043,7 @@ def compare_run(ctl, dp, ports, name, cfg, args, load):
         stop_run(proc)
     s = json.load(open(summary_path))
 
-    def imbalance(lo, hi):
-        """max/mean of the engaged pollers' (those with buckets) mean busy share over
-        [lo, hi) seconds; None where the window has no sample or no load (no figure to
-        judge, never a perfect 0)."""
-        rows = [(b, e) for t, b, _, e in timeline if lo <= t < hi]
-        if not rows:
-            return None
-        engaged = [p for p in range(4) if rows[-1][1][p] > 0]
-        means = [sum(r[0][p] for r in rows) / len(rows) for p in engaged]
-        if not means or sum(means) <= 0:
-            return None
-        return max(means) / (sum(means) / len(means))
+    imbalance = lambda lo, hi: window_imbalance(timeline, lo, hi)
     return {
         # Lost: offered and not received, whether the guest's NIC refused it (not sent) or
         # it was dropped inside the guest (sent, not received).
@@ -1075,6 +1064,20 @@ def compare_run(ctl, dp, ports, name, cfg, args, load):
         "rebalance": {k: v for k, v in (s.get("rebalance") or {}).items()
                       if k in ("steps", "moves", "heavy", "write_errors", "timeline", "recent_moves")},
     }
+
+
+def window_imbalance(timeline, lo, hi):
+    """max/mean of the engaged pollers' (those with buckets) mean busy share over [lo, hi)
+    seconds of `timeline` ((t, busy per poller, moves, buckets per poller) samples); None
+    where the window has no sample or no load (no figure to judge, never a perfect 0)."""
+    rows = [(b, e) for t, b, _, e in timeline if lo <= t < hi]
+    if not rows:
+        return None
+    engaged = [p for p in range(4) if rows[-1][1][p] > 0]
+    means = [sum(r[0][p] for r in rows) / len(rows) for p in engaged]
+    if not means or sum(means) <= 0:
+        return None
+    return max(means) / (sum(means) / len(means))
 
 
 def rebalancer_figures(rb):
@@ -1206,6 +1209,65 @@ def tune_test(ctl, dp, ports, spec):
     ctl.send("RESULTS " + json.dumps({"tune": best}))
 
 
+def goal_checks(st, sc, rebalanced, night):
+    """The comparison's goals, judged on the rebalancer's runs (`rebalanced`, each with its
+    `goal_figures`) against static RSS (`st`), the target_load run (`sc`) and the busy-polling
+    nights: (text, met, detail) each. A figure that is missing fails its goal."""
+    figures = [rb["goal_figures"] for rb in rebalanced]
+
+    def each(key, shown):
+        """Every run's figure for `key`, named by its run."""
+        return "; ".join(f"{rb['name']}: {shown(f[key])}" for rb, f in zip(rebalanced, figures))
+    inf = float("inf")
+    settle = [max(x if x is not None else inf for x in f["settled"]) for f in figures]
+    # A window without a figure counts as not met (inf), never as a perfect 0.
+    held = [max(x if x is not None else inf for x in f["held"]) for f in figures]
+    late = [f["late_moves"] for f in figures]
+    drops = [rb["drops"] if rb["drops"] is not None else inf for rb in rebalanced]
+    static_drops = st["drops"] if st["drops"] is not None else 0
+    n = len(figures)
+    met = lambda xs, ok: f"{sum(1 for x in xs if ok(x))} of {n} runs"
+    checks = [
+        (f"max/mean poller load <= 1.15 within 2 s of each change (median of {n} runs)",
+         median(settle) <= 2, f"median {median(settle) if median(settle) < inf else 'never'} s, met in {met(settle, lambda x: x <= 2)}; "
+         + each("settled", lambda v: " / ".join(f"{x} s" if x is not None else "never" for x in v))),
+        (f"and it holds: max/mean over the rest of each phase (from 2 s after the change) <= 1.15 (median of {n} runs)",
+         median(held) <= 1.15, f"median {median(held):.2f}, met in {met(held, lambda x: x <= 1.15)}; "
+         + each("held", lambda v: " / ".join(f"{x:.2f}" if x is not None else "no figure" for x in v))),
+        # Judged only where static RSS lost something: 0 against 0 says nothing, and a
+        # missing count (a sink that failed) is no figure.
+        (f"drops <= 1% of static RSS's (median of {n} runs)",
+         static_drops > 0 and median(drops) <= 0.01 * static_drops,
+         f"median {median(drops)}, each {' / '.join(map(str, drops))}, against {st['drops']}"
+         + ("" if static_drops > 0 else " (static RSS lost nothing, or its count is missing: the goal is not exercised at this load)")),
+        (f"no oscillation: under 1 move per 10 s after convergence (last 5 s of phases 1 and 2; median of {n} runs)",
+         median(late) < 1, f"median {median(late)}, met in {met(late, lambda x: x < 1)}; "
+         + each("late_moves", str)),
+    ]
+    night_buckets = [b for b in sc["buckets"] if b]
+    night_figures = [sc["night_cpu_ms"], st["night_cpu_ms"], sc["night_all_cpu_ms"], st["night_all_cpu_ms"]]
+    fig = lambda x: "no figure" if x is None else f"{x:.0f}"
+    checks += [
+        ("at low load, all buckets on one poller (target_load 0.7)", len(night_buckets) == 1, sc["buckets"]),
+        # Reported, not a goal; but reported it must be: every figure measured.
+        ("CPU at night with target_load 0.7 against static RSS, measured", all(x is not None for x in night_figures)
+         and st["night_cpu_ms"] > 0,
+         f"pollers {fig(sc['night_cpu_ms'])} ms against {fig(st['night_cpu_ms'])} ms, all CPUs "
+         f"{fig(sc['night_all_cpu_ms'])} ms against {fig(st['night_all_cpu_ms'])} ms, over {fig(sc['night_s'])} s"),
+        ("every rebalancer run's moves counted from its metric",
+         all(rb["moves"] is not None for rb in rebalanced), [rb["moves"] for rb in rebalanced]),
+    ]
+    if len(night) == 2:
+        st_cpu, sc_cpu = sum(night[0]["cpu_ms_per_s"]), sum(night[1]["cpu_ms_per_s"])
+        checks.append((
+            "CPU saved at night by packing, pollers busy-polling (less than static RSS's)",
+            sc_cpu < st_cpu,
+            f"pollers {sc_cpu:.0f} ms/s {night[1]['cpu_ms_per_s']} with {night[1]['engaged']:.0f} engaged, "
+            f"against {st_cpu:.0f} ms/s {night[0]['cpu_ms_per_s']}: "
+            f"{(1 - sc_cpu / max(st_cpu, 1e-9)) * 100:.0f}% saved"))
+    return checks
+
+
 def compare_test(ctl, dp, ports, spec, best, repeats):
     """make rebalance-compare, the guest side: static RSS, tune's best layout (`best`, from
     the first boot), and the rebalancer (`repeats` times: its goals are judged on the median
@@ -1262,58 +1324,7 @@ def compare_test(ctl, dp, ports, spec, best, repeats):
                       "Toeplitz hash named", ok, f"buckets {rb['heavy_buckets']}: {rb['heavy_counted']}")
         for rb in rebalanced:
             rb["goal_figures"] = rebalancer_figures(rb)
-        figures = [rb["goal_figures"] for rb in rebalanced]
-
-        def each(key, shown):
-            """Every run's figure for `key`, named by its run."""
-            return "; ".join(f"{rb['name']}: {shown(f[key])}" for rb, f in zip(rebalanced, figures))
-        inf = float("inf")
-        settle = [max(x if x is not None else inf for x in f["settled"]) for f in figures]
-        # A window without a figure counts as not met (inf), never as a perfect 0.
-        held = [max(x if x is not None else inf for x in f["held"]) for f in figures]
-        late = [f["late_moves"] for f in figures]
-        drops = [rb["drops"] if rb["drops"] is not None else inf for rb in rebalanced]
-        static_drops = st["drops"] if st["drops"] is not None else 0
-        n = len(figures)
-        met = lambda xs, ok: f"{sum(1 for x in xs if ok(x))} of {n} runs"
-        checks = [
-            (f"max/mean poller load <= 1.15 within 2 s of each change (median of {n} runs)",
-             median(settle) <= 2, f"median {median(settle) if median(settle) < inf else 'never'} s, met in {met(settle, lambda x: x <= 2)}; "
-             + each("settled", lambda v: " / ".join(f"{x} s" if x is not None else "never" for x in v))),
-            (f"and it holds: max/mean over the rest of each phase (from 2 s after the change) <= 1.15 (median of {n} runs)",
-             median(held) <= 1.15, f"median {median(held):.2f}, met in {met(held, lambda x: x <= 1.15)}; "
-             + each("held", lambda v: " / ".join(f"{x:.2f}" if x is not None else "no figure" for x in v))),
-            # Judged only where static RSS lost something: 0 against 0 says nothing, and a
-            # missing count (a sink that failed) is no figure.
-            (f"drops <= 1% of static RSS's (median of {n} runs)",
-             static_drops > 0 and median(drops) <= 0.01 * static_drops,
-             f"median {median(drops)}, each {' / '.join(map(str, drops))}, against {st['drops']}"
-             + ("" if static_drops > 0 else " (static RSS lost nothing, or its count is missing: the goal is not exercised at this load)")),
-            (f"no oscillation: under 1 move per 10 s after convergence (last 5 s of phases 1 and 2; median of {n} runs)",
-             median(late) < 1, f"median {median(late)}, met in {met(late, lambda x: x < 1)}; "
-             + each("late_moves", str)),
-        ]
-        night_buckets = [b for b in sc["buckets"] if b]
-        night_figures = [sc["night_cpu_ms"], st["night_cpu_ms"], sc["night_all_cpu_ms"], st["night_all_cpu_ms"]]
-        fig = lambda x: "no figure" if x is None else f"{x:.0f}"
-        checks += [
-            ("at low load, all buckets on one poller (target_load 0.7)", len(night_buckets) == 1, sc["buckets"]),
-            # Reported, not a goal; but reported it must be: every figure measured.
-            ("CPU at night with target_load 0.7 against static RSS, measured", all(x is not None for x in night_figures)
-             and st["night_cpu_ms"] > 0,
-             f"pollers {fig(sc['night_cpu_ms'])} ms against {fig(st['night_cpu_ms'])} ms, all CPUs "
-             f"{fig(sc['night_all_cpu_ms'])} ms against {fig(st['night_all_cpu_ms'])} ms, over {fig(sc['night_s'])} s"),
-            ("every rebalancer run's moves counted from its metric",
-             all(rb["moves"] is not None for rb in rebalanced), [rb["moves"] for rb in rebalanced]),
-        ]
-        if len(night) == 2:
-            st_cpu, sc_cpu = sum(night[0]["cpu_ms_per_s"]), sum(night[1]["cpu_ms_per_s"])
-            checks.append((
-                "CPU saved at night by packing, pollers busy-polling (less than static RSS's)",
-                sc_cpu < st_cpu,
-                f"pollers {sc_cpu:.0f} ms/s {night[1]['cpu_ms_per_s']} with {night[1]['engaged']:.0f} engaged, "
-                f"against {st_cpu:.0f} ms/s {night[0]['cpu_ms_per_s']}: "
-                f"{(1 - sc_cpu / max(st_cpu, 1e-9)) * 100:.0f}% saved"))
+        checks = goal_checks(st, sc, rebalanced, night)
         for text, ok, detail in checks:
             ctl.check(f"compare goal: {text}", ok, detail)
             goals.append(f"{'met' if ok else 'NOT met'}: {text} ({detail})")

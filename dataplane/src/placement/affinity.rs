@@ -421,45 +421,28 @@ impl IrqChanges {
 /// Undoes `c` through `sys`: the line to report, and whether it is undone (an item whose
 /// thread is gone has nothing left to undo).
 fn undo(sys: &mut impl Undo, c: &Change) -> (String, bool) {
-    let failed = |e: String| format!(" (failed: {e})");
     match c {
         Change::Threaded { ifname, .. } if !sys.exists(&format!("/sys/class/net/{ifname}")) => {
             (format!("irq: {ifname} is gone: nothing to restore"), true)
         }
         Change::Threaded { ifname, before } => {
             let r = sys.write(&format!("/sys/class/net/{ifname}/threaded"), before);
-            let ok = r.is_ok();
-            (
-                format!(
-                    "irq: {ifname} threaded NAPI back to {before}{}",
-                    r.err().map_or(String::new(), failed)
-                ),
-                ok,
-            )
+            reported(r, format!("irq: {ifname} threaded NAPI back to {before}"))
         }
         Change::Napi { tid, name, .. }
             if sys.thread_name(*tid).as_deref() != Some(name.as_str()) =>
         {
             // The device (and its NAPI thread) went away; never touch a thread that has
             // since taken the id.
-            (
-                format!("irq: {name} (thread {tid}) is gone: nothing to restore"),
-                true,
-            )
+            let gone = format!("irq: {name} (thread {tid}) is gone: nothing to restore");
+            (gone, true)
         }
         Change::Napi {
             tid, name, before, ..
         } => {
             let r = sys.set_thread_affinity(*tid, before);
-            let ok = r.is_ok();
-            (
-                format!(
-                    "irq: {name} cpus back to [{}]{}",
-                    cpu_list(&sys.thread_cpus(*tid)),
-                    r.err().map_or(String::new(), failed)
-                ),
-                ok,
-            )
+            let now = cpu_list(&sys.thread_cpus(*tid));
+            reported(r, format!("irq: {name} cpus back to [{now}]"))
         }
         Change::RxHashing { ifname } | Change::RssTable { ifname, .. }
             if !sys.exists(&format!("/sys/class/net/{ifname}")) =>
@@ -468,14 +451,7 @@ fn undo(sys: &mut impl Undo, c: &Change) -> (String, bool) {
         }
         Change::RxHashing { ifname } => {
             let r = sys.set_rx_hashing(ifname, false);
-            let ok = r.is_ok();
-            (
-                format!(
-                    "rss: {ifname} receive hashing off again{}",
-                    r.err().map_or(String::new(), failed)
-                ),
-                ok,
-            )
+            reported(r, format!("rss: {ifname} receive hashing off again"))
         }
         Change::RssTable {
             ifname,
@@ -490,16 +466,18 @@ fn undo(sys: &mut impl Undo, c: &Change) -> (String, bool) {
                 &format!("/proc/irq/{irq}/smp_affinity_list"),
                 &cpu_list(before),
             );
-            let ok = r.is_ok();
-            (
-                format!(
-                    "irq: IRQ {irq} cpus back to [{}]{}",
-                    cpu_list(&sys.irq_cpus(*irq)),
-                    r.err().map_or(String::new(), failed)
-                ),
-                ok,
-            )
+            let now = cpu_list(&sys.irq_cpus(*irq));
+            reported(r, format!("irq: IRQ {irq} cpus back to [{now}]"))
         }
+    }
+}
+
+/// A line for an undo whose call returned `r`: `what`, and why it failed if it did; and
+/// whether it is undone.
+fn reported(r: Result<(), String>, what: String) -> (String, bool) {
+    match r {
+        Ok(()) => (what, true),
+        Err(e) => (format!("{what} (failed: {e})"), false),
     }
 }
 
@@ -508,9 +486,6 @@ fn undo(sys: &mut impl Undo, c: &Change) -> (String, bool) {
 fn undo_table(sys: &mut impl Undo, ifname: &str, before: &[u32], default: bool) -> (String, bool) {
     let r = sys.set_rss_table(ifname, if default { &[] } else { before });
     let same = sys.rss_table(ifname).is_ok_and(|t| t == before);
-    // A reset is the default spread by definition, even where the driver's spread moved with
-    // a channel change since.
-    let ok = r.is_ok() && (same || default);
     let what = match (&r, same, default) {
         (Err(_), ..) => "not restored",
         (Ok(()), true, true) => "reset to the default spread, read back",
@@ -518,11 +493,10 @@ fn undo_table(sys: &mut impl Undo, ifname: &str, before: &[u32], default: bool) 
         (Ok(()), false, true) => "reset to the default spread (the driver's spread now)",
         (Ok(()), false, false) => "written back, but reads back otherwise",
     };
-    let failed = r.err().map_or(String::new(), |e| format!(" (failed: {e})"));
-    (
-        format!("rss: {ifname} indirection table {what}{failed}"),
-        ok,
-    )
+    // A reset is the default spread by definition, even where the driver's spread moved with
+    // a channel change since.
+    let (line, written) = reported(r, format!("rss: {ifname} indirection table {what}"));
+    (line, written && (same || default))
 }
 
 /// The system calls that undo a [`Change`]: the machine's ([`System`]), or a test's.

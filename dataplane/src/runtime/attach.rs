@@ -1,4 +1,4 @@
-//! Steps 2 and 4: the steering programs. Loaded (not attached) before the pollers start, with
+//! The steering programs, in two phases. Loaded (not attached) before the pollers start, with
 //! the box's own addresses to pass to the kernel; once every poller is ready, its sockets go
 //! into the XSKMAPs and the programs are attached; then the interrupt plan is applied.
 use std::net::IpAddr;

@@ -1,4 +1,4 @@
-//! Step 1: the machine against the config (interfaces, queues, MACs) and the forwarding table.
+//! The check phase: the machine against the config (interfaces, queues, MACs) and the forwarding table.
 //! Runs before anything is loaded or attached.
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -98,8 +98,6 @@ pub(super) fn setups(
     setup
 }
 
-/// Waits while the pollers forward, until the stop flag, the duration, or a poller ending
-/// early; logs a rate line every `opts.interval`.
 /// The line that says which capabilities the main thread kept after setup.
 pub(super) fn kept_line(kept: &[crate::sys::privilege::Cap]) -> String {
     let names: Vec<String> = kept.iter().map(|c| c.to_string()).collect();

@@ -1,4 +1,4 @@
-//! Step 3: the pollers. Each is spawned with its spec, pins itself, maps its UMEM, binds its
+//! The spawn phase: the pollers. Each is spawned with its spec, pins itself, maps its UMEM, binds its
 //! sockets, reports [`Ready`] and waits for the go signal; the run holds them in [`Pollers`].
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;

@@ -161,6 +161,8 @@ fn health_check(
     checks.increment(1);
 }
 
+/// Waits while the pollers forward, until the stop flag, the duration, or a poller ending
+/// early; logs a rate line every `opts.interval`.
 pub(super) fn watch(
     opts: &RunOptions,
     pollers: &Pollers,

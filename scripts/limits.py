@@ -23,6 +23,7 @@ MAX_FN = 100
 EXCEPTIONS = {
     "port/emulated.rs": "test code: the emulated zero-copy port behind the testkit feature, "
                         "rings and faults for the unit tests and the benchmark",
+    "port/emulated_counters.rs": "test code: the emulated port's faults and counters",
     "poller/emulated.rs": "test code: the poller over the emulated port; its tests are most of it",
     "testkit/": "test code: inputs and oracles for benchmarks, integration tests and fuzzing",
     "fib/loom_tests.rs": "test code: the loom models",

@@ -4,6 +4,8 @@
 //! an emulated zero-copy port over in-memory rings ([`emulated`], with the `testkit` feature).
 #[cfg(any(test, feature = "testkit"))]
 pub mod emulated;
+#[cfg(any(test, feature = "testkit"))]
+pub mod emulated_counters;
 pub(crate) mod ownership;
 pub mod rings;
 pub(crate) mod tx_reserve;

@@ -786,19 +786,33 @@ mod tests {
         ));
         let stats = Arc::new(PollerStats::with_queues(false, 2));
         let mut p = MemPoller::new(&spec(1024), queues, fwd, stats.clone()).expect("poller");
-        let reader = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(300));
-            stats.snapshot()
-        });
+        // A reader watches the counters while the loop runs (until it ends): the first
+        // pass count it sees, and the snapshot then.
+        let running = Arc::new(AtomicBool::new(true));
+        let reader = {
+            let running = running.clone();
+            std::thread::spawn(move || loop {
+                let s = stats.snapshot();
+                if s.get(Counter::LoopPasses) > 0 || !running.load(Ordering::Relaxed) {
+                    return (running.load(Ordering::Relaxed), s);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            })
+        };
         p.run_for(Duration::from_millis(600));
-        let seen = reader.join().expect("reader");
+        running.store(false, Ordering::Relaxed);
+        let (while_running, seen) = reader.join().expect("reader");
         let after = p.inner.stats.snapshot();
         assert!(
             after.get(Counter::LoopPasses) < 256,
             "the test needs slow passes: {}",
             after.get(Counter::LoopPasses)
         );
-        assert!(seen.get(Counter::LoopPasses) > 0, "{:?}", seen.counters);
+        assert!(
+            while_running && seen.get(Counter::LoopPasses) > 0,
+            "no pass published while the loop ran: {:?}",
+            seen.counters
+        );
         assert!(seen.get(Counter::BusyCycles) > 0, "{:?}", seen.counters);
         assert_eq!(seen.get(Counter::IdleSleeps), 0, "it never slept");
     }

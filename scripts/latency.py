@@ -177,7 +177,7 @@ def cpu_times():
 
 def profiled_iperf(bed, name, args, v6):
     """One 1-stream TCP run under a system-wide `perf record`, with each CPU's busy share:
-    where the CPU goes while TCP runs through this DUT (bench/README.md, issue 21)."""
+    where the CPU goes while TCP runs through this DUT (bench/RESULTS.md)."""
     tag = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
     data = os.path.join(args.out, f"profile-{tag}.data")
     perf = subprocess.Popen(["perf", "record", "-a", "-g", "-F", "499", "-o", data, "--", "sleep", str(args.secs)],

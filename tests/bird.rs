@@ -1,4 +1,4 @@
-//! A real routing daemon drives the table (issue 18): BIRD 2 in the DUT namespace learns
+//! A real routing daemon drives the table: BIRD 2 in the DUT namespace learns
 //! 100k IPv4 and 100k IPv6 prefixes over BGP from a BIRD peer in the sink namespace and writes
 //! them to the kernel; the dataplane (`routes = "kernel"`) follows the kernel. Withdrawals and
 //! re-announcements are followed; under flapping, every frame that reaches the sink was for a

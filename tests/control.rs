@@ -1,4 +1,4 @@
-//! The control plane on a testbed (issue 10): routes and neighbours mirrored from the DUT
+//! The control plane on a testbed: routes and neighbours mirrored from the DUT
 //! namespace's kernel and followed live, neighbours resolved on demand, link state, address
 //! changes, multipath, SIGHUP reloads. They need root.
 mod common;

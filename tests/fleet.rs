@@ -1,4 +1,4 @@
-//! A fleet behind ECMP (issue 22): two appliances (dataplane + BIRD + `dataplane announce`)
+//! A fleet behind ECMP: two appliances (dataplane + BIRD + `dataplane announce`)
 //! behind an upstream BIRD router, in namespaces (`dataplane fleet-demo`). With both up the
 //! flows spread over both; a stalled (SIGSTOP) or crashed (SIGKILL) dataplane, or one cut off
 //! from its servers, is withdrawn within a second and its flows move to the other appliance;

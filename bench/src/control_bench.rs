@@ -1,4 +1,4 @@
-//! Control-plane benchmarks (issue 10): a BGP-size table loaded from the kernel, the rate at
+//! Control-plane benchmarks: a BGP-size table loaded from the kernel, the rate at
 //! which route changes are applied while a forwarding loop reads the same table, and that
 //! loop's cost per packet with and without the storm. Beside them, the kernel's own FIB
 //! insert rate for the same routes (`ip -batch`), measured in the same run.

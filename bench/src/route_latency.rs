@@ -1,4 +1,4 @@
-//! Route-change latency (issue 10): the time from the netlink message that adds a route in
+//! Route-change latency: the time from the netlink message that adds a route in
 //! the kernel to the first packet the dataplane forwards by it, over many changes.
 //!
 //! A gen <-> dut <-> sink testbed (`rlat`); the DUT runs `dataplane run` (release build)

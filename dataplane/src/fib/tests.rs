@@ -355,7 +355,8 @@ fn multipath_keeps_a_flow_on_one_path_and_uses_every_path() {
     assert_eq!(r.size().groups, 0);
 }
 
-/// Finding 6: a next hop's word held `port & 0xff`, so port 300 left by port 44.
+/// A next hop's word must hold the whole port: `port & 0xff` would send port 300 out of
+/// port 44.
 #[test]
 fn ports_past_255_leave_by_their_own_port_and_too_many_are_refused() {
     let mut r = Rib::new(301, 1, Capacity::default(), true).expect("301 ports");
@@ -378,8 +379,8 @@ fn ports_past_255_leave_by_their_own_port_and_too_many_are_refused() {
     );
 }
 
-/// Finding 6: a route with more than 16 next hops was refused with the hops' references
-/// kept, so each announcement leaked 17 next-hop ids; duplicate paths leaked one each.
+/// A route with more than 16 next hops is refused with every hop's reference given back
+/// (kept, each announcement would leak 17 next-hop ids), and so are duplicate paths'.
 #[test]
 fn refused_and_duplicate_multipath_routes_give_every_hop_back() {
     let mut r = rib();
@@ -405,7 +406,8 @@ fn refused_and_duplicate_multipath_routes_give_every_hop_back() {
     assert_eq!(r.size().groups, 0);
 }
 
-/// Finding 4: a released next hop's slot kept its neighbour until the id's next use.
+/// A released next hop's slot is cleared at once, not kept with its neighbour until the
+/// id's next use.
 #[test]
 fn a_reclaimed_next_hop_slot_is_cleared() {
     let mut w = writer();
@@ -428,10 +430,10 @@ fn a_reclaimed_next_hop_slot_is_cleared() {
     );
 }
 
-/// Finding 2: IPv6 used to take the longest candidate length in `prepare` and skip longer
-/// ones in `finish`, a burst later. ::/0 -> D and 2001:db8::/48 -> A; between the two passes
-/// 2001:db8:0:1::/64 -> B is added and the /48 removed: the packet left via D, an answer no
-/// version ever gave (A, then B). Now the lookup is whole in `finish`.
+/// An IPv6 lookup is whole in `finish`. Taken apart (the longest candidate length in
+/// `prepare`, longer ones skipped in `finish`, a burst later), ::/0 -> D and 2001:db8::/48
+/// -> A, with 2001:db8:0:1::/64 -> B added and the /48 removed between the two passes, send
+/// the packet via D: an answer no version ever gave (A, then B).
 #[test]
 fn an_ipv6_lookup_split_over_a_burst_answers_a_version() {
     let mut w = writer();

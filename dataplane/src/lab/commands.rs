@@ -121,7 +121,7 @@ pub(super) fn argv(parts: &[&str], last: &Path) -> Vec<String> {
         .collect()
 }
 
-/// The testpmd command line of the seeds' peer (TESTBED-FACTS: net_af_xdp, io mode).
+/// The testpmd command line of the DPDK peer: net_af_xdp vdevs, io forwarding.
 pub(super) fn testpmd_args(
     bed: &Testbed,
     main_cpu: usize,

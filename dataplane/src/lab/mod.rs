@@ -3,7 +3,7 @@
 //! gen -> DUT -> sink with warm-up, measured window and repeats, written out as JSON, CSV, a
 //! markdown summary and SVG plots.
 //!
-//! Method (seed 004: setup must stay out of the timed region): the testbed, the DUT's attach,
+//! Method (setup stays out of the timed region, or it is measured instead of forwarding): the testbed, the DUT's attach,
 //! pinning and NAPI placement happen before the window; the window opens when the sink takes its
 //! baseline after the warm-up. Throughput is the maximum forwarding rate at full offered load
 //! (the sink's count of the generator's frames over the window); cost is the CPU time of the

@@ -241,7 +241,7 @@ impl Lab<'_> {
                 let out = child.stdout.take();
                 let mut p = Proc::watching(child, out);
                 p.wait_for("Press enter to exit", Duration::from_secs(60))?;
-                // Its best placement here (TESTBED-FACTS): NAPI off the forwarding lcore's CPU.
+                // Its best placement on a 2-CPU testbed: NAPI off the forwarding lcore's CPU.
                 Ok((Some(p), Some(mx.gen_cpu)))
             }
             _ => Ok((None, Some(mx.dut_cpu))),

@@ -138,7 +138,7 @@ mod tests {
     use std::os::fd::AsRawFd;
 
     /// A socket the kernel cannot answer XDP_OPTIONS for is an error that names the call,
-    /// never "copy mode" (issue 33: `unwrap_or(false)` once reported every failure as copy).
+    /// never "copy mode" (taking a failure as copy would report every failed query as copy).
     #[test]
     fn a_failed_mode_query_is_an_error_not_copy_mode() {
         let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp socket");

@@ -321,13 +321,10 @@ fn irq_restore_undoes_what_a_killed_run_moved() {
     let (ok, err) = run_once(&bed, "stale", &cfg, &args);
     assert!(!ok, "a run over a stale journal must not start");
     assert!(
-        err.contains("dataplane irq restore") && err.contains(&state_arg),
+        err.contains("dataplane restore") && err.contains(&state_arg),
         "{err}"
     );
-    let out = common::router::ns(
-        &t.dut_ns(),
-        &[&bin(), "irq", "restore", "--state", &state_arg],
-    );
+    let out = common::router::ns(&t.dut_ns(), &[&bin(), "restore", "--journal", &state_arg]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(
         napi_cpus(&t.dut_in()),
@@ -342,7 +339,7 @@ fn irq_restore_undoes_what_a_killed_run_moved() {
     assert!(out.status.success(), "{text}");
     assert!(!state.exists(), "the journal is removed");
     // An item that cannot be undone (veth has no indirection table) fails the command and
-    // stays in the journal.
+    // stays in the journal; asked by the command's old name, which scripts may still use.
     let journal = format!(
         r#"[{{"RssTable":{{"ifname":"{}","before":[1,0],"default":false}}}}]"#,
         t.dut_in()

@@ -22,7 +22,7 @@
 //! `--packets N` makes a repeat a fixed count instead of a time: each emulated port delivers
 //! N frames and the poller stops after the last, so `valgrind --tool=callgrind
 //! --toggle-collect='*MemPoller*run*' ring-bench --cell K --packets N --testpmd 0` counts the
-//! loop's instructions for exactly 2N packets received (bench/README.md: "Instructions per
+//! loop's instructions for exactly 2N packets received (bench/RESULTS.md: "Instructions per
 //! packet").
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc, Barrier};

@@ -10,8 +10,9 @@
 //! fragmentation of too-big packets without DF; see `docs/ROUTER.md`), a live control plane
 //! (`control`: the kernel's routes, neighbours, links and addresses over rtnetlink, or static
 //! routes reloaded on SIGHUP; `docs/CONTROL.md`), placement of pollers and interrupts, its
-//! config, stats and metrics, the measuring lab and a fleet demo behind ECMP. Not yet: VLANs in
-//! the dataplane (tagged frames go to the kernel), frames larger than one UMEM frame.
+//! config, stats and metrics, live RSS rebalancing, jumbo frames as chains of UMEM frames
+//! (AF_XDP multi-buffer), the measuring lab and a fleet demo behind ECMP. Not yet: VLANs in
+//! the dataplane (tagged frames go to the kernel).
 //!
 //! Module map (layers point down; `scripts/modgraph.py` checks it, `docs/ARCHITECTURE.md`
 //! follows a packet through them):
@@ -25,13 +26,17 @@
 //! - `sys`: every raw syscall. `bpf`: the XDP programs' loaders.
 //! - `config`: TOML to plain values. `control`: the control-plane thread that owns the
 //!   routing base and writes the table. `placement`: topology, queue IRQs, the planner, IRQ
-//!   affinity. `runtime`: one `dataplane run`, in phases. `telemetry`: metrics and logs.
+//!   affinity, memory policy, and the journal of every system setting a run changes.
+//!   `rebalance`: live RSS rebalancing (the pure balancer, and the run's setup and driver).
+//!   `runtime`: one `dataplane run`, in phases. `telemetry`: metrics and logs. `announce`:
+//!   `dataplane announce`, the health-coupled announcement sidecar.
 //! - The measuring side: `testbed` (netns testbeds), `gen` (the generator), `lab` (benches and
-//!   `tune`), `fleet` (the ECMP fleet demo and `dataplane announce`).
+//!   `tune`), `fleet` (the ECMP fleet demo).
 //! - `testkit` (tests and the `testkit` feature only): the property tests' and fuzzer's inputs.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod announce;
 pub mod bpf;
 pub mod config;
 pub mod control;

@@ -44,10 +44,13 @@ enum Cmd {
     Sink(cli::sink::SinkArgs),
     /// Send UDP frames flat out with BPF_PROG_TEST_RUN live frames (xdp-trafficgen's method).
     Gen(cli::gen::GenArgs),
-    /// Interrupt placement left behind by a run that died (`irq restore`).
+    /// Put back the system settings a run that died changed (interrupt affinities, NIC
+    /// tables), from its journal.
+    Restore(cli::restore::RestoreArgs),
+    /// The old name of `restore` (`dataplane irq restore`), kept for scripts.
     Irq {
         #[command(subcommand)]
-        action: cli::irq::IrqCmd,
+        action: cli::restore::IrqCmd,
     },
     /// A running instance live, from its metrics endpoint: per poller and port rates.
     Top(cli::top::TopArgs),
@@ -83,7 +86,8 @@ fn main() {
         Cmd::Testbed { action } => cli::testbed::main(action),
         Cmd::Sink(a) => cli::sink::main(a),
         Cmd::Gen(a) => cli::gen::main(a),
-        Cmd::Irq { action } => cli::irq::main(action),
+        Cmd::Restore(a) => cli::restore::main(a),
+        Cmd::Irq { action } => cli::restore::irq(action),
         Cmd::Top(a) => cli::top::main(a),
         Cmd::Announce(a) => cli::announce::main(a),
         Cmd::FleetDemo(a) => cli::fleet::main(a),
@@ -97,5 +101,35 @@ fn main() {
     if let Err(e) = result {
         eprintln!("dataplane: error: {e:#}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_journal_commands_old_names_still_parse() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.cmd);
+        assert!(matches!(
+            parse(&["dataplane", "restore", "--journal", "/tmp/j.json"]),
+            Ok(Cmd::Restore(_))
+        ));
+        assert!(matches!(
+            parse(&["dataplane", "irq", "restore", "--state", "/tmp/j.json"]),
+            Ok(Cmd::Irq { .. })
+        ));
+        for flag in ["--journal", "--irq-state"] {
+            let run = parse(&[
+                "dataplane",
+                "run",
+                "--config",
+                "c.toml",
+                flag,
+                "/tmp/j.json",
+            ]);
+            assert!(matches!(run, Ok(Cmd::Run(_))), "{flag}");
+        }
+        assert!(parse(&["dataplane", "restore", "--no-such-flag"]).is_err());
     }
 }

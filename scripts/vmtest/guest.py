@@ -805,7 +805,7 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True):
     hash=on, the hash the device reports, read by the rx-hash kfunc; with hash=off, the
     device's Toeplitz hash computed in the program by its key), the balancer's moves are in
     the NIC (read back with ethtool -x, the same as the run says), and the NIC's own table
-    is back at stop, and after a crash with `dataplane irq restore`."""
+    is back at stop, and after a crash with `dataplane restore`."""
     name = "rss rebalancing" + ("" if device_hash else " (hash=off)")
     before = {p: rss_table(p) for p in ports}
     ctl.check(f"{name}: each NIC has a 4-queue indirection table",
@@ -886,7 +886,7 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True):
               r.get("moves", 0) > 0 and len(r.get("busy", [])) == 4 and r.get("ports") == ports,
               {k: r.get(k) for k in ("steps", "moves", "imbalance", "engaged", "buckets_per_poller")})
     run_checks(ctl, name, s, ports)
-    # A run that dies: the journal has the tables; `dataplane irq restore` puts them back.
+    # A run that dies: the journal has the tables; `dataplane restore` puts them back.
     # The ingress NIC starts from an operator's own table (weights 3:1:1:1, not the default
     # spread): restored as it was, not reset.
     sh("ethtool", "-X", ports[0], "weight", "3", "1", "1", "1")
@@ -907,9 +907,9 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True):
         proc.kill()
         proc.wait()
     changed = differs()
-    r = subprocess.run([dp, "irq", "restore"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([dp, "restore"], capture_output=True, text=True, timeout=60)
     weighted = before[ports[0]] != [i % 4 for i in range(len(before[ports[0]]))]
-    ctl.check(f"{name}: after SIGKILL, `dataplane irq restore` puts the NICs' tables back, "
+    ctl.check(f"{name}: after SIGKILL, `dataplane restore` puts the NICs' tables back, "
               f"{ports[0]}'s own weighted table as it was",
               moved and changed and weighted and r.returncode == 0
               and "indirection table restored, read back" in r.stdout

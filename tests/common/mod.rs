@@ -321,7 +321,7 @@ pub fn irq_core_args(state: &str) -> [&str; 7] {
         "--irq-cpu",
         "0:0",
         "--apply-irq",
-        "--irq-state",
+        "--journal",
         state,
     ]
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use super::stop_flag;
-use dataplane::fleet::announce::{Answer, Change, Judge, MarkerRoutes, Prefix, MARKER_PROTOCOL};
+use dataplane::announce::{Answer, Change, Judge, MarkerRoutes, Prefix, MARKER_PROTOCOL};
 use dataplane::telemetry::parse_listen;
 
 /// Keep a blackhole route per --prefix in --table (protocol 250) while the dataplane's

@@ -32,16 +32,28 @@ pub struct RunArgs {
     #[arg(long = "irq-cpu")]
     irq_cpu: Vec<String>,
     /// Move each queue's IRQ / NAPI thread to its planned interrupt CPU (restored at exit;
-    /// journaled first to --irq-state, so `dataplane irq restore` can undo a run that died).
+    /// journaled first to --journal, so `dataplane restore` can undo a run that died).
     #[arg(long)]
     apply_irq: bool,
-    /// The interrupt state file (default: /run/dataplane/irq-<netns inode>.json). A run with
-    /// --apply-irq refuses to start while it exists.
-    #[arg(long)]
-    irq_state: Option<PathBuf>,
+    /// The journal of the system settings the run changes (interrupt affinities with
+    /// --apply-irq, NIC tables when rebalancing; default:
+    /// /run/dataplane/settings-<netns inode>.json). A run that changes any refuses to start
+    /// while it exists.
+    #[arg(long, alias = "irq-state")]
+    journal: Option<PathBuf>,
     /// Serve Prometheus metrics on ADDR:PORT (a bare PORT binds 127.0.0.1). Off by default.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<String>,
+}
+
+/// The default journal, refused while an older release's (`irq-<netns inode>.json`) is left:
+/// its changes were never put back.
+fn default_journal() -> Result<PathBuf> {
+    let legacy = dataplane::placement::journal::legacy_path();
+    if legacy.exists() {
+        return Err(dataplane::placement::journal::JournalError::Stale { path: legacy }.into());
+    }
+    Ok(dataplane::placement::journal::default_path())
 }
 
 /// Runs the forwarder and prints its summary.
@@ -67,10 +79,10 @@ pub fn main(a: RunArgs) -> Result<()> {
     let opts = RunOptions {
         plan,
         apply_irq: a.apply_irq,
-        irq_state: Some(
-            a.irq_state
-                .unwrap_or_else(dataplane::placement::affinity::default_state_path),
-        ),
+        journal: Some(match a.journal {
+            Some(path) => path,
+            None => default_journal()?,
+        }),
         duration: a.duration.map(|d| secs(d, "--duration")).transpose()?,
         interval: (a.interval > 0.0)
             .then(|| secs(a.interval, "--interval"))

@@ -337,7 +337,7 @@ impl Netlink {
 
     /// Adds (or replaces), or deletes, a blackhole route `prefix/len` in routing table `table`
     /// with protocol number `protocol`: a marker a routing daemon learns from that table and
-    /// announces (the health-coupled announcement, `crate::fleet::announce`). Nothing forwards by it
+    /// announces (the health-coupled announcement, `crate::announce`). Nothing forwards by it
     /// unless a rule points at the table. Deleting a route that is not there is not an error.
     pub(crate) fn marker_route(
         &mut self,

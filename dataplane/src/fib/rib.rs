@@ -334,7 +334,7 @@ impl Rib {
     /// one a level less deep, so that over [`WARM_AHEAD`] updates every one has its whole
     /// path (for an IPv6 /48: the first level, the /32, /40 and /48 groups) loaded before its
     /// turn. An update's walk is otherwise a chain of cache misses, a third of the churn's
-    /// time (bench/README.md). Only loads: it changes nothing.
+    /// time (bench/RESULTS.md). Only loads: it changes nothing.
     pub fn warm_coming(&self, coming: impl IntoIterator<Item = (IpAddr, u8)>) {
         for (depth, (prefix, len)) in (0..WARM_AHEAD).rev().zip(coming) {
             self.w.warm(prefix, len, depth);

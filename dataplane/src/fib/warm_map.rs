@@ -2,7 +2,7 @@
 //! ([`WarmMap::warm`]), as VPP's bihash prefetches a bucket: the RIB's route map, where a
 //! BGP churn's updates each look up a route in a table far larger than the caches and a
 //! standard map's probe is two dependent cache misses (its control bytes, then the entry),
-//! about a third of the churn's time (bench/README.md).
+//! about a third of the churn's time (bench/RESULTS.md).
 //!
 //! Open addressing with linear probing (a key's entries sit on consecutive slots, so a
 //! probe that runs past the first slot reads the next line, which the hardware prefetcher

@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub mod announce;
 pub mod report;
 pub mod traffic;
 mod wire;

@@ -1,17 +1,18 @@
-//! The per-frame decision: filter, parse, look up, rewrite in place; and, for the drops that
-//! call for one, the ICMP error in place of the frame. Pure: frames in, verdicts out.
+//! The per-frame decision: filter, parse, look up, rewrite in place (this file, the fast
+//! path); and its slow paths, for the drops that call for them: the ICMP error in place of
+//! the frame (`icmp_error.rs`), an IPv4 packet too big for its egress routed again to be
+//! fragmented (`fragment.rs`). Pure: frames in, verdicts out.
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use std::sync::Arc;
 
 use crate::fib::dir::Walk;
 use crate::fib::{mac_key, Hop, Miss, Routes, Table};
-use crate::packet::field::{eth, ipv4, ipv6, read};
-use crate::packet::frag;
-use crate::packet::icmp::{self, IcmpError};
 use crate::packet::{self, DropReason, L3};
 use crate::types::{MacAddr, Mode, PortId};
 use port_addrs::{Addrs, PortAddrs};
 
+mod fragment;
+mod icmp_error;
 pub mod port_addrs;
 
 /// What the forwarder knows of a port at start. Its MAC is fixed; its addresses are the
@@ -288,120 +289,6 @@ impl Forwarder {
         packet::set_macs_words(frame, h.mac, src);
         Ok(h.port)
     }
-
-    /// The ICMP error a drop calls for, or None when none may be sent: the reason calls for
-    /// none (IPv4 too big without DF is fragmented; one that could not be is dropped
-    /// without an error, as Linux drops it), or
-    /// the packet may not be answered ([`icmp::answerable`]). `frame` is the unmodified frame.
-    pub fn icmp_error_for(
-        &self,
-        rt: Routes<'_>,
-        reason: DropReason,
-        frame: &[u8],
-    ) -> Option<IcmpError> {
-        self.icmp_error_for_wire(rt, reason, frame, frame.len())
-    }
-
-    /// [`Forwarder::icmp_error_for`] a packet `wire` bytes long whose first buffer is
-    /// `frame` (multi-buffer).
-    pub fn icmp_error_for_wire(
-        &self,
-        rt: Routes<'_>,
-        reason: DropReason,
-        frame: &[u8],
-        wire: usize,
-    ) -> Option<IcmpError> {
-        if !reason.calls_for_icmp() || !icmp::answerable(frame) {
-            return None;
-        }
-        Some(match reason {
-            DropReason::TtlExceeded => IcmpError::TimeExceeded,
-            DropReason::NoRoute => IcmpError::NoRoute,
-            DropReason::NoNeighbour => IcmpError::NoNeighbour,
-            DropReason::Unreachable => IcmpError::Unreachable,
-            DropReason::Prohibited => IcmpError::Prohibited,
-            _ => {
-                // Too big (rare): look the route up again for the egress port's MTU.
-                let flow = || packet::flow_hash(frame);
-                let out = match packet::parse_l3_wire(frame, wire) {
-                    Ok(L3::V4 { dst, .. }) if packet::dont_fragment_v4(frame) => {
-                        rt.route_v4(dst, flow)
-                    }
-                    Ok(L3::V6 { dst, .. }) => rt.route_v6(dst, flow),
-                    _ => return None,
-                };
-                IcmpError::TooBig { mtu: out.ok()?.mtu }
-            }
-        })
-    }
-
-    /// The plan for an IPv4 packet without DF that [`Forwarder::finish`] found too big for
-    /// its egress (`frame` unmodified): its route looked up again (rare), the frame rewritten
-    /// as `finish` would have (TTL, MACs), and how it splits to fit the egress MTU. None when
-    /// it is dropped after all: DF, IPv6, no route now, or it fits now (a route change in
-    /// between: dropped rather than sent whole without a second check).
-    pub fn route_to_fragment(
-        &self,
-        rt: Routes<'_>,
-        frame: &mut [u8],
-    ) -> Option<(PortId, frag::Plan)> {
-        let wire = frame.len();
-        self.route_to_fragment_wire(rt, frame, wire, usize::MAX)
-    }
-
-    /// [`Forwarder::route_to_fragment`] for a packet `wire` bytes long whose first buffer
-    /// is `frame` (multi-buffer), in fragments of at most `room` bytes each (Ethernet
-    /// header included: each must fit one UMEM frame), or the egress MTU if smaller.
-    pub fn route_to_fragment_wire(
-        &self,
-        rt: Routes<'_>,
-        frame: &mut [u8],
-        wire: usize,
-        room: usize,
-    ) -> Option<(PortId, frag::Plan)> {
-        let Ok(L3::V4 { dst, .. }) = packet::parse_l3_wire(frame, wire) else {
-            return None;
-        };
-        let hop = rt.route_v4(dst, || packet::flow_hash(frame)).ok()?;
-        let room = u32::try_from(room.saturating_sub(eth::HLEN)).unwrap_or(u32::MAX);
-        let plan = frag::plan_wire(frame, wire, hop.mtu.min(room))?;
-        let src = self
-            .port_macs
-            .get(usize::from(hop.port))
-            .copied()
-            .unwrap_or(0);
-        packet::decrement_ttl_v4(frame);
-        packet::set_macs_words(frame, hop.mac, src);
-        Some((hop.port, plan))
-    }
-
-    /// Turns the unmodified frame `room[..len]` into the ICMP error `err`, in place, to go
-    /// back out of `in_port` from that port's address and MAC. `room` is the whole buffer
-    /// the frame sits in. Returns the new length (None: the port has no address of the
-    /// family, or no room).
-    pub fn build_icmp(
-        &self,
-        in_port: PortId,
-        err: IcmpError,
-        room: &mut [u8],
-        len: usize,
-    ) -> Option<usize> {
-        let mac = self.port(in_port)?.mac;
-        // From the port's address that Linux would choose for the packet's source.
-        let ip = room.get(eth::HLEN..)?;
-        match u16::from_be_bytes(read(room, eth::ETHERTYPE)?) {
-            packet::ETH_P_IPV4 => {
-                let to = u32::from_be_bytes(read(ip, ipv4::SRC)?);
-                let src = self.addrs.with(in_port, |a| a.source_v4(to))??;
-                icmp::build_v4(room, len, err, mac, src)
-            }
-            _ => {
-                let to = u128::from_be_bytes(read(ip, ipv6::SRC)?);
-                let src = self.addrs.with(in_port, |a| a.source_v6(to))??;
-                icmp::build_v6(room, len, err, mac, src)
-            }
-        }
-    }
 }
 
 /// The ingress port of a burst, as [`Forwarder::prepare`] checks frames against it.
@@ -463,6 +350,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::fib::{build_table, Neighbour, Route};
     use crate::packet::build::{udp_v4, udp_v6, FrameSpec};
+    use crate::packet::field::{eth, ipv4, ipv6};
 
     /// Byte offsets in a frame of an option-less IPv4 packet.
     const TTL4: usize = eth::HLEN + ipv4::TTL;

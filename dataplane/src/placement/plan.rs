@@ -392,6 +392,13 @@ fn warnings(m: &Machine, entries: &[PlanEntry], iface_node: Option<usize>) -> Ve
 }
 
 impl Plan {
+    /// The entry that places a poller serving `queues`: its first queue's (a poller runs
+    /// where its first queue is placed, and takes its memory node).
+    pub fn poller_entry(&self, queues: &[u32]) -> Option<&PlanEntry> {
+        let first = queues.first()?;
+        self.entries.iter().find(|e| e.queue == *first)
+    }
+
     /// The table `dataplane plan` prints, one row per interface and queue.
     pub fn render(&self, interfaces: &[String]) -> String {
         let mut s = format!(

@@ -383,31 +383,9 @@ fn fragment_chain(
         .ok_or(DropReason::TxRingFull)?;
     let n = plan.count();
     let slots = stage.next_slots(n).ok_or(DropReason::TxRingFull)?;
-    for k in 0..n {
-        let built = free.pop().and_then(|base| {
-            let len = write_chain_fragment(area, chain, &plan, k, base, frame_size);
-            match (len, slots.get_mut(k)) {
-                (Some(len), Some(slot)) => {
-                    *slot = XdpDesc {
-                        addr: base,
-                        len,
-                        options: 0,
-                    };
-                    Some(())
-                }
-                _ => {
-                    free.push(base);
-                    None
-                }
-            }
-        });
-        if built.is_none() {
-            for s in slots.iter().take(k) {
-                free.push(s.addr);
-            }
-            return Err(DropReason::TooBig);
-        }
-    }
+    super::frag::stage_fragments(area, free, slots, 0..n, |area, k, base| {
+        write_chain_fragment(area, chain, &plan, k, base, frame_size)
+    })?;
     stage.len += n;
     Ok(n)
 }

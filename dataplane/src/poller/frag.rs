@@ -41,38 +41,15 @@ pub(super) fn fragment(
     let slots = stage.next_slots(n).ok_or(DropReason::TxRingFull)?;
     // The others first, copied from the frame (only its header fields change, and each
     // fragment's header is set whole), into slots 1.. in order.
-    for k in 1..n {
-        let copied = free.pop().and_then(|base| {
-            let room = area.room(base);
-            // SAFETY: the packet's frame as above; `base` just came off the free list, so it
-            // is this poller's too, and not the packet's (a frame is on the list or in use).
-            let views = unsafe {
-                area.frame_and_frame_mut((off, d.len), (usize::try_from(base).ok()?, room))
-            };
-            let len = views.and_then(|(src, dst)| frag::write_fragment(src, &plan, k, dst));
-            match (len.and_then(|l| u32::try_from(l).ok()), slots.get_mut(k)) {
-                (Some(len), Some(slot)) => {
-                    *slot = XdpDesc {
-                        addr: base,
-                        len,
-                        options: 0,
-                    };
-                    Some(())
-                }
-                _ => {
-                    free.push(base);
-                    None
-                }
-            }
-        });
-        if copied.is_none() {
-            // Out of frames (or room): give back those taken, drop the packet.
-            for s in slots.iter().take(k).skip(1) {
-                free.push(s.addr);
-            }
-            return Err(DropReason::TooBig);
-        }
-    }
+    stage_fragments(area, free, slots, 1..n, |area, k, base| {
+        let room = area.room(base);
+        // SAFETY: the packet's frame as above; `base` just came off the free list, so it is
+        // this poller's too, and not the packet's (a frame is on the list or in use).
+        let views =
+            unsafe { area.frame_and_frame_mut((off, d.len), (usize::try_from(base).ok()?, room)) };
+        let len = views.and_then(|(src, dst)| frag::write_fragment(src, &plan, k, dst))?;
+        u32::try_from(len).ok()
+    })?;
     // SAFETY: as above; the copies' views have ended.
     let frame = unsafe { area.frame_mut(off, d.len) };
     let first = frag::write_first(frame, &plan).and_then(|l| u32::try_from(l).ok());
@@ -93,6 +70,45 @@ pub(super) fn fragment(
     }
     stage.len += n;
     Ok(n)
+}
+
+/// Builds fragments `ks` of a packet into `slots[ks]`, each in a frame off `free` that
+/// `build(area, k, frame)` writes fragment k into (returning its length), in order. On a
+/// failure (out of frames, or a fragment that cannot be written) every frame taken goes
+/// back to `free` and the packet is too big to send.
+pub(super) fn stage_fragments(
+    area: &mut Area,
+    free: &mut FreeList,
+    slots: &mut [XdpDesc],
+    ks: std::ops::Range<usize>,
+    mut build: impl FnMut(&mut Area, usize, u64) -> Option<u32>,
+) -> Result<(), DropReason> {
+    let first = ks.start;
+    for k in ks {
+        let built = free
+            .pop()
+            .and_then(|base| match (build(area, k, base), slots.get_mut(k)) {
+                (Some(len), Some(slot)) => {
+                    *slot = XdpDesc {
+                        addr: base,
+                        len,
+                        options: 0,
+                    };
+                    Some(())
+                }
+                _ => {
+                    free.push(base);
+                    None
+                }
+            });
+        if built.is_none() {
+            for s in slots.iter().take(k).skip(first) {
+                free.push(s.addr);
+            }
+            return Err(DropReason::TooBig);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

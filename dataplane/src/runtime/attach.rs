@@ -6,7 +6,8 @@ use std::net::IpAddr;
 use super::RunError;
 use crate::bpf::Steer;
 use crate::config::{Config, XdpMode};
-use crate::placement::affinity::IrqChanges;
+use crate::placement::affinity;
+use crate::placement::journal::SettingsJournal;
 use crate::placement::plan::Plan;
 use crate::poller::Ready;
 use crate::sys;
@@ -15,7 +16,7 @@ use crate::sys;
 /// indirection table the rebalancer owns gets the device-bound program that counts buckets.
 pub(super) fn load_steering(
     cfg: &Config,
-    tables: &super::rebalance::Found,
+    tables: &crate::rebalance::Found,
 ) -> Result<Vec<Steer>, RunError> {
     let locals: Vec<IpAddr> = sys::local_addresses()?
         .into_iter()
@@ -24,7 +25,7 @@ pub(super) fn load_steering(
     let mut steers = Vec::new();
     for (port, name) in cfg.interfaces.iter().enumerate() {
         let mac = sys::interface_mac(name).ok_or_else(|| RunError::NoInterface(name.clone()))?;
-        let mut s = Steer::load_with(name, mac, super::rebalance::counting(tables, port))?;
+        let mut s = Steer::load_with(name, mac, crate::rebalance::counting(tables, port))?;
         for a in &locals {
             s.add_local(*a)?;
         }
@@ -58,14 +59,14 @@ pub(super) fn wire(steers: &mut [Steer], readies: &[Ready], cfg: &Config) -> Res
 /// Moves every planned queue's receive work (IRQ or NAPI thread) to its planned interrupt
 /// CPU, on every interface. On error the caller restores what was changed.
 pub(super) fn apply_irq(
-    irq: &mut IrqChanges,
+    irq: &mut SettingsJournal,
     plan: Option<&Plan>,
     cfg: &Config,
 ) -> Result<(), RunError> {
     for e in plan.iter().flat_map(|p| p.entries.iter()) {
         if let Some(cpu) = e.irq_cpu {
             for name in &cfg.interfaces {
-                irq.apply(name, e.queue, cpu)?;
+                affinity::apply(irq, name, e.queue, cpu)?;
             }
         }
     }

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use crate::bpf::BpfError;
 use crate::config::Config;
 use crate::fib::FibError;
-use crate::placement::affinity::{IrqChanges, IrqError};
+use crate::placement::affinity::IrqError;
+use crate::placement::journal::SettingsJournal;
 use crate::placement::plan::Plan;
 use crate::placement::topology::TopologyError;
 use crate::poller::stats::Snapshot;
@@ -29,18 +30,16 @@ use crate::sys::privilege;
 mod attach;
 mod check;
 pub(crate) mod health;
-mod rebalance;
 mod recreate;
 mod report;
-mod soft_rss;
 mod spawn;
 mod started;
 mod watch;
 
 use started::{drop_privileges, start_control, Started};
 
+pub use crate::rebalance::RebalanceReport;
 pub use check::build_rib;
-pub use rebalance::RebalanceReport;
 pub use report::PollerSetup;
 
 /// Why a run could not start (nothing is left attached when one of these is returned).
@@ -87,17 +86,17 @@ pub enum RunError {
     #[error(transparent)]
     Topology(#[from] TopologyError),
     /// A memory placement the machine cannot give.
-    #[error("config key `dataplane.memory` = {0}: {1}")]
-    Memory(&'static str, String),
+    #[error(transparent)]
+    Memory(#[from] crate::placement::memory::MemoryError),
     /// Moving interrupts failed.
     #[error(transparent)]
     Irq(#[from] IrqError),
     /// The control plane could not start.
     #[error(transparent)]
     Control(#[from] crate::control::ControlError),
-    /// The interrupt state file is stale or unusable.
+    /// The settings journal is stale or unusable.
     #[error(transparent)]
-    IrqState(#[from] crate::placement::affinity::IrqStateError),
+    Journal(#[from] crate::placement::journal::JournalError),
 }
 
 /// How long and how loudly to run.
@@ -116,8 +115,8 @@ pub struct RunOptions {
     /// interrupt CPU after attaching, and restore it at the end.
     pub apply_irq: bool,
     /// Where `apply_irq` journals its changes before making them (None: not journaled), so a
-    /// run that dies leaves a record for `dataplane irq restore`.
-    pub irq_state: Option<std::path::PathBuf>,
+    /// run that dies leaves a record for `dataplane restore`.
+    pub journal: Option<std::path::PathBuf>,
     /// Serve Prometheus metrics on this address (started after the capabilities are dropped,
     /// so its threads never hold any).
     pub metrics: Option<std::net::SocketAddr>,
@@ -151,7 +150,7 @@ pub struct RunSummary {
     /// The layout plan the run followed, if any.
     pub plan: Option<Plan>,
     /// Interrupt changes made (`--apply-irq`), then restored.
-    pub irq_changes: Vec<crate::placement::affinity::Change>,
+    pub irq_changes: Vec<crate::placement::journal::Change>,
     /// What the control plane did (table size, changes applied, reloads, resolutions).
     pub control: crate::control::ControlReport,
     /// Drops by reason name (all pollers), for readers that want names rather than indices.
@@ -215,7 +214,7 @@ pub fn run(
         .then(|| report::publisher(cfg, &setup, pollers));
     pollers.go();
     log(&report::attached_line(cfg));
-    let mut rebalancer = rebalance::Rebalancer::start(
+    let mut rebalancer = crate::rebalance::Rebalancer::start(
         cfg,
         tables,
         opts.plan.as_ref(),
@@ -266,11 +265,11 @@ pub fn run(
 
 /// What the check phase found and loaded; nothing attached yet.
 struct Checked {
-    irq: IrqChanges,
+    irq: SettingsJournal,
     fwd: Arc<crate::forward::Forwarder>,
     rib: crate::fib::rib::Rib,
     ifindexes: Vec<u32>,
-    tables: rebalance::Found,
+    tables: crate::rebalance::Found,
     steers: Vec<crate::bpf::Steer>,
 }
 
@@ -286,16 +285,16 @@ fn check_phase(
     check_privileges(opts)?;
     let _ = sys::raise_memlock_limit();
     let journaled = opts.apply_irq || cfg.rebalance.enabled;
-    let mut irq = match (journaled, &opts.irq_state) {
-        (true, Some(path)) => IrqChanges::journaled(path)?,
-        _ => IrqChanges::default(),
+    let mut irq = match (journaled, &opts.journal) {
+        (true, Some(path)) => SettingsJournal::journaled(path)?,
+        _ => SettingsJournal::default(),
     };
     let (fwd, rib, ifindexes) = check::forwarder(cfg, log)?;
-    let mut tables = rebalance::find_tables(cfg);
+    let mut tables = crate::rebalance::find_tables(cfg);
     for l in &tables.lines {
         log(l);
     }
-    rebalance::prepare(&mut tables, &mut irq, log);
+    crate::rebalance::prepare(&mut tables, &mut irq, log);
     match attach::load_steering(cfg, &tables) {
         Ok(steers) => Ok(Checked {
             irq,

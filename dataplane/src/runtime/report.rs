@@ -8,7 +8,7 @@ use super::{RunOptions, RunSummary};
 use crate::bpf::{Steer, STEER_STAT_NAMES};
 use crate::config::Config;
 use crate::packet::DropReason;
-use crate::placement::affinity::Change;
+use crate::placement::journal::Change;
 use crate::poller::stats::{Counter, Snapshot};
 use crate::poller::{PollerReport, Ready};
 use crate::telemetry::Publisher;
@@ -209,7 +209,7 @@ pub(super) struct Collected {
     /// What the control plane did.
     pub control: crate::control::ControlReport,
     /// What the rebalancer did.
-    pub rebalance: Option<super::rebalance::RebalanceReport>,
+    pub rebalance: Option<crate::rebalance::RebalanceReport>,
 }
 
 /// The final summary from the pollers' last counters and what the run collected.

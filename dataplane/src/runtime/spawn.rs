@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::check::memory_policy;
 use super::RunError;
 use crate::config::{parse_align, Config, StatsMode};
 use crate::forward::Forwarder;
@@ -132,11 +131,7 @@ fn poller_spec(
         .get(id)
         .ok_or_else(|| RunError::Thread(format!("no poller {id} in the config")))?;
     let cpu = match plan {
-        Some(plan) => plan
-            .entries
-            .iter()
-            .find(|e| p.queues.first() == Some(&e.queue))
-            .and_then(|e| e.poller_cpu),
+        Some(plan) => plan.poller_entry(&p.queues).and_then(|e| e.poller_cpu),
         None => p.cpu,
     };
     let room = cfg
@@ -180,7 +175,7 @@ fn poller_spec(
         cpu,
         headroom: parse_align(&cfg.dataplane.align).unwrap_or(0),
         hugepages: cfg.dataplane.hugepages,
-        mem_policy: memory_policy(machine, cfg.dataplane.memory, cpu)?,
+        mem_policy: crate::placement::memory::policy(machine, cfg.dataplane.memory, cpu)?,
         frames: cfg.dataplane.frames_per_queue * sockets.len() as u32,
         sockets,
         ports: cfg.interfaces.len(),
@@ -395,6 +390,18 @@ impl Pollers {
             }
         }
         Ok((reports, self.snapshots()))
+    }
+}
+
+impl crate::rebalance::PollerControl for Pollers {
+    fn snapshots(&self) -> Vec<Snapshot> {
+        Pollers::snapshots(self)
+    }
+    fn finished(&self) -> Vec<bool> {
+        Pollers::finished(self)
+    }
+    fn park(&self, parked: &[bool]) {
+        Pollers::park(self, parked)
     }
 }
 

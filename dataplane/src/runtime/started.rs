@@ -16,7 +16,7 @@ use crate::control::foreign::SteerRoute;
 use crate::control::{AddressChange, ControlStatus, PortBack, PortInfo};
 use crate::fib::rib::Rib;
 use crate::forward::Forwarder;
-use crate::placement::affinity::{Change, IrqChanges};
+use crate::placement::journal::{Change, SettingsJournal};
 use crate::poller::stats::Snapshot;
 use crate::poller::PollerReport;
 use crate::sys::privilege;
@@ -120,7 +120,7 @@ pub(super) fn drop_privileges(opts: &super::RunOptions) -> Result<Vec<privilege:
 /// stops them in the stop order: interrupts restored, programs detached (no new frames),
 /// pollers told to quit and joined, the control thread last.
 pub(super) struct Started {
-    pub irq: IrqChanges,
+    pub irq: SettingsJournal,
     pub steers: Vec<Steer>,
     /// Taken by `finish`.
     pub pollers: Option<Pollers>,
@@ -140,7 +140,7 @@ pub(super) struct Stopped {
 impl Started {
     /// Holds the control thread, the loaded (not yet attached) steering programs and the
     /// interrupt journal.
-    pub(crate) fn new(irq: IrqChanges, steers: Vec<Steer>, control: ControlThread) -> Started {
+    pub(crate) fn new(irq: SettingsJournal, steers: Vec<Steer>, control: ControlThread) -> Started {
         Started {
             irq,
             steers,

@@ -24,7 +24,7 @@ pub(super) struct ControlSide<'a> {
     /// The table (the ports' link state, for the health checks).
     pub table: &'a crate::fib::Table,
     /// The rebalancer, when on.
-    pub rebalancer: Option<&'a mut super::rebalance::Rebalancer>,
+    pub rebalancer: Option<&'a mut crate::rebalance::Rebalancer>,
 }
 
 /// The steering programs' foreign-route maps as last set (to know when any foreign prefix

@@ -1,155 +1,28 @@
-//! Live RSS rebalancing in a run (`[rebalance] enabled = true`): at setup, each port's
-//! indirection table is read and journaled, and its steering program is the device-bound
-//! `xdp_steer_rss`, which counts packets per bucket by the NIC's hash; then, from the main
-//! thread's watch loop (never a poller), every period: the bucket counts and the pollers'
-//! busy cycles are read, the balancer (`rebalance::balancer`) decides, and the tables of
-//! the ports whose buckets moved are written and read back. The stop (or `dataplane irq
-//! restore` after a crash) puts back the tables the NICs had.
+//! The rebalancer of a run, driven from the main thread's watch loop (never a poller):
+//! every period it reads the steering programs' bucket counts and the pollers' busy cycles,
+//! lets the [`Balancer`] decide, writes the tables of the ports whose buckets moved (read
+//! back; the balancer takes what the NIC has where that differs), and parks the pollers left
+//! with no bucket.
 use std::time::{Duration, Instant};
 
-use crate::bpf::{RssCounting, SoftRss, Steer, MAX_RSS_BUCKETS};
+use crate::bpf::Steer;
 use crate::config::{Config, RebalanceSection};
-use crate::placement::affinity::IrqChanges;
 use crate::placement::plan::Plan;
 use crate::poller::stats::{Counter, Snapshot};
-use crate::rebalance::{Balancer, Decision, Heavy, Layout, Move, PollerLoad, Settings};
 use crate::sys;
 use crate::sys::privilege;
 
-use super::soft_rss::{soft_modes_line, soft_rss};
-use super::spawn::Pollers;
+use super::setup::{Found, TablePort};
+use super::{Balancer, Decision, Heavy, Layout, Move, PollerLoad, Settings};
 
-/// A port whose table the rebalancer owns.
-#[derive(Debug, Clone)]
-pub(super) struct TablePort {
-    /// Port index.
-    pub port: usize,
-    /// Interface.
-    pub ifname: String,
-    /// RX rings the table may name.
-    pub rings: u32,
-    /// The table at start.
-    pub table: Vec<u32>,
-    /// The device's Toeplitz key and hashed fields, by which the steering program hashes
-    /// frames the device hands up without a hash; or why it cannot.
-    pub soft: Result<SoftRss, String>,
-}
-
-/// What setup found: the ports with a table (their programs count buckets), and one line
-/// for each port without.
-#[derive(Debug, Default)]
-pub(super) struct Found {
-    pub ports: Vec<TablePort>,
-    pub lines: Vec<String>,
-}
-
-/// Reads each port's table (a port without one keeps today's forwarding, with a line
-/// saying so).
-pub(super) fn find_tables(cfg: &Config) -> Found {
-    let mut found = Found::default();
-    if !cfg.rebalance.enabled {
-        return found;
-    }
-    for (port, ifname) in cfg.interfaces.iter().enumerate() {
-        let table = sys::rss_table(ifname);
-        let rings = sys::rss_rings(ifname);
-        match (table, rings) {
-            (Ok(table), Ok(rings)) if table.len() <= MAX_RSS_BUCKETS as usize && rings > 0 => {
-                found.ports.push(TablePort {
-                    port,
-                    ifname: ifname.clone(),
-                    rings,
-                    table,
-                    soft: soft_rss(ifname),
-                });
-            }
-            (Ok(table), Ok(_)) => found.lines.push(format!(
-                "rebalance: {ifname}: an indirection table of {} entries (more than the {MAX_RSS_BUCKETS} counted): not rebalanced, forwarding as configured",
-                table.len()
-            )),
-            (Err(e), _) | (_, Err(e)) => found.lines.push(format!(
-                "rebalance: {ifname} has no RSS indirection table to rewrite ({e}; veth and single-queue devices have none): not rebalanced, forwarding as configured"
-            )),
-        }
-    }
-    found
-}
-
-/// Journals each table port's table, and turns its receive hashing on where it is off
-/// (journaled first, off again at stop): the counting program reads the hash the device
-/// hands up. A port whose table cannot be journaled is dropped from rebalancing (a table
-/// that is not journaled is never written), and so is one whose hashing cannot be turned
-/// on, unless the program can compute the device's hash itself (its Toeplitz key read).
-/// Runs before anything is attached.
-pub(super) fn prepare(found: &mut Found, journal: &mut IrqChanges, log: &mut impl FnMut(&str)) {
-    found.ports.retain(|t| {
-        if let Err(e) = journal.journal_rss_table(&t.ifname, t.table.clone(), t.rings) {
-            log(&format!(
-                "rebalance: {}: {e}: not rebalanced (a table that is not journaled is never written)",
-                t.ifname
-            ));
-            return false;
-        }
-        let fallback = match &t.soft {
-            Ok(soft) => {
-                log(&format!(
-                    "rebalance: {}: frames the device hands up without a hash are hashed here, by its Toeplitz key ({})",
-                    t.ifname,
-                    soft_modes_line(soft)
-                ));
-                None
-            }
-            Err(why) => Some(why.clone()),
-        };
-        match sys::rx_hashing(&t.ifname) {
-            Ok(true) => true,
-            Ok(false) => match journal.enable_rx_hashing(&t.ifname) {
-                Ok(()) => {
-                    log(&format!(
-                        "rebalance: {}: receive hashing turned on (ethtool -K {} rxhash on), off again at stop",
-                        t.ifname, t.ifname
-                    ));
-                    true
-                }
-                Err(e) => match &fallback {
-                    None => {
-                        log(&format!(
-                            "rebalance: {}: turning receive hashing on: {e}: its buckets are counted by the hash computed in the steering program",
-                            t.ifname
-                        ));
-                        true
-                    }
-                    Some(why) => {
-                        log(&format!(
-                            "rebalance: {}: turning receive hashing on: {e}, and the steering program cannot compute the hash ({why}): not rebalanced (its buckets could not be counted)",
-                            t.ifname
-                        ));
-                        false
-                    }
-                },
-            },
-            Err(e) => match &fallback {
-                None => true,
-                Some(why) => {
-                    log(&format!(
-                        "rebalance: {}: reading its receive-hashing flag: {e}, and the steering program cannot compute the hash ({why}): not rebalanced",
-                        t.ifname
-                    ));
-                    false
-                }
-            },
-        }
-    });
-}
-
-/// How the steering program of `port` is to count buckets (None: it does not).
-pub(super) fn counting(found: &Found, port: usize) -> Option<RssCounting> {
-    let t = found.ports.iter().find(|t| t.port == port)?;
-    Some(RssCounting {
-        ifindex: sys::if_index(&t.ifname).ok()?,
-        table_size: t.table.len() as u32,
-        soft: t.soft.clone().ok(),
-    })
+/// What the rebalancer reads of the run's pollers, and how it parks them.
+pub(crate) trait PollerControl {
+    /// Each poller's counters now.
+    fn snapshots(&self) -> Vec<Snapshot>;
+    /// Whether each poller's thread has ended.
+    fn finished(&self) -> Vec<bool>;
+    /// Parks the pollers marked true (they sleep until unparked), unparks the others.
+    fn park(&self, parked: &[bool]);
 }
 
 /// What the rebalancer did, for the summary and the metrics.
@@ -185,11 +58,11 @@ pub const MOVES_KEPT: usize = 256;
 const TIMELINE_KEPT: usize = 3600;
 
 /// The rebalancer of a run.
-pub(super) struct Rebalancer {
+pub(crate) struct Rebalancer {
     balancer: Balancer,
     /// The ports with a table, in balancer order (balancer port i = ports[i]).
     ports: Vec<TablePort>,
-    /// Each table port's steering program index (= its port index).
+    /// Each table port's bucket counts as read at the last step.
     last_buckets: Vec<Vec<u64>>,
     scratch: Vec<u64>,
     last_pollers: Vec<Snapshot>,
@@ -202,6 +75,7 @@ pub(super) struct Rebalancer {
     /// owns (a poller serves its queues on every port, and a port without a table may still
     /// send it frames at any rate).
     parkable: bool,
+    /// What it did so far.
     pub report: RebalanceReport,
 }
 
@@ -219,14 +93,9 @@ fn settings(r: &RebalanceSection) -> Settings {
     }
 }
 
-/// Which poller serves each queue of each table port, and each poller's node (the plan's
-/// memory node of its first queue; 0 without a plan).
+/// Which poller serves each queue of each table port, and each poller's memory node (0
+/// without a plan).
 fn layout(cfg: &Config, ports: &[TablePort], plan: Option<&Plan>) -> Layout {
-    let node_of_queue = |q: u32| {
-        plan.and_then(|p| p.entries.iter().find(|e| e.queue == q))
-            .and_then(|e| e.mem_node)
-            .unwrap_or(0)
-    };
     Layout {
         ports: ports
             .iter()
@@ -242,7 +111,11 @@ fn layout(cfg: &Config, ports: &[TablePort], plan: Option<&Plan>) -> Layout {
         poller_nodes: cfg
             .pollers
             .iter()
-            .map(|p| p.queues.first().map_or(0, |&q| node_of_queue(q)))
+            .map(|p| {
+                plan.and_then(|plan| plan.poller_entry(&p.queues))
+                    .and_then(|e| e.mem_node)
+                    .unwrap_or(0)
+            })
             .collect(),
     }
 }
@@ -250,12 +123,12 @@ fn layout(cfg: &Config, ports: &[TablePort], plan: Option<&Plan>) -> Layout {
 impl Rebalancer {
     /// A rebalancer over the tables found (and journaled by [`prepare`]). None (with a
     /// line) when no port has a table.
-    pub(super) fn start(
+    pub(crate) fn start(
         cfg: &Config,
         found: Found,
         plan: Option<&Plan>,
         steers: &[Steer],
-        pollers: &Pollers,
+        pollers: &impl PollerControl,
         log: &mut impl FnMut(&str),
     ) -> Option<Rebalancer> {
         if found.ports.is_empty() {
@@ -325,11 +198,11 @@ impl Rebalancer {
     }
 
     /// One step when its period is up: read, decide, write the tables that changed.
-    pub(super) fn tick(
+    pub(crate) fn tick(
         &mut self,
         now: Instant,
         steers: &[Steer],
-        pollers: &Pollers,
+        pollers: &impl PollerControl,
         log: &mut impl FnMut(&str),
     ) {
         if now < self.next {
@@ -353,7 +226,7 @@ impl Rebalancer {
     /// no frames are meant to reach them, so their core is free), unparks the others; right
     /// after the tables are written (frames that reach a poller before that wake it from
     /// poll()).
-    fn park(&self, pollers: &Pollers) {
+    fn park(&self, pollers: &impl PollerControl) {
         if self.parkable {
             let parked: Vec<bool> = self
                 .balancer
@@ -366,7 +239,7 @@ impl Rebalancer {
     }
 
     /// Publishes the metrics.
-    pub(super) fn publish(&self, p: &crate::telemetry::Publisher) {
+    pub(crate) fn publish(&self, p: &crate::telemetry::Publisher) {
         let ports: Vec<(String, Vec<u32>, Vec<u64>)> = self
             .ports
             .iter()
@@ -417,7 +290,7 @@ impl Rebalancer {
     }
 
     /// Each poller's busy share and packets since the last step ([`poller_loads`]).
-    fn read_pollers(&mut self, pollers: &Pollers) -> Vec<PollerLoad> {
+    fn read_pollers(&mut self, pollers: &impl PollerControl) -> Vec<PollerLoad> {
         let now = pollers.snapshots();
         let cycles = sys::cycles();
         let span = cycles.wrapping_sub(self.last_cycles).max(1);

@@ -32,7 +32,7 @@ fn soft_mode(fields: u64) -> SoftMode {
 
 /// The device's key and hashed fields, if its hash is plain Toeplitz with a key long enough
 /// to hash IPv6 and ports; else why not.
-pub(super) fn soft_rss(ifname: &str) -> Result<SoftRss, String> {
+pub fn soft_rss(ifname: &str) -> Result<SoftRss, String> {
     let h = sys::rss_hash(ifname).map_err(|e| e.to_string())?;
     if !h.toeplitz {
         return Err("its hash function is not plain Toeplitz".into());
@@ -59,7 +59,7 @@ pub(super) fn soft_rss(ifname: &str) -> Result<SoftRss, String> {
 }
 
 /// What the program computes, for the log: "tcp4 addresses+ports, udp4 addresses, ...".
-pub(super) fn soft_modes_line(soft: &SoftRss) -> String {
+pub fn soft_modes_line(soft: &SoftRss) -> String {
     CLASSES
         .iter()
         .zip(soft.modes)

@@ -1,4 +1,4 @@
-//! Health-coupled announcement (`dataplane announce`, docs/FLEET.md): a small watcher, a
+//! Health-coupled announcement (`dataplane announce`, docs/FLEET.md): a production sidecar, a
 //! process of its own beside `dataplane run`, keeps marker routes for the appliance's service
 //! prefixes in a kernel routing table while the dataplane is healthy, and deletes them when it
 //! is not. The routing daemon (BIRD, FRR) learns that table and announces what is in it, so

@@ -165,8 +165,10 @@ class VcpuQuota:
 class Bed:
     """Namespaces, taps and the QEMU process of one vmtest run (unique names)."""
 
-    def __init__(self, args):
-        self.tag = f"vt{os.getpid() % 100000}"
+    def __init__(self, args, retry=False):
+        # A retried boot gets names of its own: nothing the crashed one left behind (a tap
+        # or namespace the kernel is still tearing down) can stand in for its devices.
+        self.tag = f"vt{os.getpid() % 100000}{'r' if retry else ''}"
         self.gen, self.sink = f"{self.tag}g", f"{self.tag}s"
         self.taps = (f"{self.tag}a", f"{self.tag}b")
         self.dir = tempfile.mkdtemp(prefix=f"{self.tag}-")
@@ -176,6 +178,7 @@ class Bed:
         self.quota = None  # a VcpuQuota while the comparison's traffic runs
         self.args = args
         self.checks_failed = 0
+        self.failures = []  # the guest's failed checks, for the run's closing summary
         self.vm = os.path.join(REPO, "target", "vm", args.kernel)
 
     def up(self):
@@ -319,6 +322,10 @@ class Bed:
         received = json.load(open(self.sink_json))["matched"] if os.path.exists(self.sink_json) else -1
         if received < 0:
             print(f"vmtest: sink failed: {err}", file=sys.stderr)
+        if received < want:
+            # What the sink's interface itself saw, for the failure's report.
+            print("vmtest: the sink's tap: " + run("ip", "-s", "link", "show", self.taps[1],
+                                                     ns=self.sink, check=False), flush=True)
         return self.open_sent, received
 
     def burst(self, count, flows, rate=2000, size=None, dst="198.19.0.100", df=True):
@@ -584,6 +591,8 @@ def serve(bed, timeout, ran, rows):
                 passed += line.split()[1] == "PASS"
                 failed += line.split()[1] == "FAIL"
                 bed.checks_failed = failed
+                if line.split()[1] == "FAIL":
+                    bed.failures.append(line[len("RESULT FAIL "):])
             elif word == "DONE":
                 print(f"vmtest: {passed} passed, {failed} failed", flush=True)
                 return failed == 0 and passed > 0
@@ -735,8 +744,16 @@ def main():
         all_ok &= boot_all(a, kernel, rows)
     if a.bench:
         write_summary(a, rows)
+    for what, failures in FAILED_BOOTS:
+        for f in failures:
+            print(f"vmtest: failed in {what}: {f[:400]}", flush=True)
     print(f"vmtest: {'passed' if all_ok else 'FAILED'} in {time.time() - t0:.0f} s", flush=True)
     sys.exit(0 if all_ok else 1)
+
+
+# (boot, [what failed]) of every boot that failed: repeated at the end of the run, where a
+# log cut to its tail still shows them.
+FAILED_BOOTS = []
 
 
 def boot_all(a, kernel, rows):
@@ -875,9 +892,10 @@ def boot(a, bed, ran, rows, what):
     ok = boot_once(a, bed, ran, rows, what)
     if not ok and emulation_crash(bed):
         del rows[kept:]  # the rows the crashed boot reported come again from the next
+        FAILED_BOOTS.pop()  # the next boot's verdict stands for both
         print(f"vmtest: {what}: the guest kernel died on an int3 oops before any check failed "
               "(TCG's cross-vCPU code patching): booting it once more", flush=True)
-        again = Bed(bed.args)
+        again = Bed(bed.args, retry=True)
         again.results = None
         ok = boot_once(a, again, ran, rows, f"{what} (second boot)")
         bed.results = again.results
@@ -898,6 +916,7 @@ def boot_once(a, bed, ran, rows, what):
                 pass
     except Exception as e:  # a clear message, then the teardown below
         print(f"vmtest: FAIL: {e}", flush=True)
+        bed.failures.append(str(e))
     finally:
         bed.down(keep_logs=not ok)
     if not ok:
@@ -907,6 +926,9 @@ def boot_once(a, bed, ran, rows, what):
         except OSError:
             pass
     print(f"vmtest: {what}: {'passed' if ok else 'FAILED'} in {time.time() - t1:.0f} s", flush=True)
+    if not ok:
+        FAILED_BOOTS.append((what, bed.failures or ["no failed check: the guest gave no verdict "
+                                                    "(see its console above)"]))
     return ok
 
 

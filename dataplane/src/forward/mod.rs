@@ -115,6 +115,22 @@ impl Forwarder {
             .unwrap_or(in_port)
     }
 
+    /// Bounce and l2fwd: where every frame of a burst from `in_port` leaves, and whether its
+    /// MACs are swapped on the way (l2fwd). None in l3fwd and drop, whose frames are decided
+    /// one by one ([`Forwarder::prepare`]).
+    #[inline(always)]
+    pub(crate) fn l2_egress(&self, in_port: PortId) -> Option<L2Egress> {
+        let swap_macs = match self.mode {
+            Mode::Bounce => false,
+            Mode::L2fwd => true,
+            Mode::L3fwd | Mode::Drop => return None,
+        };
+        Some(L2Egress {
+            port: self.peer(in_port),
+            swap_macs,
+        })
+    }
+
     /// What [`Forwarder::prepare`] needs of the port a burst came in on, looked up once per
     /// burst rather than per frame.
     #[inline(always)]
@@ -289,6 +305,15 @@ impl Forwarder {
         packet::set_macs_words(frame, h.mac, src);
         Ok(h.port)
     }
+}
+
+/// Where bounce and l2fwd send a burst ([`Forwarder::l2_egress`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct L2Egress {
+    /// The ingress port's peer.
+    pub(crate) port: PortId,
+    /// l2fwd: each frame's destination and source MACs exchanged.
+    pub(crate) swap_macs: bool,
 }
 
 /// The ingress port of a burst, as [`Forwarder::prepare`] checks frames against it.

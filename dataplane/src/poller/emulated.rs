@@ -143,9 +143,20 @@ mod tests {
     /// Delivers `frames` frames on port 0 (port 1 only transmits), runs the loop until the
     /// budget is spent, drains, and returns what everyone counted.
     fn run(mode: Mode, umem: u32, frames: u64, faults: [Faults; 2]) -> Outcome {
+        run_traffic(mode, umem, frames, faults, traffic())
+    }
+
+    /// [`run`] with port 0 delivering `traffic`.
+    fn run_traffic(
+        mode: Mode,
+        umem: u32,
+        frames: u64,
+        faults: [Faults; 2],
+        traffic: Arc<Traffic>,
+    ) -> Outcome {
         let done = Arc::new(AtomicBool::new(false));
         let queues = vec![
-            MemQueue::new(0, 0, RING, Some(traffic()))
+            MemQueue::new(0, 0, RING, Some(traffic))
                 .with_budget(frames, done.clone())
                 .with_faults(faults[0])
                 .capture(4),
@@ -194,6 +205,64 @@ mod tests {
         let o = run(Mode::Bounce, 1024, 5_000, [Faults::default(); 2]);
         assert_eq!(o.ports[1].transmitted, 5_000);
         assert_eq!(o.ports[1].captured[0], udp_v4(&FrameSpec::default()));
+        assert_eq!(o.report.frames.accounted(), 1024);
+    }
+
+    #[test]
+    fn l2fwd_swaps_the_macs_and_drops_a_frame_shorter_than_an_ethernet_header() {
+        let v4 = udp_v4(&FrameSpec::default());
+        let short = v4[..eth::HLEN - 1].to_vec();
+        let o = run_traffic(
+            Mode::L2fwd,
+            1024,
+            4_000,
+            [Faults::default(); 2],
+            Arc::new(Traffic::new(&[v4.clone(), short])),
+        );
+        assert_eq!(o.ports[1].transmitted, 2_000);
+        assert_eq!(o.stats.drop_count(DropReason::Truncated), 2_000);
+        assert_eq!(o.stats.total_drops(), 2_000);
+        let mut swapped = v4.clone();
+        swapped[..6].copy_from_slice(&v4[6..12]);
+        swapped[6..12].copy_from_slice(&v4[..6]);
+        assert_eq!(o.ports[1].captured[0], swapped);
+        assert_eq!(o.report.frames.accounted(), 1024);
+    }
+
+    #[test]
+    fn bounce_and_l2fwd_drop_bad_descriptors_by_reason_and_keep_their_frames() {
+        let bad = Faults {
+            bad_every: 10,
+            ..Faults::default()
+        };
+        for mode in [Mode::Bounce, Mode::L2fwd] {
+            let o = run(mode, 1024, 10_000, [bad, Faults::default()]);
+            assert_eq!(
+                o.stats.drop_count(DropReason::InvalidDescriptor),
+                1_000,
+                "{mode:?}"
+            );
+            assert_eq!(o.stats.total_drops(), 1_000, "{mode:?}");
+            assert_eq!(o.ports[1].transmitted, 9_000, "{mode:?}");
+            assert_eq!(o.report.frames.held, 500, "{mode:?}");
+            assert_eq!(o.report.frames.accounted(), 1024, "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn a_full_tx_ring_in_bounce_drops_and_counts_and_keeps_every_buffer() {
+        let stalled = Faults {
+            tx_stalled: true,
+            ..Faults::default()
+        };
+        let o = run(Mode::Bounce, 1024, 2_000, [Faults::default(), stalled]);
+        assert_eq!(o.ports[1].transmitted, 0);
+        assert_eq!(o.stats.get(Counter::TxPackets), u64::from(RING));
+        assert_eq!(
+            o.stats.drop_count(DropReason::TxRingFull),
+            2_000 - u64::from(RING)
+        );
+        assert_eq!(o.stats.get(Counter::RxPackets), 2_000);
         assert_eq!(o.report.frames.accounted(), 1024);
     }
 

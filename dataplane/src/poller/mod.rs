@@ -73,6 +73,21 @@ struct Stage {
 }
 
 impl Stage {
+    /// Puts a single-buffer frame on the stage; false when it is full.
+    #[inline(always)]
+    fn push(&mut self, addr: u64, len: u32) -> bool {
+        let Some(slot) = self.descs.get_mut(self.len) else {
+            return false;
+        };
+        *slot = XdpDesc {
+            addr,
+            len,
+            options: 0,
+        };
+        self.len += 1;
+        true
+    }
+
     /// The next `n` free slots, for a packet staged as `n` descriptors at once (its
     /// fragments); None when they do not fit. The caller adds `n` to `len` once they are
     /// written.
@@ -478,14 +493,17 @@ impl<Q: RingIo> Poller<Q> {
             let (free, owners) = (&mut self.free, &mut self.owners);
             #[allow(clippy::cast_possible_truncation)] // setup caps sockets at MAX_SOCKETS
             let socket = i as u16;
+            // The free list's top, topmost first (the order of pops), each tagged as it is
+            // taken; what the ring took comes off the list after.
+            let top = free.top(left as usize);
             let got = q.fill(
                 left,
-                std::iter::from_fn(|| {
-                    let a = free.pop()?;
+                top.iter().rev().map(|&a| {
                     owners.give(a, socket);
-                    Some(a)
+                    a
                 }),
             );
+            free.drop_top(got as usize);
             if got == 0 {
                 break;
             }

@@ -22,11 +22,10 @@ use super::ratelimit::TokenBucket;
 use super::stats::Counter;
 use super::{frag, Poller, Stage, MAX_BATCH};
 use crate::fib::Routes;
-use crate::forward::{Forwarder, Parsed};
-use crate::packet::{DropReason, L3};
+use crate::forward::{Forwarder, L2Egress, Parsed};
+use crate::packet::{self, DropReason, L3};
 use crate::port::rings::{RingIo, XDP_PKT_CONTD};
 use crate::port::umem::{Area, FreeList};
-use crate::sys;
 
 /// A burst's parse results ([`Forwarder::prepare`]), on the stack for that burst only: each
 /// holds a route lookup begun under the burst's online token (`'r`), so none can be kept
@@ -36,6 +35,8 @@ type ParsedBurst<'r> = ArrayVec<Result<Parsed<'r>, DropReason>, MAX_BATCH>;
 /// What one burst counted, added to the poller's counters once at its end.
 pub(super) struct Tally {
     drops: [u32; DropReason::COUNT],
+    /// Whether `drops` holds anything (the per-reason scan skipped when not).
+    dropped: bool,
     /// ICMP errors sent, rate-limited, not sent by rule.
     icmp: [u64; 3],
     /// Packets fragmented, fragments made.
@@ -49,6 +50,7 @@ impl Tally {
     pub(super) fn new() -> Tally {
         Tally {
             drops: [0; DropReason::COUNT],
+            dropped: false,
             icmp: [0; 3],
             fragmented: [0; 2],
             now: None,
@@ -59,6 +61,7 @@ impl Tally {
     pub(super) fn drop(&mut self, r: DropReason) {
         if let Some(c) = self.drops.get_mut(r as usize) {
             *c += 1;
+            self.dropped = true;
         }
     }
 
@@ -73,19 +76,40 @@ impl Tally {
 /// Puts a descriptor on the stage of egress socket `at`; false when that stage is full.
 #[inline(always)]
 fn stage(stages: &mut [Stage], at: usize, addr: u64, len: u32) -> bool {
-    stages
-        .get_mut(at)
-        .and_then(|s| {
-            let slot = s.descs.get_mut(s.len)?;
-            *slot = XdpDesc {
-                addr,
-                len,
-                options: 0,
-            };
-            s.len += 1;
-            Some(())
-        })
-        .is_some()
+    stages.get_mut(at).is_some_and(|s| s.push(addr, len))
+}
+
+/// Drops a frame that calls for no ICMP error: counted by `reason`, its buffer back on the
+/// free list (a descriptor outside the UMEM is not ours to recycle: its frame's first byte
+/// must be inside, since a zero-length check passes at the area's very end).
+#[inline(always)]
+fn drop_frame(
+    area: &Area,
+    free: &mut FreeList,
+    frame_mask: u64,
+    reason: DropReason,
+    d: &XdpDesc,
+    tally: &mut Tally,
+) {
+    let base = d.addr & frame_mask;
+    tally.drop(reason);
+    if reason != DropReason::InvalidDescriptor || area.check(base, 1).is_some() {
+        free.push(base);
+    }
+}
+
+/// A bounce or l2fwd frame refused: a bad descriptor, or shorter than an Ethernet header.
+#[cold]
+#[inline(never)]
+fn refuse_l2(
+    area: &Area,
+    free: &mut FreeList,
+    frame_mask: u64,
+    reason: DropReason,
+    d: &XdpDesc,
+    tally: &mut Tally,
+) {
+    drop_frame(area, free, frame_mask, reason, d, tally);
 }
 
 /// The poller's state that a refused frame touches, borrowed apart from the burst.
@@ -135,12 +159,7 @@ impl Refusal<'_> {
             r => r,
         };
         if !reason.calls_for_icmp() {
-            tally.drop(reason);
-            // A descriptor outside the UMEM is not ours to recycle (its frame's first byte
-            // must be inside: a zero-length check passes at the area's very end).
-            if reason != DropReason::InvalidDescriptor || self.area.check(base, 1).is_some() {
-                self.free.push(base);
-            }
+            drop_frame(self.area, self.free, self.frame_mask, reason, d, tally);
             return;
         }
         tally.drop(reason);
@@ -213,6 +232,12 @@ impl<Q: RingIo> Poller<Q> {
             return self.receive_chains(i, n, rt);
         }
         self.prefetch_pass(n);
+        if let Some(egress) = self.fwd.l2_egress(in_port) {
+            let mut tally = Tally::new();
+            let bytes = self.l2_pass(i, n, egress, &mut tally);
+            self.count_burst(i, n, bytes, &tally);
+            return n;
+        }
         let mut parsed = ParsedBurst::new();
         let (bytes, walks) = self.parse_pass(n, in_port, rt, &mut parsed);
         // Pass 1b: the burst's IPv6 route lookups, a trie level at a time across the burst.
@@ -233,13 +258,46 @@ impl<Q: RingIo> Poller<Q> {
     fn prefetch_pass(&self, n: usize) {
         let prefetch = if self.fwd.reads_frames() { n } else { 0 };
         for d in self.burst.iter().take(prefetch) {
-            if let Some(off) = self.area.check(d.addr, d.len.min(64)) {
-                // SAFETY: the frame came off the RX ring just above and is this poller's.
-                if let Some(b) = unsafe { self.area.frame(off, 1) }.first() {
-                    sys::prefetch(b);
+            self.area.prefetch(d.addr);
+        }
+    }
+
+    /// Bounce and l2fwd, the whole burst in one pass: check each descriptor, swap the MACs
+    /// (l2fwd), stage it for the peer port. Nothing is parsed and no route looked up; a
+    /// refused frame (a bad descriptor; in l2fwd, shorter than an Ethernet header) is dropped
+    /// by its reason. Returns the burst's bytes.
+    #[inline(always)]
+    fn l2_pass(&mut self, i: usize, n: usize, egress: L2Egress, t: &mut Tally) -> u64 {
+        let Poller {
+            burst,
+            area,
+            free,
+            stages,
+            frame_mask,
+            ports,
+            ..
+        } = self;
+        let mut out = stages.get_mut((i / *ports) * *ports + usize::from(egress.port));
+        let mut bytes = 0u64;
+        for d in burst.iter().take(n) {
+            bytes += u64::from(d.len);
+            let refused = match area.check(d.addr, d.len) {
+                Some(_) if !egress.swap_macs => None,
+                Some(off) if d.len as usize >= packet::ETH_HLEN => {
+                    // SAFETY: as in pass 0; it is staged for TX or freed only after this view.
+                    packet::swap_macs(unsafe { area.frame_mut(off, d.len) });
+                    None
                 }
+                Some(_) => Some(DropReason::Truncated),
+                None => Some(DropReason::InvalidDescriptor),
+            };
+            match refused {
+                None if out.as_deref_mut().is_some_and(|s| s.push(d.addr, d.len)) => {}
+                None => refuse_l2(area, free, *frame_mask, DropReason::TxRingFull, d, t),
+                Some(r) => refuse_l2(area, free, *frame_mask, r, d, t),
             }
         }
+        bytes
     }
 
     /// Pass 1: check every descriptor and parse every frame (read only), prefetching the
@@ -362,6 +420,9 @@ impl<Q: RingIo> Poller<Q> {
         self.stats.add_queue(i, true, n as u64, bytes);
         self.stats.add(Counter::Batches, 1);
         self.stats.add_burst(n);
+        if !t.dropped {
+            return;
+        }
         for (r, c) in DropReason::ALL.iter().zip(t.drops) {
             if c != 0 {
                 self.stats.add_drop(*r, u64::from(c));

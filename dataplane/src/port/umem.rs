@@ -87,6 +87,32 @@ impl FreeList {
         addr
     }
 
+    /// The top `n` frames (all of them when fewer), the topmost last: [`FreeList::pop`]
+    /// would take them from the end. Taken off with [`FreeList::drop_top`] once it is known
+    /// how many were used, so a burst hands out frames without a pop each.
+    #[inline(always)]
+    pub(crate) fn top(&self, n: usize) -> &[u64] {
+        self.buf
+            .get(self.len.saturating_sub(n)..self.len)
+            .unwrap_or(&[])
+    }
+
+    /// Takes the top `n` frames off, as `n` pops would.
+    #[inline(always)]
+    pub(crate) fn drop_top(&mut self, n: usize) {
+        let from = self.len.saturating_sub(n);
+        #[cfg(debug_assertions)]
+        for a in self.buf.get(from..self.len).unwrap_or(&[]) {
+            if let Some(held) = usize::try_from(a >> self.shift)
+                .ok()
+                .and_then(|f| self.held.get_mut(f))
+            {
+                *held = false;
+            }
+        }
+        self.len = from;
+    }
+
     /// Frames held.
     #[inline(always)]
     pub(crate) fn len(&self) -> usize {
@@ -186,6 +212,15 @@ impl Area {
         let end = addr.checked_add(u64::from(len))?;
         #[allow(clippy::cast_possible_truncation)] // addr < end <= map.len(), a usize
         (in_frame && end <= self.map.len() as u64).then_some(addr as usize)
+    }
+
+    /// Starts loading the cache line at `addr` (a received frame's first bytes). Unchecked:
+    /// a prefetch never faults, so an address outside the area only wastes the hint, and
+    /// the descriptor's own check comes when the frame is read.
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, addr: u64) {
+        let at = usize::try_from(addr).unwrap_or(0);
+        crate::sys::prefetch_ptr(self.map.as_ptr().as_ptr().wrapping_add(at));
     }
 
     /// Bytes from `addr` to the end of its frame: the room a frame's contents may grow into

@@ -18,7 +18,7 @@ mod udp;
 mod xdp;
 
 pub use cpu::cycles;
-pub(crate) use cpu::prefetch;
+pub(crate) use cpu::{prefetch, prefetch_ptr};
 pub(crate) use ethtool::{
     rss_hash, rss_hash_fields, rss_rings, rss_table, rx_hashing, set_rss_table, set_rx_hashing,
 };

@@ -39,8 +39,11 @@ pub fn prefixes_from_args(v4: usize, v6: usize) -> Prefixes {
 /// `shape`, distinct, none inside the link's own networks (IPv4 10/8) or the martian ranges.
 pub fn prefixes_shaped(v4: usize, v6: usize, shape: V6Shape) -> Prefixes {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(42);
+    // Kept in the order drawn (a set's iteration order changes from run to run, and the
+    // traffic picks prefixes from this list by index: counts must not).
     let mut seen4 = std::collections::HashSet::new();
-    while seen4.len() < v4 {
+    let mut out4 = Vec::with_capacity(v4);
+    while out4.len() < v4 {
         let len = match rng.gen_range(0..100) {
             0..=59 => 24,
             60..=89 => rng.gen_range(16..=23),
@@ -49,30 +52,33 @@ pub fn prefixes_shaped(v4: usize, v6: usize, shape: V6Shape) -> Prefixes {
         };
         let p = rng.gen::<u32>() & mask4(len);
         // Unicast space outside 0/8, 10/8 (the link), 127/8 and 224/3.
-        if matches!(p >> 24, 1..=9 | 11..=126 | 128..=223) {
-            seen4.insert((p, len));
+        if matches!(p >> 24, 1..=9 | 11..=126 | 128..=223) && seen4.insert((p, len)) {
+            out4.push((p, len));
         }
     }
     let seen6 = match shape {
         V6Shape::Bgp => bgp6(&mut rng, v6),
         V6Shape::Uniform => uniform6(&mut rng, v6),
     };
-    (seen4.into_iter().collect(), seen6)
+    (out4, seen6)
 }
 
 /// The uniform IPv6 draw of [`V6Shape::Uniform`].
 fn uniform6(rng: &mut rand::rngs::SmallRng, v6: usize) -> Vec<(u128, u8)> {
     let mut seen6 = std::collections::HashSet::new();
-    while seen6.len() < v6 {
+    let mut out = Vec::with_capacity(v6);
+    while out.len() < v6 {
         let len = match rng.gen_range(0..100) {
             0..=79 => 48,
             80..=89 => rng.gen_range(32..=44),
             _ => rng.gen_range(56..=64),
         };
         let p = ((0x2400u128 << 112) | (rng.gen::<u128>() >> 8)) & mask6(len);
-        seen6.insert((p, len));
+        if seen6.insert((p, len)) {
+            out.push((p, len));
+        }
     }
-    seen6.into_iter().collect()
+    out
 }
 
 /// IPv6 prefixes shaped like the Internet's table, after what bgp.potaroo.net reports for

@@ -44,6 +44,16 @@ impl Cells {
         }
     }
 
+    /// Starts loading cell `i` into the cache. Unchecked: a prefetch never faults, so an
+    /// index past the end only wastes the hint (no slice is built for it).
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, i: usize) {
+        #[cfg(not(any(feature = "loom", miri)))]
+        crate::sys::prefetch_ptr(self.map.as_ptr().as_ptr().wrapping_add(i.wrapping_mul(4)));
+        #[cfg(any(feature = "loom", miri))]
+        let _ = i;
+    }
+
     /// The cells.
     #[inline(always)]
     pub(crate) fn get(&self) -> &[AtomicU32] {

@@ -172,12 +172,12 @@ fn parse_v4<const WIRE: bool>(frame: &[u8], wire: usize) -> Result<L3, DropReaso
     if usize::from(total) < ihl || usize::from(total) > ip_wire || !exact {
         return Err(DropReason::BadLength);
     }
-    let sum = if ihl == ipv4::HLEN {
-        checksum_v4_header(hdr)
+    let holds = if ihl == ipv4::HLEN {
+        v4_header_checksum_holds(hdr)
     } else {
-        checksum(ip.get(..ihl).ok_or(DropReason::BadIhl)?)
+        checksum(ip.get(..ihl).ok_or(DropReason::BadIhl)?) == 0
     };
-    if sum != 0 {
+    if !holds {
         return Err(DropReason::BadChecksum);
     }
     if ihl > ipv4::HLEN {
@@ -373,6 +373,39 @@ pub fn checksum_v4_header(hdr: &[u8; 20]) -> u16 {
     #[allow(clippy::cast_possible_truncation)] // folded above: sum < 2^16
     let folded = sum as u16;
     !folded
+}
+
+/// Whether an option-less IPv4 header's checksum holds (its ones' complement sum is 0xffff,
+/// so [`checksum_v4_header`] is 0). Summed as two 8-byte words and a 4-byte one in the CPU's
+/// own byte order with end-around carries: RFC 1071 2.(A) and 2.(B), the sum is independent
+/// of byte order and may be taken in wider words, and 0xffff reads the same either way.
+#[inline(always)]
+pub(crate) fn v4_header_checksum_holds(hdr: &[u8; 20]) -> bool {
+    /// A ones' complement add: the carry out goes back in (it cannot carry again).
+    #[inline(always)]
+    fn add(a: u64, b: u64) -> u64 {
+        let (sum, carry) = a.overflowing_add(b);
+        sum + u64::from(carry)
+    }
+    let Some((a, rest)) = hdr.split_first_chunk::<8>() else {
+        return false;
+    };
+    let Some((b, c)) = rest.split_first_chunk::<8>() else {
+        return false;
+    };
+    let Some(c) = c.first_chunk::<4>() else {
+        return false;
+    };
+    let sum = add(
+        add(u64::from_ne_bytes(*a), u64::from_ne_bytes(*b)),
+        u64::from(u32::from_ne_bytes(*c)),
+    );
+    let mut sum = (sum & 0xffff_ffff) + (sum >> 32);
+    sum = (sum & 0xffff_ffff) + (sum >> 32);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum == 0xffff
 }
 
 /// RFC 1624 eqn. 3 incremental update: `HC' = ~(~HC + ~m + m')` for one 16-bit word `m -> m'`.

@@ -590,3 +590,38 @@ fn the_header_checksum_fast_path_agrees_with_rfc_1071() {
     let hdr: &[u8; 20] = f[14..34].try_into().unwrap();
     assert_eq!(checksum_v4_header(hdr), 0, "a built header verifies");
 }
+
+#[test]
+fn the_header_checksum_check_agrees_with_rfc_1071_on_good_and_bad_headers() {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1624);
+    let mut edges = vec![[0u8; 20], [0xff; 20]];
+    edges.push({
+        let mut h = [0xffu8; 20];
+        h[10] = 0;
+        h[11] = 0;
+        h
+    });
+    for mut h in edges
+        .into_iter()
+        .chain((0..100_000).map(|_| rng.gen::<[u8; 20]>()))
+        .collect::<Vec<_>>()
+    {
+        assert_eq!(
+            v4_header_checksum_holds(&h),
+            checksum(&h) == 0,
+            "as drawn: {h:?}"
+        );
+        // The same header with its checksum field set right, then with one bit flipped.
+        h[10] = 0;
+        h[11] = 0;
+        [h[10], h[11]] = checksum(&h).to_be_bytes();
+        assert!(v4_header_checksum_holds(&h), "set right: {h:?}");
+        let bit = rng.gen_range(0..160);
+        h[bit / 8] ^= 1 << (bit % 8);
+        assert_eq!(
+            v4_header_checksum_holds(&h),
+            checksum(&h) == 0,
+            "a bit flipped: {h:?}"
+        );
+    }
+}

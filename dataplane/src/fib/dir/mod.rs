@@ -239,9 +239,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     /// Starts loading the first-level entry for `key` into the cache.
     #[inline(always)]
     pub(crate) fn prefetch<K: Key>(&self, key: K) {
-        if let Some(e) = self.top.get().get(key.field(BITS - FIRST, FIRST)) {
-            crate::sys::prefetch(e);
-        }
+        self.top.prefetch(key.field(BITS - FIRST, FIRST));
     }
 
     /// The entries of group `g`.

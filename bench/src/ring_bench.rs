@@ -17,7 +17,11 @@
 //! Run (root not needed, but pinning to an idle CPU gives steadier figures):
 //!   cargo run --release -p dataplane-bench --bin ring-bench -- [--reps 5 --ms 1000
 //!   --ring 512 --v4 1000000 --v6 200000 --quick 1 --testpmd 0 --ablation 1 --rib-only 1
-//!   --v6-uniform 1 --packets N]
+//!   --v6-uniform 1 --packets N --chase 1]
+//!
+//! `--chase 1` adds memory-bound estimates measured in the same run: loads chasing random
+//! cycles over 64 MiB (the IPv4 first level's size), one cache miss each, one at a time and
+//! 32 overlapped (`chase.rs`).
 //!
 //! `--packets N` makes a repeat a fixed count instead of a time: each emulated port delivers
 //! N frames and the poller stops after the last, so `valgrind --tool=callgrind
@@ -41,6 +45,7 @@ use dataplane::types::Mode;
 use rand::{Rng, SeedableRng};
 
 mod arg;
+mod chase;
 mod routes;
 use arg::arg;
 use routes::{prefixes_from_args, Prefixes};
@@ -792,6 +797,16 @@ fn main() {
             samples.iter().map(|s| s.packets).sum::<u64>()
         );
         rows.push(r);
+    }
+    if arg("--chase", 0) != 0 {
+        // What one cache miss per packet costs on this machine, measured now, beside the
+        // cells: over the IPv4 table's first level (2^24 4-byte entries, 64 MiB).
+        let (one, overlapped) = chase::ns_per_miss(64 << 20, 4_000_000, 32, opts.reps.max(1));
+        println!(
+            "memory-bound estimate over 64 MiB (the IPv4 first level), one miss per packet: \
+             {one:.1} ns per packet when each waits for the last, {overlapped:.1} ns with 32 \
+             (a burst) overlapped"
+        );
     }
     let single = std::env::args().any(|a| a == "--cell");
     if !ablation && !single && opts.packets == 0 {

@@ -4,9 +4,9 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DEB_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool iputils-ping curl \
 	procps util-linux python3 libhwloc-dev libudev-dev traceroute iputils-tracepath iperf3 bird2 stress-ng man-db \
-	prometheus
+	prometheus valgrind
 
-.PHONY: deps build test test-loaded loom stress sanitize vmtest vmtest-zc vmbench rebalance-compare demo fleet-demo latency latency-jumbo bench lint fmt clean fuzz fuzz-ci install
+.PHONY: deps build test test-loaded loom stress sanitize vmtest vmtest-zc vmbench rebalance-compare instr demo fleet-demo latency latency-jumbo bench lint fmt clean fuzz fuzz-ci install
 
 deps:
 	@scripts/deps.sh $(DEB_PACKAGES)
@@ -18,6 +18,7 @@ test: deps
 	$(CARGO) test --workspace  # builds the dataplane binary that tests/ runs
 	python3 -m unittest discover -s scripts/vmtest -p 'test_*.py'  # rebalance-compare's goals
 	$(MAKE) loom
+	python3 scripts/instr.py --guard bench/instr-baseline.json  # instructions per packet
 
 # The whole suite beside a CPU load on both CPUs (stress-ng): outcomes must not depend on
 # timing (readiness, not sleeps, decides them).
@@ -96,6 +97,14 @@ latency-jumbo: build
 # bench/out/fleet/fleet.svg and .json (docs/FLEET.md).
 fleet-demo: build
 	target/release/dataplane fleet-demo --fault $${FAULT:-stop} --out bench/out/fleet
+
+# Instructions per packet under callgrind: every ring-bench cell (the poller's own and the
+# emulated port's apart) beside testpmd io and macswap and the DPDK L3 anchor (bench/c/),
+# fwd-micro, the goals and their ratios; bench/out/instr/instr.json. About 10 minutes.
+INSTR_PACKAGES := valgrind dpdk dpdk-dev
+instr: build
+	@scripts/deps.sh $(INSTR_PACKAGES)
+	python3 scripts/instr.py --out bench/out/instr
 
 bench: build
 	for m in layouts ablation l2-vs-l3 batch; do \

@@ -498,20 +498,26 @@ pub(crate) fn swap_macs(frame: &mut [u8]) {
 
 /// Decrements the IPv4 TTL and patches the header checksum incrementally.
 ///
-/// The caller has parsed the frame with [`parse_l3`] (so the header is present and TTL > 1).
+/// The caller has parsed the frame with [`parse_l3`] (so the header is present and TTL > 1;
+/// a TTL of 0 would wrap and leave the checksum wrong).
 #[inline(always)]
 pub(crate) fn decrement_ttl_v4(frame: &mut [u8]) {
     let hdr = frame
         .get_mut(ETH_HLEN..ETH_HLEN + ipv4::HLEN)
         .and_then(|s| <&mut [u8; ipv4::HLEN]>::try_from(s).ok());
     if let Some(ip) = hdr {
-        // TTL and protocol are one 16-bit word of the checksum.
         use ipv4::{CHECKSUM, TTL};
-        let old = u16::from_be_bytes([ip[TTL], ip[TTL + 1]]);
         ip[TTL] = ip[TTL].wrapping_sub(1);
-        let new = u16::from_be_bytes([ip[TTL], ip[TTL + 1]]);
+        // RFC 1624 eqn. 3, HC' = ~(~HC + ~m + m'), where m is the TTL and protocol word and
+        // m' = m - 0x0100 (TTL >= 1): ~m + m' = 0xffff - 0x0100 = 0xfeff whatever the
+        // protocol, so the old and new words need not be read. One fold suffices: the sum is
+        // at most 0xffff + 0xfeff, which folds to at most 0xfeff.
         let hc = u16::from_be_bytes([ip[CHECKSUM], ip[CHECKSUM + 1]]);
-        [ip[CHECKSUM], ip[CHECKSUM + 1]] = checksum_update(hc, old, new).to_be_bytes();
+        let mut sum = u32::from(!hc) + 0xfeff;
+        sum = (sum & 0xffff) + (sum >> 16);
+        #[allow(clippy::cast_possible_truncation)] // folded above: sum <= 0xfeff
+        let folded = sum as u16;
+        [ip[CHECKSUM], ip[CHECKSUM + 1]] = (!folded).to_be_bytes();
     }
 }
 

@@ -625,3 +625,26 @@ fn the_header_checksum_check_agrees_with_rfc_1071_on_good_and_bad_headers() {
         );
     }
 }
+
+#[test]
+fn the_ttl_decrement_patches_the_checksum_as_rfc_1624_eqn_3_does() {
+    // Every checksum value, with TTLs from 1 to 255 and protocol bytes spread over 0-255.
+    let mut f = udp_v4(&FrameSpec::default());
+    for hc in 0..=u16::MAX {
+        let ttl = (hc % 255) as u8 + 1;
+        let proto = (hc / 255) as u8;
+        f[22] = ttl;
+        f[23] = proto;
+        [f[24], f[25]] = hc.to_be_bytes();
+        let old = u16::from_be_bytes([ttl, proto]);
+        decrement_ttl_v4(&mut f);
+        assert_eq!(f[22], ttl - 1);
+        assert_eq!(f[23], proto, "the protocol byte kept");
+        let want = checksum_update(hc, old, old - 0x0100);
+        assert_eq!(
+            u16::from_be_bytes([f[24], f[25]]),
+            want,
+            "HC {hc:#06x}, TTL {ttl}"
+        );
+    }
+}

@@ -1,6 +1,6 @@
 //! Microbenchmark of the per-packet work: parse + checksum verify + LPM lookup + rewrite
-//! (TTL, incremental checksum, MACs), through the same `Forwarder::process` the pollers call,
-//! with a 1M-prefix IPv4 table.
+//! (TTL, incremental checksum, MACs), through the same `Forwarder::prepare` and `finish` the
+//! pollers call, with a 1M-prefix IPv4 table.
 //!
 //! Table: `--prefixes` random prefixes with a BGP-like length mix (60% /24, 30% /16-/23,
 //! 5% /8-/15, 5% /25-/32) spread over 64 next hops. Traffic: one 64-byte IPv4/UDP frame per
@@ -9,17 +9,56 @@
 //! walk the whole 64 MiB table at random. Each pass processes every frame once (TTL starts at
 //! 255, so passes do not run out of TTL). Prints the median ns/packet over passes, min-max.
 //!
-//! Run: `cargo run --release -p dataplane-bench --bin fwd-micro [-- --prefixes N --passes P]`
+//! Run: `cargo run --release -p dataplane-bench --bin fwd-micro [-- --prefixes N --passes P
+//! --frames F]`
 use std::time::Instant;
 
-use dataplane::fib::{mask4, Capacity, HopKey, HopState, TableWriter};
-use dataplane::forward::{Forwarder, Parsed, Port};
+use dataplane::fib::{mask4, Capacity, HopKey, HopState, Routes, TableWriter};
+use dataplane::forward::{Forwarder, Ingress, Parsed, Port};
 use dataplane::packet::build::{udp_v4, FrameSpec};
 use dataplane::types::Mode;
 use rand::{Rng, SeedableRng};
 
 mod arg;
 use arg::arg;
+
+/// Bytes between frames in the buffer (one cache line each).
+const FRAME: usize = 64;
+/// Frames per burst.
+const BURST: usize = 64;
+
+/// One pass over every frame, in bursts of BURST as the poller does them: prepare all, then
+/// finish all; returns how many were forwarded. Out of line so that callgrind can count it
+/// alone (`--toggle-collect='*forward_pass*'`, what `make instr` counts).
+#[inline(never)]
+fn forward_pass(
+    fwd: &Forwarder,
+    rt: Routes<'_>,
+    ingress: Ingress,
+    buf: &mut [u8],
+    len: usize,
+) -> u64 {
+    let mut forwarded = 0;
+    for burst in buf.chunks_mut(FRAME * BURST) {
+        let mut parsed = [Err(dataplane::packet::DropReason::Truncated); BURST];
+        let mut walks = false;
+        for (p, slot) in parsed.iter_mut().zip(burst.chunks_exact(FRAME)) {
+            *p = fwd.prepare(rt, ingress, &slot[..len]);
+            walks |= p.as_ref().is_ok_and(Parsed::walks);
+        }
+        if walks {
+            fwd.walk(rt, &mut parsed);
+        }
+        for (p, slot) in parsed.iter().zip(burst.chunks_exact_mut(FRAME)) {
+            if p.and_then(|p| fwd.finish(rt, 0, p, &mut slot[..len]))
+                .is_ok()
+            {
+                forwarded += 1;
+            }
+        }
+    }
+    forwarded
+}
 
 fn main() {
     let prefixes = arg("--prefixes", 1_000_000);
@@ -71,8 +110,6 @@ fn main() {
     let fwd = Forwarder::new(Mode::L3fwd, table, vec![1, 0], ports);
     let mut online = reader.online();
 
-    const FRAME: usize = 64;
-    const BURST: usize = 64;
     let mut buf = vec![0u8; frames * FRAME];
     for (i, slot) in buf.chunks_exact_mut(FRAME).enumerate() {
         // Routable unicast destinations only: martians (0/8, 127/8, 224/4, 240/4) are
@@ -112,25 +149,7 @@ fn main() {
         online.quiescent();
         let rt = online.routes();
         let t = Instant::now();
-        // Bursts of BURST frames, as the poller does them: prepare all, then finish all.
-        for burst in buf.chunks_mut(FRAME * BURST) {
-            let mut parsed = [Err(dataplane::packet::DropReason::Truncated); BURST];
-            let mut walks = false;
-            for (p, slot) in parsed.iter_mut().zip(burst.chunks_exact(FRAME)) {
-                *p = fwd.prepare(rt, ingress, &slot[..len]);
-                walks |= p.as_ref().is_ok_and(Parsed::walks);
-            }
-            if walks {
-                fwd.walk(rt, &mut parsed);
-            }
-            for (p, slot) in parsed.iter().zip(burst.chunks_exact_mut(FRAME)) {
-                if p.and_then(|p| fwd.finish(rt, 0, p, &mut slot[..len]))
-                    .is_ok()
-                {
-                    forwarded += 1;
-                }
-            }
-        }
+        forwarded += forward_pass(&fwd, rt, ingress, &mut buf, len);
         per_pass.push(t.elapsed().as_nanos() as f64 / frames as f64);
     }
     // A path that dropped frames would be measured doing less: every frame is routable

@@ -7,7 +7,10 @@ const PROGRAMS: &[&str] = &["steer", "sink", "gen", "xdp_fwd"];
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
-    let bpf_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bpf");
+    // Read when the script runs, not when it was compiled: a script binary cargo reuses
+    // from another checkout of the same package must still build this checkout's programs.
+    let manifest = env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR is set by cargo");
+    let bpf_dir = PathBuf::from(manifest).join("../bpf");
     println!(
         "cargo:rerun-if-changed={}",
         bpf_dir.join("dataplane.h").display()

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::fib::dir::Walk;
 use crate::fib::{mac_key, Hop, Miss, Routes, Table};
+use crate::packet::field::ipv4;
 use crate::packet::{self, DropReason, L3};
 use crate::types::{MacAddr, Mode, PortId};
 use port_addrs::{Addrs, PortAddrs};
@@ -186,35 +187,159 @@ impl Forwarder {
         wire: Option<usize>,
     ) -> Result<Parsed<'r>, DropReason> {
         match self.mode {
-            Mode::L3fwd => {
-                // RFC 1812 5.3.4: a router forwards only link-layer unicast addressed to it.
-                // One load for both MAC checks: the destination (bytes 0-5) must be the port's,
-                // and the source's group bit (byte 6, bit 0) clear.
-                let Some(head) = frame.first_chunk::<8>() else {
-                    return Err(DropReason::Truncated);
-                };
-                let head = u64::from_le_bytes(*head);
-                if head & 0x0001_ffff_ffff_ffff != ingress.mac {
-                    return Err(if head & 0xffff_ffff_ffff != ingress.mac {
-                        DropReason::NotForUs
-                    } else {
-                        DropReason::MulticastSource
-                    });
-                }
-                let l3 = match wire {
-                    None => packet::parse_l3(frame)?,
-                    Some(wire) => packet::parse_l3_wire(frame, wire)?,
-                };
-                match l3 {
-                    L3::V4 { dst, .. } => rt.prefetch_v4(dst),
-                    L3::V6 { dst, .. } => rt.prefetch_v6(dst),
-                }
-                Ok(Parsed::L3(l3, rt.walk()))
-            }
+            Mode::L3fwd => self.prepare_l3(rt, ingress, frame, wire),
             Mode::L2fwd if frame.len() < packet::ETH_HLEN => Err(DropReason::Truncated),
             Mode::L2fwd | Mode::Bounce => Ok(Parsed::L2),
             Mode::Drop => Err(DropReason::DropMode),
         }
+    }
+
+    /// Whether frames are routed (l3fwd): [`Forwarder::prepare_routed`] is then what
+    /// [`Forwarder::prepare`] does, without the mode's dispatch per frame.
+    #[inline(always)]
+    pub(crate) fn routes_frames(&self) -> bool {
+        self.mode == Mode::L3fwd
+    }
+
+    /// [`Forwarder::prepare`] in l3fwd: for a caller that dispatched on the mode once for a
+    /// whole burst ([`Forwarder::routes_frames`]).
+    #[inline(always)]
+    pub(crate) fn prepare_routed<'r>(
+        &self,
+        rt: Routes<'r>,
+        ingress: Ingress,
+        frame: &[u8],
+    ) -> Result<Parsed<'r>, DropReason> {
+        self.prepare_l3(rt, ingress, frame, None)
+    }
+
+    /// [`Forwarder::prepare_with`] in l3fwd.
+    #[inline(always)]
+    fn prepare_l3<'r>(
+        &self,
+        rt: Routes<'r>,
+        ingress: Ingress,
+        frame: &[u8],
+        wire: Option<usize>,
+    ) -> Result<Parsed<'r>, DropReason> {
+        // RFC 1812 5.3.4: a router forwards only link-layer unicast addressed to it.
+        // One load for both MAC checks: the destination (bytes 0-5) must be the port's,
+        // and the source's group bit (byte 6, bit 0) clear.
+        let Some(head) = frame.first_chunk::<8>() else {
+            return Err(DropReason::Truncated);
+        };
+        let head = u64::from_le_bytes(*head);
+        if head & 0x0001_ffff_ffff_ffff != ingress.mac {
+            return Err(if head & 0xffff_ffff_ffff != ingress.mac {
+                DropReason::NotForUs
+            } else {
+                DropReason::MulticastSource
+            });
+        }
+        let l3 = match wire {
+            None => packet::parse_l3(frame)?,
+            Some(wire) => packet::parse_l3_wire(frame, wire)?,
+        };
+        Ok(match l3 {
+            L3::V4 { dst, len } => {
+                rt.prefetch_v4(dst);
+                Parsed::V4 { dst, len }
+            }
+            L3::V6 { dst, len } => {
+                rt.prefetch_v6(dst);
+                Parsed::V6 {
+                    dst,
+                    len,
+                    walk: rt.walk(),
+                }
+            }
+        })
+    }
+
+    /// An IPv4 frame decided whole ([`Forwarder::prepare_routed`] and
+    /// [`Forwarder::finish`] in one go) in l3fwd: for frames whose route entry was prefetched
+    /// beforehand ([`Routes::prefetch_v4`] of [`packet::v4_destination_hint`]), so no parse
+    /// result need be kept between passes. Any other frame is [`Routed::Later`], for
+    /// `prepare` and `finish` with the rest of the burst.
+    #[inline(always)]
+    pub(crate) fn route_now<'r>(
+        &self,
+        rt: Routes<'r>,
+        ingress: Ingress,
+        frame: &mut [u8],
+    ) -> Routed<'r> {
+        const HEAD: usize = packet::ETH_HLEN + ipv4::HLEN;
+        let Some(h) = frame.first_chunk::<HEAD>() else {
+            return Routed::Later;
+        };
+        // At least HEAD bytes: no wrap.
+        let ip_wire = frame.len().wrapping_sub(packet::ETH_HLEN);
+        let Some((eth, ip)) = h.split_first_chunk::<{ packet::ETH_HLEN }>() else {
+            return Routed::Later;
+        };
+        let Some(ip) = ip.first_chunk::<{ ipv4::HLEN }>() else {
+            return Routed::Later;
+        };
+        // IPv4 without options; anything else decided with the rest of the burst.
+        let ethertype = eth.last_chunk::<2>().copied().unwrap_or_default();
+        if ethertype != packet::ETH_P_IPV4.to_be_bytes() || ip[ipv4::VER_IHL] != 0x45 {
+            return Routed::Later;
+        }
+        let Some(head) = eth.first_chunk::<8>() else {
+            return Routed::Later;
+        };
+        let head = u64::from_le_bytes(*head);
+        if head & 0x0001_ffff_ffff_ffff != ingress.mac {
+            return Routed::refused(if head & 0xffff_ffff_ffff != ingress.mac {
+                DropReason::NotForUs
+            } else {
+                DropReason::MulticastSource
+            });
+        }
+        let (dst, len) = match packet::parse_v4_plain::<false>(ip, ip_wire) {
+            Ok(L3::V4 { dst, len }) => (dst, len),
+            Ok(L3::V6 { .. }) => return Routed::Later,
+            Err(r) => return Routed::refused(r),
+        };
+        let parsed = Parsed::V4 { dst, len };
+        let hop = rt.route_v4(dst, || packet::flow_hash(frame));
+        let Some(h) = frame.first_chunk_mut::<HEAD>() else {
+            return Routed::Later;
+        };
+        match self.rewrite_v4(hop, len, h) {
+            Ok(out) => Routed::Out(out),
+            Err(r) => Routed::Refused(r, Ok(parsed)),
+        }
+    }
+
+    /// [`Forwarder::rewrite`] of an option-less IPv4 packet, given its headers.
+    #[inline(always)]
+    fn rewrite_v4(
+        &self,
+        hop: Result<Hop, Miss>,
+        ip_len: u16,
+        h: &mut [u8; packet::ETH_HLEN + ipv4::HLEN],
+    ) -> Result<PortId, DropReason> {
+        let hop = hop.map_err(miss_reason)?;
+        if u32::from(ip_len) > hop.mtu {
+            return Err(DropReason::TooBig);
+        }
+        let (macs, rest) = h.split_at_mut(12);
+        if let Some(ip) = rest
+            .get_mut(2..)
+            .and_then(<[u8]>::first_chunk_mut::<{ ipv4::HLEN }>)
+        {
+            packet::decrement_ttl_v4_header(ip);
+        }
+        let src = self
+            .port_macs
+            .get(usize::from(hop.port))
+            .copied()
+            .unwrap_or(0);
+        if let Some(macs) = macs.first_chunk_mut::<12>() {
+            packet::set_macs(macs, hop.mac, src);
+        }
+        Ok(hop.port)
     }
 
     /// Second half: look up, rewrite in place, and return the egress port or the drop reason.
@@ -234,13 +359,13 @@ impl Forwarder {
                 }
                 Ok(self.peer(in_port))
             }
-            Parsed::L3(L3::V4 { dst, len }, _) => self.rewrite(
+            Parsed::V4 { dst, len } => self.rewrite(
                 rt.route_v4(dst, || packet::flow_hash(frame)),
                 u32::from(len),
                 frame,
                 packet::decrement_ttl_v4,
             ),
-            Parsed::L3(L3::V6 { dst, len }, walk) => self.rewrite(
+            Parsed::V6 { dst, len, walk } => self.rewrite(
                 rt.route_walked_v6(dst, walk, || packet::flow_hash(frame)),
                 len,
                 frame,
@@ -260,7 +385,7 @@ impl Forwarder {
     pub fn walk<'r>(&self, rt: Routes<'r>, burst: &mut [Result<Parsed<'r>, DropReason>]) {
         for _ in 0..crate::fib::MAX_LEVELS {
             let lanes = burst.iter_mut().filter_map(|p| match p {
-                Ok(Parsed::L3(L3::V6 { dst, .. }, w)) => Some((*dst, w)),
+                Ok(Parsed::V6 { dst, walk, .. }) => Some((*dst, walk)),
                 _ => None,
             });
             if !rt.step_all_v6(lanes) {
@@ -304,6 +429,25 @@ impl Forwarder {
             .unwrap_or(0);
         packet::set_macs_words(frame, h.mac, src);
         Ok(h.port)
+    }
+}
+
+/// What [`Forwarder::route_now`] made of a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Routed<'r> {
+    /// Rewritten in place, to leave by this port.
+    Out(PortId),
+    /// Not forwarded as it is, for this reason; with what was parsed of it, for the slow
+    /// path (fragmenting it, an ICMP error, asking for its neighbour).
+    Refused(DropReason, Result<Parsed<'r>, DropReason>),
+    /// Not IPv4: to be prepared and finished with the rest of its burst.
+    Later,
+}
+
+impl Routed<'_> {
+    #[inline(always)]
+    fn refused(r: DropReason) -> Self {
+        Routed::Refused(r, Err(r))
     }
 }
 
@@ -357,15 +501,38 @@ pub struct Ingress {
 pub enum Parsed<'r> {
     /// Forward at layer 2 (l2fwd, bounce).
     L2,
-    /// Route this destination (the network header's facts), with its lookup in progress.
-    L3(L3, Walk<'r>),
+    /// Route an IPv4 packet, its route entry being loaded (prefetched).
+    V4 {
+        /// The destination, host order.
+        dst: u32,
+        /// The packet's length from its header.
+        len: u16,
+    },
+    /// Route an IPv6 packet, with its lookup in progress.
+    V6 {
+        /// The destination, host order.
+        dst: u128,
+        /// The packet's length (the fixed header's and its payload's).
+        len: u32,
+        /// The lookup, taken on a trie level at a time across the burst.
+        walk: Walk<'r>,
+    },
 }
 
 impl Parsed<'_> {
     /// Whether [`Forwarder::walk`] has a lookup to take for it (IPv6).
     #[inline(always)]
     pub fn walks(&self) -> bool {
-        matches!(self, Parsed::L3(L3::V6 { .. }, _))
+        matches!(self, Parsed::V6 { .. })
+    }
+
+    /// The destination address it is routed to (None: forwarded at layer 2).
+    pub fn destination(&self) -> Option<std::net::IpAddr> {
+        match *self {
+            Parsed::L2 => None,
+            Parsed::V4 { dst, .. } => Some(std::net::IpAddr::V4(dst.into())),
+            Parsed::V6 { dst, .. } => Some(std::net::IpAddr::V6(dst.into())),
+        }
     }
 }
 

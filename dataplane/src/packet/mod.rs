@@ -78,13 +78,35 @@ fn be16(b: &[u8], off: usize) -> Option<u16> {
 /// ([`ipv6_chain`]) and forwarded unchanged.
 #[inline(always)]
 pub(crate) fn parse_l3(frame: &[u8]) -> Result<L3, DropReason> {
-    let ethertype = be16(frame, eth::ETHERTYPE).ok_or(DropReason::Truncated)?;
-    match ethertype {
+    let raw = frame
+        .get(eth::ETHERTYPE..)
+        .and_then(<[u8]>::first_chunk::<2>)
+        .ok_or(DropReason::Truncated)?;
+    // IPv4 first, compared as it lies in the frame (no byte swap).
+    if *raw == ETH_P_IPV4.to_be_bytes() {
+        return parse_v4::<false>(frame, 0);
+    }
+    match u16::from_be_bytes(*raw) {
         ETH_P_IPV4 => parse_v4::<false>(frame, 0),
         ETH_P_IPV6 => parse_v6::<false>(frame, 0),
         ETH_P_8021Q | ETH_P_8021AD => Err(DropReason::VlanTagged),
         _ => Err(DropReason::NotIp),
     }
+}
+
+/// The first bytes of a frame [`v4_destination_hint`] reads.
+pub(crate) const V4_HINT_LEN: usize = ETH_HLEN + ipv4::HLEN;
+
+/// The destination of the IPv4 packet a frame's first bytes seem to carry, unchecked: for a
+/// prefetch of its route entry, never to route by.
+#[inline(always)]
+pub(crate) fn v4_destination_hint(h: &[u8; V4_HINT_LEN]) -> Option<u32> {
+    let (eth, ip) = h.split_first_chunk::<ETH_HLEN>()?;
+    if eth.get(eth::ETHERTYPE..)? != ETH_P_IPV4.to_be_bytes() {
+        return None;
+    }
+    let dst = ip.get(ipv4::DST..ipv4::DST + 4)?;
+    Some(u32::from_be_bytes(dst.try_into().ok()?))
 }
 
 /// [`parse_l3`] of a packet `wire` bytes long of which `frame` is the first buffer (a
@@ -145,8 +167,53 @@ pub(crate) fn link_local_v6(a: u128) -> bool {
     a >> 118 == 0xfe80 >> 6
 }
 
+/// IPv4 parse and checks. Version 4 without options, nearly every packet, is straight-line
+/// code over the fixed header; any other first byte (or a frame too short for the header)
+/// goes to [`parse_v4_general`], which gives every packet the same verdict
+/// (`the_plain_v4_parse_agrees_with_the_general_one`).
 #[inline(always)]
 fn parse_v4<const WIRE: bool>(frame: &[u8], wire: usize) -> Result<L3, DropReason> {
+    let hdr = frame
+        .get(ETH_HLEN..)
+        .and_then(<[u8]>::first_chunk::<{ ipv4::HLEN }>);
+    match hdr {
+        Some(hdr) if hdr[ipv4::VER_IHL] == 0x45 => {
+            let ip_wire = if WIRE {
+                wire.saturating_sub(ETH_HLEN)
+            } else {
+                frame.len() - ETH_HLEN
+            };
+            parse_v4_plain::<WIRE>(hdr, ip_wire)
+        }
+        _ => parse_v4_general::<WIRE>(frame, wire),
+    }
+}
+
+/// The checks of an IPv4 header whose first byte is 0x45 (version 4, no options), in a
+/// packet `ip_wire` bytes long from this header on (`WIRE`: a multi-buffer packet, whose
+/// length must be exactly the header's).
+#[inline(always)]
+pub(crate) fn parse_v4_plain<const WIRE: bool>(
+    hdr: &[u8; ipv4::HLEN],
+    ip_wire: usize,
+) -> Result<L3, DropReason> {
+    let total = usize::from(u16::from_be_bytes([
+        hdr[ipv4::TOTAL_LEN],
+        hdr[ipv4::TOTAL_LEN + 1],
+    ]));
+    // A multi-buffer packet is exactly its IP length, as in the general parse.
+    if total < ipv4::HLEN || total > ip_wire || (WIRE && total != ip_wire) {
+        return Err(DropReason::BadLength);
+    }
+    if !v4_header_checksum_holds(hdr) {
+        return Err(DropReason::BadChecksum);
+    }
+    v4_addresses_and_ttl(hdr)
+}
+
+/// [`parse_v4`] of any frame: version, header length, options and all.
+#[inline(never)]
+fn parse_v4_general<const WIRE: bool>(frame: &[u8], wire: usize) -> Result<L3, DropReason> {
     let ip = frame.get(ETH_HLEN..).ok_or(DropReason::Truncated)?;
     let ip_wire = if WIRE {
         wire.saturating_sub(ETH_HLEN)
@@ -157,13 +224,7 @@ fn parse_v4<const WIRE: bool>(frame: &[u8], wire: usize) -> Result<L3, DropReaso
         .get(..ipv4::HLEN)
         .and_then(|s| s.try_into().ok())
         .ok_or(DropReason::Truncated)?;
-    if hdr[ipv4::VER_IHL] >> 4 != 4 {
-        return Err(DropReason::BadVersion);
-    }
-    let ihl = usize::from(hdr[ipv4::VER_IHL] & 0x0f) * 4;
-    if ihl < ipv4::HLEN || ihl > ip.len() {
-        return Err(DropReason::BadIhl);
-    }
+    let ihl = v4_header_len(hdr[ipv4::VER_IHL], ip.len())?;
     let total = u16::from_be_bytes([hdr[ipv4::TOTAL_LEN], hdr[ipv4::TOTAL_LEN + 1]]);
     // A multi-buffer packet is exactly its IP length (no Ethernet padding at that size):
     // were it longer, the egress MTU check, made on the IP length, would let the whole chain
@@ -183,6 +244,14 @@ fn parse_v4<const WIRE: bool>(frame: &[u8], wire: usize) -> Result<L3, DropReaso
     if ihl > ipv4::HLEN {
         return Err(DropReason::Ipv4Options);
     }
+    v4_addresses_and_ttl(hdr)
+}
+
+/// The last IPv4 checks, once the header's length and checksum hold: neither address
+/// martian, and a TTL left to decrement.
+#[inline(always)]
+fn v4_addresses_and_ttl(hdr: &[u8; ipv4::HLEN]) -> Result<L3, DropReason> {
+    let total = u16::from_be_bytes([hdr[ipv4::TOTAL_LEN], hdr[ipv4::TOTAL_LEN + 1]]);
     let mut a = [0u8; 4];
     a.copy_from_slice(&hdr[ipv4::SRC..ipv4::SRC + 4]);
     let src = u32::from_be_bytes(a);
@@ -199,6 +268,20 @@ fn parse_v4<const WIRE: bool>(frame: &[u8], wire: usize) -> Result<L3, DropReaso
         return Err(DropReason::TtlExceeded);
     }
     Ok(L3::V4 { dst, len: total })
+}
+
+/// An IPv4 header's length from its first byte when that is not 0x45: the version checked,
+/// and the length between the fixed header's and what the frame holds (`room`).
+#[inline(always)]
+fn v4_header_len(ver_ihl: u8, room: usize) -> Result<usize, DropReason> {
+    if ver_ihl >> 4 != 4 {
+        return Err(DropReason::BadVersion);
+    }
+    let ihl = usize::from(ver_ihl & 0x0f) * 4;
+    if ihl < ipv4::HLEN || ihl > room {
+        return Err(DropReason::BadIhl);
+    }
+    Ok(ihl)
 }
 
 /// IPv6 next-header values that are extension headers (RFC 8200 4, RFC 7045).
@@ -379,6 +462,12 @@ pub fn checksum_v4_header(hdr: &[u8; 20]) -> u16 {
 /// so [`checksum_v4_header`] is 0). Summed as two 8-byte words and a 4-byte one in the CPU's
 /// own byte order with end-around carries: RFC 1071 2.(A) and 2.(B), the sum is independent
 /// of byte order and may be taken in wider words, and 0xffff reads the same either way.
+///
+/// The fold to 16 bits is a remainder: a sum `s` with end-around carries is congruent to the
+/// plain sum of the words modulo `2^64 - 1`, which 0xffff divides, and for `s >= 1` the
+/// folded ones' complement sum is `1 + (s - 1) mod 0xffff`. So it is 0xffff exactly when
+/// `(s - 1) mod 0xffff` is 0xfffe (a multiply and a shift), and `s = 0` (an all-zero header,
+/// whose folded sum is 0) gives `(2^64 - 1) mod 0xffff = 0`: no.
 #[inline(always)]
 pub(crate) fn v4_header_checksum_holds(hdr: &[u8; 20]) -> bool {
     /// A ones' complement add: the carry out goes back in (it cannot carry again).
@@ -400,12 +489,7 @@ pub(crate) fn v4_header_checksum_holds(hdr: &[u8; 20]) -> bool {
         add(u64::from_ne_bytes(*a), u64::from_ne_bytes(*b)),
         u64::from(u32::from_ne_bytes(*c)),
     );
-    let mut sum = (sum & 0xffff_ffff) + (sum >> 32);
-    sum = (sum & 0xffff_ffff) + (sum >> 32);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum == 0xffff
+    sum.wrapping_sub(1) % 0xffff == 0xfffe
 }
 
 /// RFC 1624 eqn. 3 incremental update: `HC' = ~(~HC + ~m + m')` for one 16-bit word `m -> m'`.
@@ -425,9 +509,14 @@ pub(crate) fn checksum_update(hc: u16, old: u16, new: u16) -> u16 {
 /// 12 bytes is left alone.
 #[inline(always)]
 pub(crate) fn set_macs_words(frame: &mut [u8], dst: u64, src: u64) {
-    let Some(h) = frame.first_chunk_mut::<12>() else {
-        return;
-    };
+    if let Some(h) = frame.first_chunk_mut::<12>() {
+        set_macs(h, dst, src);
+    }
+}
+
+/// [`set_macs_words`] of a frame's first 12 bytes.
+#[inline(always)]
+pub(crate) fn set_macs(h: &mut [u8; 12], dst: u64, src: u64) {
     let (a, b) = h.split_at_mut(8);
     a.copy_from_slice(&((dst & 0xffff_ffff_ffff) | (src << 48)).to_le_bytes());
     #[allow(clippy::cast_possible_truncation)] // source MAC bytes 2..6
@@ -506,19 +595,27 @@ pub(crate) fn decrement_ttl_v4(frame: &mut [u8]) {
         .get_mut(ETH_HLEN..ETH_HLEN + ipv4::HLEN)
         .and_then(|s| <&mut [u8; ipv4::HLEN]>::try_from(s).ok());
     if let Some(ip) = hdr {
-        use ipv4::{CHECKSUM, TTL};
-        ip[TTL] = ip[TTL].wrapping_sub(1);
-        // RFC 1624 eqn. 3, HC' = ~(~HC + ~m + m'), where m is the TTL and protocol word and
-        // m' = m - 0x0100 (TTL >= 1): ~m + m' = 0xffff - 0x0100 = 0xfeff whatever the
-        // protocol, so the old and new words need not be read. One fold suffices: the sum is
-        // at most 0xffff + 0xfeff, which folds to at most 0xfeff.
-        let hc = u16::from_be_bytes([ip[CHECKSUM], ip[CHECKSUM + 1]]);
-        let mut sum = u32::from(!hc) + 0xfeff;
-        sum = (sum & 0xffff) + (sum >> 16);
-        #[allow(clippy::cast_possible_truncation)] // folded above: sum <= 0xfeff
-        let folded = sum as u16;
-        [ip[CHECKSUM], ip[CHECKSUM + 1]] = (!folded).to_be_bytes();
+        decrement_ttl_v4_header(ip);
     }
+}
+
+/// [`decrement_ttl_v4`] of the IPv4 header itself.
+#[inline(always)]
+pub(crate) fn decrement_ttl_v4_header(ip: &mut [u8; ipv4::HLEN]) {
+    use ipv4::{CHECKSUM, TTL};
+    ip[TTL] = ip[TTL].wrapping_sub(1);
+    // RFC 1624 eqn. 3, HC' = ~(~HC + ~m + m'), where m is the TTL and protocol word and
+    // m' = m - 0x0100 (TTL >= 1): ~m + m' = 0xffff - 0x0100 = 0xfeff whatever the
+    // protocol, so the old and new words need not be read. Taken in the CPU's byte order
+    // (RFC 1071 2.(B)): the addend is 0xfeff's two bytes read that way, and so is the
+    // result written back. One fold suffices: two 16-bit values sum below 0x20000, which
+    // folds to at most 0xffff.
+    let hc = u16::from_ne_bytes([ip[CHECKSUM], ip[CHECKSUM + 1]]);
+    let mut sum = u32::from(!hc) + u32::from(u16::from_ne_bytes(0xfeff_u16.to_be_bytes()));
+    sum = (sum & 0xffff) + (sum >> 16);
+    #[allow(clippy::cast_possible_truncation)] // folded above: sum <= 0xffff
+    let folded = sum as u16;
+    [ip[CHECKSUM], ip[CHECKSUM + 1]] = (!folded).to_ne_bytes();
 }
 
 /// Decrements the IPv6 hop limit (IPv6 has no header checksum).

@@ -24,7 +24,7 @@ use super::stats::Counter;
 use super::{Poller, Stage, MAX_BATCH};
 use crate::fib::Routes;
 use crate::forward::Forwarder;
-use crate::packet::{frag, DropReason, L3};
+use crate::packet::{frag, DropReason};
 use crate::port::rings::{RingIo, XDP_PKT_CONTD};
 use crate::port::umem::{Area, FreeList};
 
@@ -287,9 +287,7 @@ impl<Q: RingIo> Poller<Q> {
     ) {
         let ports = self.ports;
         let reason = match reason {
-            DropReason::TooBig
-                if matches!(parsed, Ok(crate::forward::Parsed::L3(L3::V4 { .. }, _))) =>
-            {
+            DropReason::TooBig if matches!(parsed, Ok(crate::forward::Parsed::V4 { .. })) => {
                 let stages = self
                     .stages
                     .get_mut(queue_base..queue_base + ports)

@@ -1,9 +1,11 @@
 //! One burst from one RX ring, decided in passes over the burst so that each pass's memory
-//! misses overlap: prefetch the frames' headers, parse them (prefetching route entries), walk
-//! the IPv6 lookups a trie level at a time, then decide and stage each frame. A frame that
-//! leaves by its route stays on the inlined fast path; every other outcome (a drop, an ICMP
-//! error, fragmentation, a neighbour to resolve) goes through one cold function, so the fast
-//! loop keeps its values in registers.
+//! misses overlap: prefetch the frames' headers (pass 0). Bounce and l2fwd then stage every
+//! frame in one pass. l3fwd prefetches each IPv4 frame's route entry (pass 1), then decides
+//! each IPv4 frame whole, checked, routed, rewritten and staged, with nothing kept between
+//! passes (pass 2); every other frame is parsed into `Later`, its IPv6 lookups walked a trie
+//! level at a time across the burst, and decided after (pass 3). Every outcome other than a
+//! forwarded frame (a drop, an ICMP error, fragmentation, a neighbour to resolve) goes
+//! through one cold function after the loop, so the loop keeps its values in registers.
 //!
 //! The frame views (`Area::frame`, `frame_mut`) are `unsafe`: each one below is of a
 //! descriptor just read from the RX ring, so the frame is this poller's until it is staged for
@@ -22,15 +24,44 @@ use super::ratelimit::TokenBucket;
 use super::stats::Counter;
 use super::{frag, Poller, Stage, MAX_BATCH};
 use crate::fib::Routes;
-use crate::forward::{Forwarder, L2Egress, Parsed};
-use crate::packet::{self, DropReason, L3};
+use crate::forward::{Forwarder, L2Egress, Parsed, Routed};
+use crate::packet::{self, DropReason};
 use crate::port::rings::{RingIo, XDP_PKT_CONTD};
 use crate::port::umem::{Area, FreeList};
 
-/// A burst's parse results ([`Forwarder::prepare`]), on the stack for that burst only: each
-/// holds a route lookup begun under the burst's online token (`'r`), so none can be kept
-/// past a quiescent state (the borrow checker refuses it). Not initialised until pushed.
-type ParsedBurst<'r> = ArrayVec<Result<Parsed<'r>, DropReason>, MAX_BATCH>;
+/// The frames of a burst left to be decided after the rest (IPv6 in l3fwd, every frame in
+/// drop mode) with their parse results ([`Forwarder::prepare`]), on the stack for that burst
+/// only: each holds a route lookup begun under the burst's online token (`'r`), so none can
+/// be kept past a quiescent state (the borrow checker refuses it). Not initialised until
+/// pushed.
+struct Later<'r> {
+    descs: ArrayVec<XdpDesc, MAX_BATCH>,
+    parsed: ArrayVec<Result<Parsed<'r>, DropReason>, MAX_BATCH>,
+    /// Whether any lookup walks the IPv6 trie.
+    walks: bool,
+}
+
+impl<'r> Later<'r> {
+    #[inline(always)]
+    fn new() -> Self {
+        Later {
+            descs: ArrayVec::new(),
+            parsed: ArrayVec::new(),
+            walks: false,
+        }
+    }
+
+    /// Keeps a frame for later. Never full: a burst holds at most `MAX_BATCH` descriptors,
+    /// the capacity. (Were it full, the frame would be neither staged nor freed, a leak:
+    /// hence the lengths are the same constant.)
+    #[inline(always)]
+    fn push(&mut self, d: XdpDesc, parsed: Result<Parsed<'r>, DropReason>) {
+        self.walks |= parsed.as_ref().is_ok_and(Parsed::walks);
+        if self.descs.try_push(d).is_ok() {
+            let _ = self.parsed.try_push(parsed);
+        }
+    }
+}
 
 /// What one burst counted, added to the poller's counters once at its end.
 pub(super) struct Tally {
@@ -146,7 +177,7 @@ impl Refusal<'_> {
         }
         // IPv4 too big without DF: fragmented (the rest of too big: the ICMP error).
         let reason = match reason {
-            DropReason::TooBig if matches!(p, Ok(Parsed::L3(L3::V4 { .. }, _))) => {
+            DropReason::TooBig if matches!(p, Ok(Parsed::V4 { .. })) => {
                 match frag::fragment(self.area, self.free, self.stages, self.fwd, rt, d) {
                     Ok(k) => {
                         tally.fragmented[0] += 1;
@@ -194,10 +225,8 @@ pub(super) fn ask_resolve(
     queue: Option<&ArrayQueue<IpAddr>>,
     parsed: &Result<Parsed, DropReason>,
 ) {
-    let dst = match parsed {
-        Ok(Parsed::L3(L3::V4 { dst, .. }, _)) => IpAddr::V4((*dst).into()),
-        Ok(Parsed::L3(L3::V6 { dst, .. }, _)) => IpAddr::V6((*dst).into()),
-        _ => return,
+    let Some(dst) = parsed.as_ref().ok().and_then(Parsed::destination) else {
+        return;
     };
     if *last == Some(dst) {
         return;
@@ -238,16 +267,124 @@ impl<Q: RingIo> Poller<Q> {
             self.count_burst(i, n, bytes, &tally);
             return n;
         }
-        let mut parsed = ParsedBurst::new();
-        let (bytes, walks) = self.parse_pass(n, in_port, rt, &mut parsed);
-        // Pass 1b: the burst's IPv6 route lookups, a trie level at a time across the burst.
-        if walks {
-            self.fwd.walk(rt, &mut parsed);
-        }
         let mut tally = Tally::new();
-        self.decide_pass(i, in_port, rt, &parsed, &mut tally);
+        let mut later = Later::new();
+        let bytes = if self.fwd.routes_frames() {
+            self.prefetch_routes(n, rt);
+            self.route_pass(i, n, in_port, rt, &mut later, &mut tally)
+        } else {
+            self.parse_pass(n, in_port, rt, &mut later)
+        };
+        if !later.parsed.is_empty() {
+            // Pass 2b: the IPv6 route lookups, a trie level at a time across the burst.
+            if later.walks {
+                self.fwd.walk(rt, &mut later.parsed);
+            }
+            self.decide_pass(i, in_port, rt, &later, &mut tally);
+        }
         self.count_burst(i, n, bytes, &tally);
         n
+    }
+
+    /// Pass 1 in l3fwd: start loading the route entry of every frame that seems to carry
+    /// IPv4, so the burst's table misses overlap before any frame is decided (the headers'
+    /// own loads, begun in pass 0, are what it waits for).
+    #[inline(always)]
+    fn prefetch_routes(&self, n: usize, rt: Routes<'_>) {
+        for d in self.burst.get(..n).unwrap_or_default() {
+            // SAFETY: as in pass 0, a frame received in this burst, not yet handed on.
+            let head = unsafe { self.area.peek::<{ packet::V4_HINT_LEN }>(d.addr) };
+            if let Some(dst) = head.and_then(packet::v4_destination_hint) {
+                rt.prefetch_v4(dst);
+            }
+        }
+    }
+
+    /// Pass 2 in l3fwd: each IPv4 frame decided whole (checked, routed, rewritten, staged;
+    /// a refused one through [`Refusal::refused`]); every other frame parsed into `later`.
+    /// Returns the burst's bytes.
+    #[inline(always)]
+    fn route_pass<'r>(
+        &mut self,
+        i: usize,
+        n: usize,
+        in_port: u16,
+        rt: Routes<'r>,
+        later: &mut Later<'r>,
+        t: &mut Tally,
+    ) -> u64 {
+        let queue_base = (i / self.ports) * self.ports;
+        let ingress = self.fwd.ingress(in_port);
+        let Poller {
+            burst,
+            area,
+            free,
+            stages,
+            fwd,
+            icmp_bucket,
+            last_resolve,
+            resolve,
+            frame_mask,
+            ports,
+            ..
+        } = self;
+        let stages = stages
+            .get_mut(queue_base..queue_base + *ports)
+            .unwrap_or_default();
+        let mut bytes = 0u64;
+        // Refused frames are handled after the loop, which then keeps its values in
+        // registers (the slow path may change the poller's state); as a router's slow path
+        // does, they leave after the burst's forwarded frames.
+        let mut refused = ArrayVec::<_, MAX_BATCH>::new();
+        for d in burst.get(..n).unwrap_or_default() {
+            bytes += u64::from(d.len);
+            let routed = match area.check(d.addr, d.len) {
+                Some(off) => {
+                    // SAFETY: as in pass 0; it is staged for TX or freed only after this
+                    // view, and `Area::check` passed for this (addr, len) just above.
+                    let frame = unsafe { area.checked_frame_mut(off, d.len) };
+                    match fwd.route_now(rt, ingress, frame) {
+                        Routed::Later => {
+                            later.push(*d, fwd.prepare_routed(rt, ingress, frame));
+                            continue;
+                        }
+                        routed => routed,
+                    }
+                }
+                None => Routed::Refused(
+                    DropReason::InvalidDescriptor,
+                    Err(DropReason::InvalidDescriptor),
+                ),
+            };
+            match routed {
+                Routed::Out(out) => {
+                    if !stage(stages, usize::from(out), d.addr, d.len) {
+                        t.drop(DropReason::TxRingFull);
+                        free.push(d.addr & *frame_mask);
+                    }
+                }
+                // Never full: at most one per descriptor of the burst, `MAX_BATCH`.
+                Routed::Refused(r, p) => {
+                    let _ = refused.try_push((*d, r, p));
+                }
+                Routed::Later => {}
+            }
+        }
+        for (d, r, p) in &refused {
+            Refusal {
+                area,
+                free,
+                stages,
+                fwd,
+                bucket: icmp_bucket,
+                last_resolve,
+                resolve: resolve.as_deref(),
+                frame_mask: *frame_mask,
+                in_port,
+            }
+            .refused(rt, *r, p, d, t);
+        }
+        bytes
     }
 
     /// Pass 0: start loading every frame's headers. The kernel wrote them moments ago from
@@ -300,19 +437,11 @@ impl<Q: RingIo> Poller<Q> {
         bytes
     }
 
-    /// Pass 1: check every descriptor and parse every frame (read only), prefetching the
-    /// route entries, so the burst's table misses overlap. Returns the burst's bytes and
-    /// whether any lookup walks the IPv6 trie.
+    /// Pass 1 in drop mode: check every descriptor and "parse" every frame into `out` (each
+    /// one refused). Returns the burst's bytes.
     #[inline(always)]
-    fn parse_pass<'r>(
-        &self,
-        n: usize,
-        in_port: u16,
-        rt: Routes<'r>,
-        out: &mut ParsedBurst<'r>,
-    ) -> (u64, bool) {
+    fn parse_pass<'r>(&self, n: usize, in_port: u16, rt: Routes<'r>, out: &mut Later<'r>) -> u64 {
         let ingress = self.fwd.ingress(in_port);
-        let mut walks = false;
         let mut bytes = 0u64;
         for d in self.burst.iter().take(n) {
             bytes += u64::from(d.len);
@@ -323,30 +452,24 @@ impl<Q: RingIo> Poller<Q> {
                     .prepare(rt, ingress, unsafe { self.area.frame(off, d.len) }),
                 None => Err(DropReason::InvalidDescriptor),
             };
-            walks |= parsed.as_ref().is_ok_and(Parsed::walks);
-            // Never full: `self.burst` holds `MAX_BATCH` descriptors, `out`'s capacity, and
-            // `n` is at most that. (Were it full, the frames after would be neither staged
-            // nor freed, a leak: hence the two lengths are the same constant.)
-            if out.try_push(parsed).is_err() {
-                break;
-            }
+            out.push(*d, parsed);
         }
-        (bytes, walks)
+        bytes
     }
 
-    /// Pass 2: route, rewrite, stage for TX; everything else through [`Refusal::refused`].
+    /// Pass 3: the frames left for later: route, rewrite, stage for TX; everything else
+    /// through [`Refusal::refused`].
     #[inline(always)]
     fn decide_pass<'r>(
         &mut self,
         i: usize,
         in_port: u16,
         rt: Routes<'r>,
-        parsed: &ParsedBurst<'r>,
+        later: &Later<'r>,
         t: &mut Tally,
     ) {
         let queue_base = (i / self.ports) * self.ports;
         let Poller {
-            burst,
             area,
             free,
             stages,
@@ -361,14 +484,17 @@ impl<Q: RingIo> Poller<Q> {
         let stages = stages
             .get_mut(queue_base..queue_base + *ports)
             .unwrap_or_default();
-        for (d, p) in burst.iter().zip(parsed.iter()) {
+        for (d, p) in later.descs.iter().zip(later.parsed.iter()) {
             let verdict = match *p {
                 Ok(parsed) => {
                     // Pass 1 parsed only frames whose descriptor `Area::check` passed, and its
-                    // offset is the address; an address out of range would give an empty view.
-                    let off = usize::try_from(d.addr).unwrap_or(usize::MAX);
-                    // SAFETY: as in pass 0; it is staged for TX or freed only after this view.
-                    let frame = unsafe { area.frame_mut(off, d.len) };
+                    // offset is the address.
+                    #[allow(clippy::cast_possible_truncation)] // checked: below the area's length
+                    let off = d.addr as usize;
+                    // SAFETY: as in pass 0, it is staged for TX or freed only after this view;
+                    // `Area::check` passed for this (addr, len) in pass 1, and the area has
+                    // not changed since.
+                    let frame = unsafe { area.checked_frame_mut(off, d.len) };
                     fwd.finish(rt, in_port, parsed, frame)
                         // The view is d.len bytes long (a u32), and finish keeps its length.
                         .map(|out| (out, u32::try_from(frame.len()).unwrap_or(d.len)))

@@ -271,6 +271,39 @@ impl Area {
         unsafe { std::slice::from_raw_parts_mut(self.map.as_ptr().as_ptr().add(off), len) }
     }
 
+    /// The `N` bytes at `addr`, whatever the descriptor's length (None: not all inside the
+    /// area): a frame's first bytes read for a hint (a prefetch), never to decide by.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Area::frame`]: the frame holding those bytes must be in the caller's hands.
+    #[inline(always)]
+    pub(crate) unsafe fn peek<const N: usize>(&self, addr: u64) -> Option<&[u8; N]> {
+        let off = usize::try_from(addr).ok()?;
+        if off.checked_add(N)? > self.map.len() {
+            return None;
+        }
+        // SAFETY: off + N is within the mapping (checked just above), a u8 array has no
+        // alignment; the caller guarantees the kernel does not write the bytes meanwhile.
+        Some(unsafe { &*self.map.as_ptr().as_ptr().add(off).cast::<[u8; N]>() })
+    }
+
+    /// [`Area::frame_mut`] of a frame whose bounds [`Area::check`] has passed: no check again.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Area::frame_mut`]; and `(off, len)` must be an offset [`Area::check`] returned
+    /// for `len` on this area, so that `off + len` is within the mapping.
+    #[inline(always)]
+    pub(crate) unsafe fn checked_frame_mut(&mut self, off: usize, len: u32) -> &mut [u8] {
+        debug_assert!(off
+            .checked_add(len as usize)
+            .is_some_and(|end| end <= self.map.len()));
+        // SAFETY: within the mapping, as the caller guarantees; theirs alone, likewise; tied
+        // to `&mut self`, so no other slice of the area is alive at the same time.
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_ptr().as_ptr().add(off), len as usize) }
+    }
+
     /// A read-only view of `src` and a writable view of `dst` at once (a fragment copied out
     /// of its packet): None when either is out of range or they overlap.
     ///

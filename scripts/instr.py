@@ -177,7 +177,12 @@ def testpmd(mode, tmp):
     """testpmd's instructions per packet in `mode`, the lcore's, from two runs' difference."""
     i1, p1 = testpmd_thread(mode, 10, tmp)
     i2, p2 = testpmd_thread(mode, 25, tmp)
-    return (i2 - i1) / max(p2 - p1, 1)
+    if p2 <= p1 or i2 <= i1:
+        # Seen on a loaded machine: the longer run forwarded no more than the shorter.
+        raise RuntimeError(f"testpmd {mode}: the 25 s run did not forward and count more than the "
+                           f"10 s run ({p2} vs {p1} packets, {i2} vs {i1} instructions); "
+                           "run make instr again on an idle machine")
+    return (i2 - i1) / (p2 - p1)
 
 
 def whole_program(cmd, tmp, name, extra=()):

@@ -425,6 +425,16 @@ impl<'a> Routes<'a> {
         self.table.hop_of(self.table.v6.finish(dst, walk), flow)
     }
 
+    /// The IPv4 lookups of a burst, the table's cells read once for all of them.
+    #[inline(always)]
+    pub(crate) fn v4(&self) -> V4Routes<'a> {
+        V4Routes {
+            levels: self.table.v4.levels(),
+            hops: &self.table.hops,
+            table: self.table,
+        }
+    }
+
     /// Starts loading the first-level entry of an IPv4 destination (a burst's lookups then
     /// overlap their misses).
     #[inline(always)]
@@ -436,6 +446,23 @@ impl<'a> Routes<'a> {
     #[inline(always)]
     pub(crate) fn prefetch_v6(&self, dst: u128) {
         self.table.v6.prefetch(dst);
+    }
+}
+
+/// [`Routes::v4`]: [`Routes::route_v4`] with the table's cells at hand.
+#[derive(Clone, Copy)]
+pub(crate) struct V4Routes<'a> {
+    levels: dir::Levels<'a>,
+    hops: &'a [HopSlot],
+    table: &'a Table,
+}
+
+impl V4Routes<'_> {
+    /// [`Routes::route_v4`].
+    #[inline(always)]
+    pub(crate) fn route(&self, dst: u32, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
+        let target = Lpm4::lookup_in(self.levels, dst);
+        self.table.hop_in(self.hops, target, flow)
     }
 }
 
@@ -454,6 +481,17 @@ impl Table {
     /// `flow`, the packet's flow hash, asked for only when the target is a group.
     #[inline(always)]
     fn hop_of(&self, target: Option<u32>, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {
+        self.hop_in(&self.hops, target, flow)
+    }
+
+    /// [`Table::hop_of`] with the next hops' cells `hops` (this table's) at hand.
+    #[inline(always)]
+    fn hop_in(
+        &self,
+        hops: &[HopSlot],
+        target: Option<u32>,
+        flow: impl FnOnce() -> u32,
+    ) -> Result<Hop, Miss> {
         let mut t = target.ok_or(Miss::NoRoute)?;
         if t & GROUP != 0 {
             let g = (t & !GROUP) as usize;
@@ -467,7 +505,7 @@ impl Table {
                 .get(g * MAX_PATHS + k as usize)
                 .map_or(HOP_BLACKHOLE, |m| m.load(Acquire));
         }
-        self.hops.get(t as usize).ok_or(Miss::NoRoute)?.read()
+        hops.get(t as usize).ok_or(Miss::NoRoute)?.read()
     }
 
     /// True when port `p`'s interface was deleted (its sockets are dead: pollers skip them).

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::fib::dir::Walk;
-use crate::fib::{mac_key, Hop, Miss, Routes, Table};
+use crate::fib::{mac_key, Hop, Miss, Routes, Table, V4Routes};
 use crate::packet::field::ipv4;
 use crate::packet::{self, DropReason, L3};
 use crate::types::{MacAddr, Mode, PortId};
@@ -194,6 +194,12 @@ impl Forwarder {
         }
     }
 
+    /// Each port's MAC as [`Forwarder::route_now`] takes them.
+    #[inline(always)]
+    pub(crate) fn port_macs(&self) -> &[u64] {
+        &self.port_macs
+    }
+
     /// Whether frames are routed (l3fwd): [`Forwarder::prepare_routed`] is then what
     /// [`Forwarder::prepare`] does, without the mode's dispatch per frame.
     #[inline(always)]
@@ -256,90 +262,59 @@ impl Forwarder {
         })
     }
 
-    /// An IPv4 frame decided whole ([`Forwarder::prepare_routed`] and
-    /// [`Forwarder::finish`] in one go) in l3fwd: for frames whose route entry was prefetched
-    /// beforehand ([`Routes::prefetch_v4`] of [`packet::v4_destination_hint`]), so no parse
-    /// result need be kept between passes. Any other frame is [`Routed::Later`], for
-    /// `prepare` and `finish` with the rest of the burst.
+    /// An IPv4 frame forwarded whole ([`Forwarder::prepare_routed`] and
+    /// [`Forwarder::finish`] in one go) in l3fwd: the egress port, the frame rewritten. For
+    /// frames whose route entry was prefetched beforehand ([`Routes::prefetch_v4`] of
+    /// [`packet::v4_destination_hint`]), so no parse result is kept between passes. None:
+    /// the frame is unchanged, to be decided with `prepare` and `finish` with the rest of the
+    /// burst, which give every other outcome its reason (IPv6, IPv4 with options, anything
+    /// refused).
     #[inline(always)]
-    pub(crate) fn route_now<'r>(
-        &self,
-        rt: Routes<'r>,
+    pub(crate) fn route_now(
+        rt: V4Routes<'_>,
         ingress: Ingress,
+        port_macs: &[u64],
         frame: &mut [u8],
-    ) -> Routed<'r> {
+    ) -> Option<PortId> {
         const HEAD: usize = packet::ETH_HLEN + ipv4::HLEN;
-        let Some(h) = frame.first_chunk::<HEAD>() else {
-            return Routed::Later;
-        };
+        let h = frame.first_chunk::<HEAD>()?;
         // At least HEAD bytes: no wrap.
         let ip_wire = frame.len().wrapping_sub(packet::ETH_HLEN);
-        let Some((eth, ip)) = h.split_first_chunk::<{ packet::ETH_HLEN }>() else {
-            return Routed::Later;
-        };
-        let Some(ip) = ip.first_chunk::<{ ipv4::HLEN }>() else {
-            return Routed::Later;
-        };
-        // IPv4 without options; anything else decided with the rest of the burst.
+        let (eth, ip) = h.split_first_chunk::<{ packet::ETH_HLEN }>()?;
+        let ip = ip.first_chunk::<{ ipv4::HLEN }>()?;
         let ethertype = eth.last_chunk::<2>().copied().unwrap_or_default();
         if ethertype != packet::ETH_P_IPV4.to_be_bytes() || ip[ipv4::VER_IHL] != 0x45 {
-            return Routed::Later;
+            return None;
         }
-        let Some(head) = eth.first_chunk::<8>() else {
-            return Routed::Later;
-        };
-        let head = u64::from_le_bytes(*head);
+        // The MAC checks of `prepare`: destination the port's, source not a group address.
+        let head = u64::from_le_bytes(*eth.first_chunk::<8>()?);
         if head & 0x0001_ffff_ffff_ffff != ingress.mac {
-            return Routed::refused(if head & 0xffff_ffff_ffff != ingress.mac {
-                DropReason::NotForUs
-            } else {
-                DropReason::MulticastSource
-            });
+            return None;
         }
-        let (dst, len) = match packet::parse_v4_plain::<false>(ip, ip_wire) {
-            Ok(L3::V4 { dst, len }) => (dst, len),
-            Ok(L3::V6 { .. }) => return Routed::Later,
-            Err(r) => return Routed::refused(r),
+        let Ok(L3::V4 { dst, len }) = packet::parse_v4_plain::<false>(ip, ip_wire) else {
+            return None;
         };
-        let parsed = Parsed::V4 { dst, len };
-        let hop = rt.route_v4(dst, || packet::flow_hash(frame));
-        let Some(h) = frame.first_chunk_mut::<HEAD>() else {
-            return Routed::Later;
-        };
-        match self.rewrite_v4(hop, len, h) {
-            Ok(out) => Routed::Out(out),
-            Err(r) => Routed::Refused(r, Ok(parsed)),
+        let hop = rt.route(dst, || packet::flow_hash(frame)).ok()?;
+        if u32::from(len) > hop.mtu {
+            return None;
         }
+        Self::rewrite_v4(hop, port_macs, frame.first_chunk_mut::<HEAD>()?)
     }
 
-    /// [`Forwarder::rewrite`] of an option-less IPv4 packet, given its headers.
+    /// [`Forwarder::rewrite`] of an option-less IPv4 packet, given its headers, once its
+    /// MTU check passed.
     #[inline(always)]
     fn rewrite_v4(
-        &self,
-        hop: Result<Hop, Miss>,
-        ip_len: u16,
+        hop: Hop,
+        port_macs: &[u64],
         h: &mut [u8; packet::ETH_HLEN + ipv4::HLEN],
-    ) -> Result<PortId, DropReason> {
-        let hop = hop.map_err(miss_reason)?;
-        if u32::from(ip_len) > hop.mtu {
-            return Err(DropReason::TooBig);
-        }
-        let (macs, rest) = h.split_at_mut(12);
-        if let Some(ip) = rest
-            .get_mut(2..)
-            .and_then(<[u8]>::first_chunk_mut::<{ ipv4::HLEN }>)
-        {
-            packet::decrement_ttl_v4_header(ip);
-        }
-        let src = self
-            .port_macs
-            .get(usize::from(hop.port))
-            .copied()
-            .unwrap_or(0);
-        if let Some(macs) = macs.first_chunk_mut::<12>() {
-            packet::set_macs(macs, hop.mac, src);
-        }
-        Ok(hop.port)
+    ) -> Option<PortId> {
+        let (macs, rest) = h.split_first_chunk_mut::<12>()?;
+        let ip = rest.last_chunk_mut::<{ ipv4::HLEN }>()?;
+        packet::decrement_ttl_v4_header(ip);
+        let src = port_macs.get(usize::from(hop.port)).copied().unwrap_or(0);
+        packet::set_macs(macs, hop.mac, src);
+        Some(hop.port)
     }
 
     /// Second half: look up, rewrite in place, and return the egress port or the drop reason.
@@ -429,25 +404,6 @@ impl Forwarder {
             .unwrap_or(0);
         packet::set_macs_words(frame, h.mac, src);
         Ok(h.port)
-    }
-}
-
-/// What [`Forwarder::route_now`] made of a frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Routed<'r> {
-    /// Rewritten in place, to leave by this port.
-    Out(PortId),
-    /// Not forwarded as it is, for this reason; with what was parsed of it, for the slow
-    /// path (fragmenting it, an ICMP error, asking for its neighbour).
-    Refused(DropReason, Result<Parsed<'r>, DropReason>),
-    /// Not IPv4: to be prepared and finished with the rest of its burst.
-    Later,
-}
-
-impl Routed<'_> {
-    #[inline(always)]
-    fn refused(r: DropReason) -> Self {
-        Routed::Refused(r, Err(r))
     }
 }
 

@@ -494,16 +494,16 @@ pub(crate) fn decrement_ttl_v4_header(ip: &mut [u8; ipv4::HLEN]) {
     ip[TTL] = ip[TTL].wrapping_sub(1);
     // RFC 1624 eqn. 3, HC' = ~(~HC + ~m + m'), where m is the TTL and protocol word and
     // m' = m - 0x0100 (TTL >= 1): ~m + m' = 0xffff - 0x0100 = 0xfeff whatever the
-    // protocol, so the old and new words need not be read. Taken in the CPU's byte order
-    // (RFC 1071 2.(B)): the addend is 0xfeff's two bytes read that way, and so is the
-    // result written back. One fold suffices: two 16-bit values sum below 0x20000, which
-    // folds to at most 0xffff.
-    let hc = u16::from_ne_bytes([ip[CHECKSUM], ip[CHECKSUM + 1]]);
-    let mut sum = u32::from(!hc) + u32::from(u16::from_ne_bytes(0xfeff_u16.to_be_bytes()));
-    sum = (sum & 0xffff) + (sum >> 16);
-    #[allow(clippy::cast_possible_truncation)] // folded above: sum <= 0xffff
-    let folded = sum as u16;
-    [ip[CHECKSUM], ip[CHECKSUM + 1]] = (!folded).to_ne_bytes();
+    // protocol, so the old and new words need not be read. ~(~HC + 0xfeff) is the ones'
+    // complement difference HC - 0xfeff = HC + 0x0100, which eqn. 3 never leaves at 0xffff
+    // (its sum is folded before the complement): (HC + 0x0100) mod 0xffff. Taken in the
+    // CPU's byte order (RFC 1071 2.(B)): 0x0100 as its two bytes read that way.
+    let hc = u32::from(u16::from_ne_bytes([ip[CHECKSUM], ip[CHECKSUM + 1]]));
+    let sum = hc + u32::from(u16::from_ne_bytes(0x0100_u16.to_be_bytes()));
+    let sum = if sum >= 0xffff { sum - 0xffff } else { sum };
+    #[allow(clippy::cast_possible_truncation)] // below 0xffff
+    let hc = sum as u16;
+    [ip[CHECKSUM], ip[CHECKSUM + 1]] = hc.to_ne_bytes();
 }
 
 /// Decrements the IPv6 hop limit (IPv6 has no header checksum).

@@ -39,8 +39,10 @@ pub(crate) fn parse_v4_plain<const WIRE: bool>(
         hdr[ipv4::TOTAL_LEN],
         hdr[ipv4::TOTAL_LEN + 1],
     ]));
-    // A multi-buffer packet is exactly its IP length, as in the general parse.
-    if total < ipv4::HLEN || total > ip_wire || (WIRE && total != ip_wire) {
+    // `total` in [20, ip_wire] in one unsigned compare (a packet shorter than its header
+    // fails it too); a multi-buffer packet is exactly its IP length, as in the general parse.
+    let in_range = total.wrapping_sub(ipv4::HLEN) <= ip_wire.wrapping_sub(ipv4::HLEN);
+    if !in_range || ip_wire < ipv4::HLEN || (WIRE && total != ip_wire) {
         return Err(DropReason::BadLength);
     }
     if !v4_header_checksum_holds(hdr) {

@@ -368,7 +368,7 @@ impl<Q: RingIo> Poller<Q> {
             let (mut bytes, mut links) = (0u64, 0u64);
             #[allow(clippy::cast_possible_truncation)] // setup caps sockets at MAX_SOCKETS
             let socket = i as u16;
-            for d in staged.iter().take(sent) {
+            for d in staged.get(..sent).unwrap_or_default() {
                 bytes += u64::from(d.len);
                 links += u64::from(d.options & XDP_PKT_CONTD);
                 self.owners.give(d.addr, socket);
@@ -420,7 +420,9 @@ impl<Q: RingIo> Poller<Q> {
                 continue;
             }
             let (free, mask) = (&mut self.free, self.frame_mask);
-            let done = u64::from(q.complete(&self.area, self.ring, |addr| free.push(addr & mask)));
+            let done =
+                free.push_run(|run| q.complete(&self.area, self.ring, |a| run.push(a & mask)));
+            let done = u64::from(done);
             if done > 0 {
                 self.stats.add(Counter::Completions, done);
                 work += usize::try_from(done).unwrap_or(usize::MAX);

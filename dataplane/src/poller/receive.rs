@@ -1,11 +1,10 @@
 //! One burst from one RX ring, decided in passes over the burst so that each pass's memory
-//! misses overlap: prefetch the frames' headers (pass 0). Bounce and l2fwd then stage every
-//! frame in one pass. l3fwd prefetches each IPv4 frame's route entry (pass 1), then decides
-//! each IPv4 frame whole, checked, routed, rewritten and staged, with nothing kept between
-//! passes (pass 2); every other frame is parsed into `Later`, its IPv6 lookups walked a trie
-//! level at a time across the burst, and decided after (pass 3). Every outcome other than a
-//! forwarded frame (a drop, an ICMP error, fragmentation, a neighbour to resolve) goes
-//! through one cold function after the loop, so the loop keeps its values in registers.
+//! misses overlap. Bounce and l2fwd stage every frame in one pass (l2fwd after prefetching
+//! the headers, pass 0). l3fwd reads each frame's header to prefetch its IPv4 route entry
+//! (pass 1), then forwards each IPv4 frame whole, checked, routed, rewritten and staged,
+//! with nothing kept between passes (pass 2); every other frame, refused ones included, is
+//! parsed into `Later`, its IPv6 lookups walked a trie level at a time across the burst,
+//! and decided after (pass 3), every outcome but forwarding through one cold function.
 //!
 //! The frame views (`Area::frame`, `frame_mut`) are `unsafe`: each one below is of a
 //! descriptor just read from the RX ring, so the frame is this poller's until it is staged for
@@ -24,7 +23,7 @@ use super::ratelimit::TokenBucket;
 use super::stats::Counter;
 use super::{frag, Poller, Stage, MAX_BATCH};
 use crate::fib::Routes;
-use crate::forward::{Forwarder, L2Egress, Parsed, Routed};
+use crate::forward::{Forwarder, L2Egress, Parsed};
 use crate::packet::{self, DropReason};
 use crate::port::rings::{RingIo, XDP_PKT_CONTD};
 use crate::port::umem::{Area, FreeList};
@@ -256,12 +255,18 @@ impl<Q: RingIo> Poller<Q> {
         }
         // A multi-buffer packet in the burst, or the rest of one dropped before: the chain
         // path (one OR per descriptor here, nothing more, for single-buffer traffic).
-        let contd = self.burst.iter().take(n).fold(0, |a, d| a | d.options) & XDP_PKT_CONTD;
+        let contd = self
+            .burst
+            .get(..n)
+            .unwrap_or_default()
+            .iter()
+            .fold(0, |a, d| a | d.options)
+            & XDP_PKT_CONTD;
         if contd != 0 || self.open_chain.get(i).copied().unwrap_or(false) {
             return self.receive_chains(i, n, rt);
         }
-        self.prefetch_pass(n);
         if let Some(egress) = self.fwd.l2_egress(in_port) {
+            self.prefetch_pass(n);
             let mut tally = Tally::new();
             let bytes = self.l2_pass(i, n, egress, &mut tally);
             self.count_burst(i, n, bytes, &tally);
@@ -270,8 +275,9 @@ impl<Q: RingIo> Poller<Q> {
         let mut tally = Tally::new();
         let mut later = Later::new();
         let bytes = if self.fwd.routes_frames() {
-            self.prefetch_routes(n, rt);
-            self.route_pass(i, n, in_port, rt, &mut later, &mut tally)
+            let bytes = self.prefetch_routes(n, rt);
+            self.route_pass(i, n, in_port, rt, &mut later, &mut tally);
+            bytes
         } else {
             self.parse_pass(n, in_port, rt, &mut later)
         };
@@ -287,22 +293,26 @@ impl<Q: RingIo> Poller<Q> {
     }
 
     /// Pass 1 in l3fwd: start loading the route entry of every frame that seems to carry
-    /// IPv4, so the burst's table misses overlap before any frame is decided (the headers'
-    /// own loads, begun in pass 0, are what it waits for).
+    /// IPv4, so the burst's table misses overlap before any frame is decided. Its loads of
+    /// the headers are independent of one another, so they overlap too. Returns the burst's
+    /// bytes.
     #[inline(always)]
-    fn prefetch_routes(&self, n: usize, rt: Routes<'_>) {
+    fn prefetch_routes(&self, n: usize, rt: Routes<'_>) -> u64 {
+        let mut bytes = 0u64;
         for d in self.burst.get(..n).unwrap_or_default() {
+            bytes += u64::from(d.len);
             // SAFETY: as in pass 0, a frame received in this burst, not yet handed on.
             let head = unsafe { self.area.peek::<{ packet::V4_HINT_LEN }>(d.addr) };
             if let Some(dst) = head.and_then(packet::v4_destination_hint) {
                 rt.prefetch_v4(dst);
             }
         }
+        bytes
     }
 
-    /// Pass 2 in l3fwd: each IPv4 frame decided whole (checked, routed, rewritten, staged;
-    /// a refused one through [`Refusal::refused`]); every other frame parsed into `later`.
-    /// Returns the burst's bytes.
+    /// Pass 2 in l3fwd: each IPv4 frame forwarded whole (checked, routed, rewritten,
+    /// staged); every other frame, refused ones included, parsed into `later`, to be decided
+    /// after with its reason.
     #[inline(always)]
     fn route_pass<'r>(
         &mut self,
@@ -312,7 +322,7 @@ impl<Q: RingIo> Poller<Q> {
         rt: Routes<'r>,
         later: &mut Later<'r>,
         t: &mut Tally,
-    ) -> u64 {
+    ) {
         let queue_base = (i / self.ports) * self.ports;
         let ingress = self.fwd.ingress(in_port);
         let Poller {
@@ -321,9 +331,6 @@ impl<Q: RingIo> Poller<Q> {
             free,
             stages,
             fwd,
-            icmp_bucket,
-            last_resolve,
-            resolve,
             frame_mask,
             ports,
             ..
@@ -331,70 +338,37 @@ impl<Q: RingIo> Poller<Q> {
         let stages = stages
             .get_mut(queue_base..queue_base + *ports)
             .unwrap_or_default();
-        let mut bytes = 0u64;
-        // Refused frames are handled after the loop, which then keeps its values in
-        // registers (the slow path may change the poller's state); as a router's slow path
-        // does, they leave after the burst's forwarded frames.
-        let mut refused = ArrayVec::<_, MAX_BATCH>::new();
+        let v4 = rt.v4();
+        let port_macs = fwd.port_macs();
         for d in burst.get(..n).unwrap_or_default() {
-            bytes += u64::from(d.len);
-            let routed = match area.check(d.addr, d.len) {
-                Some(off) => {
-                    // SAFETY: as in pass 0; it is staged for TX or freed only after this
-                    // view, and `Area::check` passed for this (addr, len) just above.
-                    let frame = unsafe { area.checked_frame_mut(off, d.len) };
-                    match fwd.route_now(rt, ingress, frame) {
-                        Routed::Later => {
-                            later.push(*d, fwd.prepare_routed(rt, ingress, frame));
-                            continue;
-                        }
-                        routed => routed,
-                    }
-                }
-                None => Routed::Refused(
-                    DropReason::InvalidDescriptor,
-                    Err(DropReason::InvalidDescriptor),
-                ),
+            let Some(off) = area.check(d.addr, d.len) else {
+                later.push(*d, Err(DropReason::InvalidDescriptor));
+                continue;
             };
-            match routed {
-                Routed::Out(out) => {
+            // SAFETY: as in pass 0; it is staged for TX or freed only after this view, and
+            // `Area::check` passed for this (addr, len) just above.
+            let frame = unsafe { area.checked_frame_mut(off, d.len) };
+            match Forwarder::route_now(v4, ingress, port_macs, frame) {
+                Some(out) => {
                     if !stage(stages, usize::from(out), d.addr, d.len) {
                         t.drop(DropReason::TxRingFull);
                         free.push(d.addr & *frame_mask);
                     }
                 }
-                // Never full: at most one per descriptor of the burst, `MAX_BATCH`.
-                Routed::Refused(r, p) => {
-                    let _ = refused.try_push((*d, r, p));
-                }
-                Routed::Later => {}
+                None => later.push(*d, fwd.prepare_routed(rt, ingress, frame)),
             }
         }
-        for (d, r, p) in &refused {
-            Refusal {
-                area,
-                free,
-                stages,
-                fwd,
-                bucket: icmp_bucket,
-                last_resolve,
-                resolve: resolve.as_deref(),
-                frame_mask: *frame_mask,
-                in_port,
-            }
-            .refused(rt, *r, p, d, t);
-        }
-        bytes
     }
 
-    /// Pass 0: start loading every frame's headers. The kernel wrote them moments ago from
-    /// whichever CPU ran the receive (NAPI), so they usually sit in another core's cache;
-    /// touching them one by one would serialise those transfers. Modes that never read a
-    /// frame skip this.
+    /// Pass 0 of l2fwd: start loading every frame's headers. The kernel wrote them moments
+    /// ago from whichever CPU ran the receive (NAPI), so they usually sit in another core's
+    /// cache; touching them one by one would serialise those transfers. Bounce never reads a
+    /// frame; l3fwd's pass 1 reads each frame's header in a loop short enough that the core
+    /// keeps the burst's misses in flight by itself.
     #[inline(always)]
     fn prefetch_pass(&self, n: usize) {
         let prefetch = if self.fwd.reads_frames() { n } else { 0 };
-        for d in self.burst.iter().take(prefetch) {
+        for d in self.burst.get(..prefetch).unwrap_or_default() {
             self.area.prefetch(d.addr);
         }
     }
@@ -416,7 +390,7 @@ impl<Q: RingIo> Poller<Q> {
         } = self;
         let mut out = stages.get_mut((i / *ports) * *ports + usize::from(egress.port));
         let mut bytes = 0u64;
-        for d in burst.iter().take(n) {
+        for d in burst.get(..n).unwrap_or_default() {
             bytes += u64::from(d.len);
             let refused = match area.check(d.addr, d.len) {
                 Some(_) if !egress.swap_macs => None,

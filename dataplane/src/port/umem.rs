@@ -26,6 +26,28 @@ pub(crate) struct FreeList {
     held: Box<[bool]>,
 }
 
+/// [`FreeList::push_run`]'s pushes.
+pub(crate) struct Run<'a> {
+    list: &'a mut FreeList,
+    len: usize,
+}
+
+impl Run<'_> {
+    /// [`FreeList::push`].
+    #[inline(always)]
+    pub(crate) fn push(&mut self, addr: u64) {
+        #[cfg(debug_assertions)]
+        {
+            self.list.len = self.len;
+            self.list.debug_check_push(addr);
+        }
+        if let Some(slot) = self.list.buf.get_mut(self.len) {
+            *slot = addr;
+            self.len += 1;
+        }
+    }
+}
+
 impl FreeList {
     /// An empty list for a UMEM of `frames` frames of `frame_size` bytes (a power of two).
     pub(crate) fn new(frames: usize, frame_size: u32) -> Self {
@@ -50,6 +72,20 @@ impl FreeList {
             *slot = addr;
             self.len += 1;
         }
+    }
+
+    /// Pushes a run of frames (completions reaped), the length kept in a local and written
+    /// back once: `push` stores it every time, as the compiler cannot tell that the stores
+    /// to the frames' slots leave it alone. Returns `fill`'s result.
+    #[inline(always)]
+    pub(crate) fn push_run<R>(&mut self, fill: impl FnOnce(&mut Run<'_>) -> R) -> R {
+        let mut run = Run {
+            len: self.len,
+            list: self,
+        };
+        let r = fill(&mut run);
+        run.list.len = run.len;
+        r
     }
 
     #[cfg(debug_assertions)]

@@ -154,12 +154,23 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     /// dependent loads.
     #[inline(always)]
     pub(crate) fn lookup<K: Key>(&self, key: K) -> Option<u32> {
-        let mut e = self
-            .top
-            .get()
-            .get(key.field(BITS - FIRST, FIRST))?
-            .load(Acquire);
-        let groups = self.groups.get();
+        Self::lookup_in(self.levels(), key)
+    }
+
+    /// The two levels' cells, for lookups that read them many times ([`Dir::lookup_in`]).
+    #[inline(always)]
+    pub(crate) fn levels(&self) -> Levels<'_> {
+        Levels {
+            top: self.top.get(),
+            groups: self.groups.get(),
+        }
+    }
+
+    /// [`Dir::lookup`] in the cells `levels` of this trie.
+    #[inline(always)]
+    pub(crate) fn lookup_in<K: Key>(levels: Levels<'_>, key: K) -> Option<u32> {
+        let Levels { top, groups } = levels;
+        let mut e = top.get(key.field(BITS - FIRST, FIRST))?.load(Acquire);
         let mut end = FIRST;
         for _ in 0..Self::DEEPER {
             if e & EXT == 0 {
@@ -248,6 +259,13 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
         let start = (g as usize) << STRIDE;
         &self.groups.get()[start..start + (1 << STRIDE)]
     }
+}
+
+/// A trie's cells ([`Dir::levels`]): the first level's and the groups'.
+#[derive(Clone, Copy)]
+pub(crate) struct Levels<'a> {
+    top: &'a [AtomicU32],
+    groups: &'a [AtomicU32],
 }
 
 /// Levels a path can have: 1 + (128 - 24) / 8 = 14 for IPv6; 32 with the model checker's

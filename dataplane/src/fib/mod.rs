@@ -458,6 +458,12 @@ pub(crate) struct V4Routes<'a> {
 }
 
 impl V4Routes<'_> {
+    /// [`Routes::prefetch_v4`].
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, dst: u32) {
+        Lpm4::prefetch_in(self.levels, dst);
+    }
+
     /// [`Routes::route_v4`].
     #[inline(always)]
     pub(crate) fn route(&self, dst: u32, flow: impl FnOnce() -> u32) -> Result<Hop, Miss> {

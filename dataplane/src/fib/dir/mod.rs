@@ -253,6 +253,18 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
         self.top.prefetch(key.field(BITS - FIRST, FIRST));
     }
 
+    /// [`Dir::prefetch`] in the cells `levels` of this trie.
+    #[inline(always)]
+    pub(crate) fn prefetch_in<K: Key>(levels: Levels<'_>, key: K) {
+        // Unchecked: a prefetch never faults (the index is below 2^FIRST, the first level's
+        // length, anyway).
+        let at = levels
+            .top
+            .as_ptr()
+            .wrapping_add(key.field(BITS - FIRST, FIRST));
+        crate::sys::prefetch_ptr(at.cast::<u8>());
+    }
+
     /// The entries of group `g`.
     #[allow(clippy::indexing_slicing)] // the writer's: g is a group it handed out, in range
     fn group(&self, g: u32) -> &[AtomicU32] {

@@ -375,8 +375,7 @@ impl<Q: RingIo> Poller<Q> {
     /// Pass 0 of l2fwd: start loading every frame's headers. The kernel wrote them moments
     /// ago from whichever CPU ran the receive (NAPI), so they usually sit in another core's
     /// cache; touching them one by one would serialise those transfers. Bounce never reads a
-    /// frame; l3fwd's pass 1 reads each frame's header in a loop short enough that the core
-    /// keeps the burst's misses in flight by itself.
+    /// frame; l3fwd's [`Poller::route_pass`] opens with the same loop.
     #[inline(always)]
     fn prefetch_pass(&self, n: usize) {
         let prefetch = if self.fwd.reads_frames() { n } else { 0 };

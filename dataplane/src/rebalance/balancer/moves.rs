@@ -233,7 +233,8 @@ impl Balancer {
         // Any bucket off a poller over what it should carry (its capacity: it drops; or the
         // target load when scaling: a poller was just engaged to take it): every packet
         // counts there.
-        let smallest = if from_load > self.carry() {
+        let overloaded = from_load > self.carry();
+        let smallest = if overloaded {
             f64::MIN_POSITIVE
         } else {
             (self.settings.min_gap / 4.0).max(f64::MIN_POSITIVE)
@@ -255,6 +256,16 @@ impl Balancer {
                     continue; // would only move the maximum, not lower it
                 }
                 let worst = (from_load - d).max(to_load + there);
+                // A move that hands the pair's maximum to the receiver (a bucket that is most
+                // of its poller's load) must lower it by a margin, not by the noise in the
+                // pollers' cost estimates: such a bucket would otherwise go back and forth
+                // between pollers whose estimated costs differ by a few percent. Not for a
+                // poller over its capacity, which drops now.
+                let relocates = to_load + there >= from_load - d;
+                let margin = from_load * self.settings.threshold / 4.0;
+                if !overloaded && relocates && from_load - worst <= margin {
+                    continue;
+                }
                 let better = best.is_none_or(|(w, l, ..)| {
                     cmp_f64(worst, w).then(cmp_f64(to_load, l)) == std::cmp::Ordering::Less
                 });

@@ -228,20 +228,10 @@ impl Forwarder {
         frame: &[u8],
         wire: Option<usize>,
     ) -> Result<Parsed<'r>, DropReason> {
-        // RFC 1812 5.3.4: a router forwards only link-layer unicast addressed to it.
-        // One load for both MAC checks: the destination (bytes 0-5) must be the port's,
-        // and the source's group bit (byte 6, bit 0) clear.
         let Some(head) = frame.first_chunk::<8>() else {
             return Err(DropReason::Truncated);
         };
-        let head = u64::from_le_bytes(*head);
-        if head & 0x0001_ffff_ffff_ffff != ingress.mac {
-            return Err(if head & 0xffff_ffff_ffff != ingress.mac {
-                DropReason::NotForUs
-            } else {
-                DropReason::MulticastSource
-            });
-        }
+        ingress.admits(head)?;
         let l3 = match wire {
             None => packet::parse_l3(frame)?,
             Some(wire) => packet::parse_l3_wire(frame, wire)?,
@@ -286,9 +276,7 @@ impl Forwarder {
         if ethertype != packet::ETH_P_IPV4.to_be_bytes() || ip[ipv4::VER_IHL] != 0x45 {
             return None;
         }
-        // The MAC checks of `prepare`: destination the port's, source not a group address.
-        let head = u64::from_le_bytes(*eth.first_chunk::<8>()?);
-        if head & 0x0001_ffff_ffff_ffff != ingress.mac {
+        if !ingress.accepts(eth.first_chunk::<8>()?) {
             return None;
         }
         let Ok(L3::V4 { dst, len }) = packet::parse_v4_plain::<false>(ip, ip_wire) else {
@@ -421,6 +409,28 @@ pub(crate) struct L2Egress {
 pub struct Ingress {
     /// The port's MAC as the low 48 bits of a little-endian u64.
     mac: u64,
+}
+
+impl Ingress {
+    /// RFC 1812 5.3.4: a router forwards only link-layer unicast addressed to it. One load
+    /// for both MAC checks of a frame's first 8 bytes: the destination (bytes 0-5) must be
+    /// the port's, and the source's group bit (byte 6, bit 0) clear.
+    #[inline(always)]
+    fn accepts(self, head: &[u8; 8]) -> bool {
+        u64::from_le_bytes(*head) & 0x0001_ffff_ffff_ffff == self.mac
+    }
+
+    /// [`Ingress::accepts`], with the reason when not.
+    #[inline(always)]
+    fn admits(self, head: &[u8; 8]) -> Result<(), DropReason> {
+        if self.accepts(head) {
+            Ok(())
+        } else if u64::from_le_bytes(*head) & 0xffff_ffff_ffff != self.mac {
+            Err(DropReason::NotForUs)
+        } else {
+            Err(DropReason::MulticastSource)
+        }
+    }
 }
 
 /// What [`Forwarder::prepare`] learned about a frame.

@@ -1,6 +1,6 @@
 //! One burst from one RX ring, decided in passes over the burst so that each pass's memory
-//! misses overlap. Bounce and l2fwd stage every frame in one pass (l2fwd after prefetching
-//! the headers, pass 0). l3fwd forwards each IPv4 frame whole, checked, routed, rewritten and
+//! misses overlap: prefetch the frames' headers (pass 0, l2fwd and l3fwd). Bounce and l2fwd
+//! stage every frame in one pass. l3fwd forwards each IPv4 frame whole, checked, routed, rewritten and
 //! staged, with nothing kept for later, while loading the route entries and headers of the
 //! frames a few ahead (pass 1); every other frame, refused ones included, is parsed into
 //! `Later`, its IPv6 lookups walked a trie level at a time across the burst, and decided
@@ -155,6 +155,16 @@ fn prefetch_route(area: &Area, v4: V4Routes<'_>, d: &XdpDesc) {
     let head = unsafe { area.peek::<{ packet::V4_HINT_LEN }>(d.addr) };
     if let Some(dst) = head.and_then(packet::v4_destination_hint) {
         v4.prefetch(dst);
+    }
+}
+
+/// Pass 0: start loading every frame's headers. The kernel wrote them moments ago from
+/// whichever CPU ran the receive (NAPI), so they usually sit in another core's cache;
+/// touching them one by one would serialise those transfers.
+#[inline(always)]
+fn prefetch_headers(area: &Area, descs: &[XdpDesc]) {
+    for d in descs {
+        area.prefetch(d.addr);
     }
 }
 
@@ -337,12 +347,11 @@ impl<Q: RingIo> Poller<Q> {
         let v4 = rt.v4();
         let port_macs = fwd.port_macs();
         let descs = burst.get(..n).unwrap_or_default();
-        // Every frame's header, then the first frames' route entries; in the loop, the route
-        // entry `ROUTE_AHEAD` frames ahead of the frame decided, so each miss is under way
-        // while the frames before it are worked on.
-        for d in descs {
-            area.prefetch(d.addr);
-        }
+        // Pass 0 (here, where the loop's values are already in registers), then the first
+        // frames' route entries; in the loop, the route entry `ROUTE_AHEAD` frames ahead of
+        // the frame decided, so each miss is under way while the frames before it are worked
+        // on.
+        prefetch_headers(area, descs);
         for d in descs.get(..ROUTE_AHEAD).unwrap_or(descs) {
             prefetch_route(area, v4, d);
         }
@@ -372,15 +381,12 @@ impl<Q: RingIo> Poller<Q> {
         bytes
     }
 
-    /// Pass 0 of l2fwd: start loading every frame's headers. The kernel wrote them moments
-    /// ago from whichever CPU ran the receive (NAPI), so they usually sit in another core's
-    /// cache; touching them one by one would serialise those transfers. Bounce never reads a
-    /// frame; l3fwd's [`Poller::route_pass`] opens with the same loop.
+    /// Pass 0 of l2fwd ([`prefetch_headers`]; l3fwd's [`Poller::route_pass`] begins with
+    /// it). Bounce never reads a frame.
     #[inline(always)]
     fn prefetch_pass(&self, n: usize) {
-        let prefetch = if self.fwd.reads_frames() { n } else { 0 };
-        for d in self.burst.get(..prefetch).unwrap_or_default() {
-            self.area.prefetch(d.addr);
+        if self.fwd.reads_frames() {
+            prefetch_headers(&self.area, self.burst.get(..n).unwrap_or_default());
         }
     }
 

@@ -1,12 +1,14 @@
 //! The whole per-packet decision on one frame (filter, parse, lookup, rewrite, ICMP error
 //! construction), as the poller makes it. Inputs are structured (a frame recipe that reaches
-//! IPv4 options, IPv6 extension chains, martians, every error) and then bit-flipped, or raw.
+//! IPv4 options, IPv6 extension chains, martians, every error, under up to three VLAN tags)
+//! and then bit-flipped, or raw.
 #![no_main]
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 
 use dataplane::forward::Forwarder;
 use dataplane::packet::icmp::icmpv6_checksum;
+use dataplane::packet::vlan::{pop_tags, push_tags, tag_stack};
 use dataplane::packet::{checksum, dont_fragment_v4, frag, DropReason};
 use dataplane::testkit::corpus::{testbed_forwarder, FrameRecipe, PORT0_MAC};
 
@@ -29,6 +31,8 @@ struct Input {
     exts: Vec<(u8, Vec<u8>)>,
     flips: Vec<(u16, u8)>,
     port: u8,
+    /// VLAN tags pushed after the MACs (802.1ad when true, else 802.1Q; TCI).
+    tags: Vec<(bool, u16)>,
 }
 
 fn addr(v6: bool, pick: u8, any: u128) -> u128 {
@@ -78,6 +82,16 @@ fuzz_target!(|input: Input| {
                     .collect(),
             }
             .build();
+            for (k, (ad, tci)) in input.tags.iter().take(3).enumerate() {
+                let tpid: u16 = if *ad { 0x88a8 } else { 0x8100 };
+                let at = 12 + 4 * k;
+                if f.len() >= at {
+                    f.splice(
+                        at..at,
+                        tpid.to_be_bytes().into_iter().chain(tci.to_be_bytes()),
+                    );
+                }
+            }
             for (at, x) in &input.flips {
                 if !f.is_empty() {
                     let i = usize::from(*at) % f.len();
@@ -88,6 +102,22 @@ fuzz_target!(|input: Input| {
         }
     };
     let port = u16::from(input.port % 3);
+    // A tag stack read off the frame pops to the untagged frame and pushes back to the
+    // same bytes; a tagged frame is never forwarded as it is (no sub-interface here).
+    if let Ok(stack) = tag_stack(&frame) {
+        if !stack.tags().is_empty() {
+            let mut f = frame.clone();
+            let at = pop_tags(&mut f, &stack).expect("a stack read off the frame pops");
+            assert!(tag_stack(&f[at..]).is_ok_and(|s| s.tags().is_empty()));
+            push_tags(&mut f, &stack).expect("and pushes back");
+            assert_eq!(f, frame, "pop then push");
+            let mut reader = fwd.table().reader(0).expect("reader slot 0");
+            let online = reader.online();
+            let mut out = frame.clone();
+            assert!(fwd.process(online.routes(), port, &mut out).is_err());
+            return;
+        }
+    }
     let mut reader = fwd.table().reader(0).expect("reader slot 0");
     let online = reader.online();
     let rt = online.routes();

@@ -12,6 +12,7 @@ pub(crate) mod field;
 pub mod frag;
 pub mod icmp;
 mod v4;
+pub mod vlan;
 
 pub use drop_reason::DropReason;
 use field::{eth, ipv4, ipv6, ipv6_ext};

@@ -427,7 +427,7 @@ impl<'a> Routes<'a> {
 
     /// The IPv4 lookups of a burst, the table's cells read once for all of them.
     #[inline(always)]
-    pub(crate) fn v4(&self) -> V4Routes<'a> {
+    pub fn v4(&self) -> V4Routes<'a> {
         V4Routes {
             levels: self.table.v4.levels(),
             hops: &self.table.hops,
@@ -451,7 +451,7 @@ impl<'a> Routes<'a> {
 
 /// [`Routes::v4`]: [`Routes::route_v4`] with the table's cells at hand.
 #[derive(Clone, Copy)]
-pub(crate) struct V4Routes<'a> {
+pub struct V4Routes<'a> {
     levels: dir::Levels<'a>,
     hops: &'a [HopSlot],
     table: &'a Table,
@@ -460,7 +460,7 @@ pub(crate) struct V4Routes<'a> {
 impl V4Routes<'_> {
     /// [`Routes::prefetch_v4`].
     #[inline(always)]
-    pub(crate) fn prefetch(&self, dst: u32) {
+    pub fn prefetch(&self, dst: u32) {
         Lpm4::prefetch_in(self.levels, dst);
     }
 

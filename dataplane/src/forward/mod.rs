@@ -196,7 +196,7 @@ impl Forwarder {
 
     /// Each port's MAC as [`Forwarder::route_now`] takes them.
     #[inline(always)]
-    pub(crate) fn port_macs(&self) -> &[u64] {
+    pub fn port_macs(&self) -> &[u64] {
         &self.port_macs
     }
 
@@ -260,7 +260,7 @@ impl Forwarder {
     /// burst, which give every other outcome its reason (IPv6, IPv4 with options, anything
     /// refused).
     #[inline(always)]
-    pub(crate) fn route_now(
+    pub fn route_now(
         rt: V4Routes<'_>,
         ingress: Ingress,
         port_macs: &[u64],

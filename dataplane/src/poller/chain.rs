@@ -61,6 +61,7 @@ fn stage_chain(stages: &mut [Stage], at: usize, chain: &[XdpDesc]) -> bool {
         };
     }
     s.len += chain.len();
+    s.chained |= last > 0;
     true
 }
 

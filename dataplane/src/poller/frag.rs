@@ -132,6 +132,7 @@ mod tests {
                 options: 0,
             }; MAX_BATCH],
             len: 0,
+            chained: false,
         }
     }
 

@@ -70,6 +70,9 @@ const ZC_KICK_PATIENCE: u32 = 64;
 struct Stage {
     descs: [XdpDesc; MAX_BATCH],
     len: usize,
+    /// Whether a multi-buffer packet's descriptors (XDP_PKT_CONTD) were staged since the
+    /// last flush: only then does the flush count buffers apart from packets.
+    chained: bool,
 }
 
 impl Stage {
@@ -368,9 +371,12 @@ impl<Q: RingIo> Poller<Q> {
             let (mut bytes, mut links) = (0u64, 0u64);
             #[allow(clippy::cast_possible_truncation)] // setup caps sockets at MAX_SOCKETS
             let socket = i as u16;
+            let chained = stage.chained;
             for d in staged.get(..sent).unwrap_or_default() {
                 bytes += u64::from(d.len);
-                links += u64::from(d.options & XDP_PKT_CONTD);
+                if chained {
+                    links += u64::from(d.options & XDP_PKT_CONTD);
+                }
                 self.owners.give(d.addr, socket);
             }
             let mut left_links = 0u64;
@@ -393,6 +399,7 @@ impl<Q: RingIo> Poller<Q> {
             }
             self.stats.add_queue(i, false, packets, bytes);
             stage.len = 0;
+            stage.chained = false;
             if sent > 0 && q.tx_needs_wakeup() {
                 let refused = q.tx_wake(&self.area);
                 self.stats.add_tx_refused(refused);

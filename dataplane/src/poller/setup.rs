@@ -271,6 +271,7 @@ impl<Q: RingIo> Poller<Q> {
             .map(|_| Stage {
                 descs: [XdpDesc::default(); MAX_BATCH],
                 len: 0,
+                chained: false,
             })
             .collect();
         Ok(Poller {

@@ -31,7 +31,7 @@ const BURST: usize = 64;
 
 /// One pass over every frame, in bursts of BURST as the poller does them: prepare all, then
 /// finish all; returns how many were forwarded. Out of line so that callgrind can count it
-/// alone (`--toggle-collect='*forward_pass*'`, what `make instr` counts).
+/// alone (`--toggle-collect='*forward_pass*'`: `make instr`'s general-path figure).
 #[inline(never)]
 fn forward_pass(
     fwd: &Forwarder,

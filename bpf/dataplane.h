@@ -12,6 +12,11 @@
  * does not own, and the dataplane's routes nested inside them. */
 #define DP_MAX_FOREIGN 65536
 
+/* Sub-interfaces (802.1Q / 802.1ad tag stacks) one port's steering program knows. Their key
+ * (dp_vlan_key): bits 0-11 the outer VID, 12-23 the inner VID (0 with one tag), bit 24 an
+ * 802.1ad outer tag, bit 25 an 802.1ad inner tag, bits 26-27 the number of tags. */
+#define DP_MAX_SUBINTERFACES 4096
+
 /* Largest RSS indirection table whose buckets the steering program counts (mlx5 has 256
  * entries, ice up to 2048, QEMU's virtio-net 128). */
 #define DP_MAX_RSS_BUCKETS 2048
@@ -26,7 +31,7 @@ enum dp_steer_stat {
 	DP_STEER_PASS_CONTROL,   /* multicast, broadcast, link-local, neighbour discovery */
 	DP_STEER_PASS_NO_SOCKET, /* no AF_XDP socket bound on this rx queue */
 	DP_STEER_PASS_OTHER_HOST, /* unicast to another MAC: the kernel drops it (PACKET_OTHERHOST) */
-	DP_STEER_PASS_VLAN,      /* 802.1Q / 802.1ad tagged: the kernel's VLAN sub-interfaces */
+	DP_STEER_PASS_VLAN,      /* 802.1Q / 802.1ad tagged, no sub-interface of ours: the kernel's */
 	DP_STEER_PASS_OPTIONS,   /* IPv4 with options: the kernel's slow path (RFC 791 / 1812) */
 	DP_STEER_DROP_MCAST_SRC, /* multicast Ethernet source: dropped */
 	DP_STEER_PASS_FOREIGN,   /* routed out of an interface that is not a dataplane port */

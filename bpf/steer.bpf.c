@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* Steering program: IPv4/IPv6 transit traffic addressed to this port's MAC goes to the AF_XDP
  * socket bound on the frame's rx queue; everything the kernel must see (ARP, ND, traffic to the
- * box's own addresses, link-layer broadcast and multicast, VLAN-tagged frames for its VLAN
- * sub-interfaces, IPv4 with options for its slow path, queues without a socket) is passed up the
+ * box's own addresses, link-layer broadcast and multicast, VLAN-tagged frames of no sub-interface
+ * of the dataplane's (the kernel's VLAN devices), IPv4 with options for its slow path, queues without a socket) is passed up the
  * stack, and so is unicast for another host (the kernel drops it as PACKET_OTHERHOST), and
  * transit traffic whose route leaves by an interface the dataplane does not own. A
  * multicast Ethernet source is dropped. Malformed IP frames are redirected too, so the poller
@@ -295,6 +295,61 @@ static __always_inline int to_socket(struct xdp_md *ctx, const int buckets)
 
 #define IPPROTO_ICMPV6_ 58
 
+/* The tag stacks of this port's sub-interfaces (dp_vlan_key in dataplane.h), set by the
+ * loader. A frame with one of them is steered as an untagged frame of its own: the poller
+ * pops the tags. A priority tag alone (VLAN 0) is the untagged interface's (802.1Q 9.6). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, DP_MAX_SUBINTERFACES);
+	__type(key, __u32);
+	__type(value, __u8);
+} vlans SEC(".maps");
+
+#define VLAN_TAG_LEN 4
+#define VLAN_VID_MASK 0x0fff
+
+struct vlan_tag {
+	__be16 tci;
+	__be16 next; /* the ethertype after this tag: another TPID, or the payload's */
+};
+
+static __always_inline int is_tpid(__u16 proto)
+{
+	return proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD);
+}
+
+/* A tagged frame: 0 and *l3, *proto set past its tags when the stack is a sub-interface's
+ * (or a priority tag); 1 when it ends inside its tags (the poller drops it by reason);
+ * -1 when it is not ours (unknown VIDs, more than two tags): the kernel's. */
+static __always_inline int untag(struct ethhdr *eth, void *end, __u8 **l3, __u16 *proto)
+{
+	struct vlan_tag *outer = (struct vlan_tag *)(eth + 1);
+	struct vlan_tag *inner = outer + 1;
+	__u32 key;
+
+	if ((void *)(outer + 1) > end)
+		return 1;
+	key = (bpf_ntohs(outer->tci) & VLAN_VID_MASK) |
+	      ((eth->h_proto == bpf_htons(ETH_P_8021AD)) << 24);
+	if (!is_tpid(outer->next)) {
+		key |= 1 << 26;
+		*l3 = (__u8 *)(outer + 1);
+		*proto = outer->next;
+		if ((key & VLAN_VID_MASK) == 0) /* a priority tag */
+			return 0;
+	} else {
+		if ((void *)(inner + 1) > end)
+			return 1;
+		if (is_tpid(inner->next))
+			return -1;
+		key |= ((__u32)(bpf_ntohs(inner->tci) & VLAN_VID_MASK) << 12) |
+		       ((outer->next == bpf_htons(ETH_P_8021AD)) << 25) | (2 << 26);
+		*l3 = (__u8 *)(inner + 1);
+		*proto = inner->next;
+	}
+	return bpf_map_lookup_elem(&vlans, &key) ? 0 : -1;
+}
+
 /* The steering decision; `buckets` (a constant in each program) also counts RSS buckets. */
 static __always_inline int steer(struct xdp_md *ctx, const int buckets)
 {
@@ -316,6 +371,14 @@ static __always_inline int steer(struct xdp_md *ctx, const int buckets)
 	__u16 proto = eth->h_proto;
 	__u8 *l3 = (__u8 *)(eth + 1);
 
+	if (is_tpid(proto)) {
+		int known = untag(eth, end, &l3, &proto);
+
+		if (known < 0) /* the kernel's VLAN sub-interfaces, or nobody's */
+			return count(DP_STEER_PASS_VLAN, XDP_PASS);
+		if (known > 0)
+			return to_socket(ctx, buckets);
+	}
 	if (proto == bpf_htons(ETH_P_IP)) {
 		/* A header too short to read goes to the poller, which counts it. */
 		if ((void *)(l3 + IP4_HDR_MIN) > end)
@@ -371,9 +434,6 @@ static __always_inline int steer(struct xdp_md *ctx, const int buckets)
 		}
 		return to_socket(ctx, buckets);
 	}
-	/* VLAN-tagged frames belong to the kernel's VLAN sub-interfaces. */
-	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD))
-		return count(DP_STEER_PASS_VLAN, XDP_PASS);
 	return count(DP_STEER_PASS_NOT_IP, XDP_PASS);
 }
 

@@ -184,6 +184,16 @@ impl Steer {
         .map_err(lb(format!("adding local address {addr}")))
     }
 
+    /// Steers frames with the tag stack `key` ([`crate::packet::vlan::TagStack::key`]) as a
+    /// sub-interface's: to the sockets, for the poller to pop.
+    pub(crate) fn add_vlan(&mut self, key: u32) -> Result<(), BpfError> {
+        self.skel
+            .maps
+            .vlans
+            .update(&key.to_ne_bytes(), &[1u8], MapFlags::ANY)
+            .map_err(lb(format!("adding sub-interface tags {key:#x}")))
+    }
+
     /// Forgets an address the box no longer has: frames to it are forwarded again.
     pub(crate) fn remove_local(&mut self, addr: IpAddr) -> Result<(), BpfError> {
         match addr {

@@ -9,7 +9,10 @@ use crate::types::{Idle, Mode, SocketMode};
 use crate::types::{Neighbour, Route};
 
 mod routes;
+mod subif;
 mod validate;
+
+pub use subif::SubInterface;
 
 /// A configuration that could not be read or is not valid.
 #[derive(Debug, thiserror::Error)]
@@ -380,6 +383,9 @@ pub(crate) struct ConfigFile {
     /// Live RSS rebalancing.
     #[serde(default)]
     pub rebalance: RebalanceSection,
+    /// 802.1Q / 802.1ad sub-interfaces of the ports.
+    #[serde(default)]
+    pub subinterfaces: Vec<subif::SubInterfaceSection>,
 }
 
 /// A validated configuration.
@@ -399,6 +405,16 @@ pub struct Config {
     pub neighbours: Vec<Neighbour>,
     /// Live RSS rebalancing (validated).
     pub rebalance: RebalanceSection,
+    /// Sub-interfaces; sub-interface `k` is interface `interfaces.len() + k` to routes and
+    /// neighbours.
+    pub subinterfaces: Vec<SubInterface>,
+}
+
+impl Config {
+    /// Ports and sub-interfaces: the interfaces a route or neighbour may name.
+    pub fn interface_count(&self) -> usize {
+        self.interfaces.len() + self.subinterfaces.len()
+    }
 }
 
 impl Config {

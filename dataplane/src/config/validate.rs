@@ -17,8 +17,17 @@ pub(super) fn validate(
     ncpu: usize,
 ) -> Result<Config, ConfigError> {
     dataplane(&file.dataplane)?;
-    let port_of = interfaces(&file.interfaces)?;
+    let mut port_of = interfaces(&file.interfaces)?;
     let l2_peer = l2_peers(&file.interfaces, &port_of)?;
+    let subinterfaces =
+        super::subif::subinterfaces(&file.subinterfaces, &mut port_of, file.interfaces.len())?;
+    if !subinterfaces.is_empty() && file.dataplane.mode != Mode::L3fwd {
+        return Err(invalid(
+            "subinterfaces",
+            subinterfaces.len(),
+            "sub-interfaces are routed: they need dataplane.mode = \"l3fwd\"",
+        ));
+    }
     pollers(&file.pollers, ncpu)?;
     let mut routes = routes_from_sections(&file.routes, &port_of)?;
     if let Some(rf) = &file.dataplane.routes_file {
@@ -67,6 +76,7 @@ pub(super) fn validate(
         routes,
         neighbours,
         rebalance: file.rebalance,
+        subinterfaces,
     })
 }
 

@@ -98,6 +98,7 @@ pub(crate) fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
         a.tx_kick_budget == b.tx_kick_budget,
     );
     check("dataplane.icmp_rate", a.icmp_rate == b.icmp_rate);
+    check("subinterfaces", old.subinterfaces == new.subinterfaces);
     check("dataplane.icmp_burst", a.icmp_burst == b.icmp_burst);
     check("interfaces", old.interfaces == new.interfaces);
     check(

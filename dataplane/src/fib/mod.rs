@@ -208,6 +208,10 @@ pub(crate) struct Hop {
     pub mac: u64,
     /// The egress port's MTU.
     pub mtu: u32,
+    /// The MTU the one-pass IPv4 path checks against: the port's, or 0 for a sub-interface
+    /// (its frames need a tag pushed), so that path leaves them to the general one without a
+    /// test of its own.
+    pub one_pass_mtu: u32,
 }
 
 impl Hop {
@@ -302,11 +306,15 @@ impl HopSlot {
         }
     }
 
-    /// Writer: publishes `word` with `mtu`. The MTU goes first, and only with a reachable
-    /// word: a reader that loads a reachable word never reads an MTU of another state.
-    fn publish(&self, word: u64, mtu: u32) {
+    /// Writer: publishes `word` with `mtu` (the high half: the port's MTU; the low half: the
+    /// one-pass MTU, see [`Hop::one_pass_mtu`]). The MTU goes first, and only with a
+    /// reachable word: a reader that loads a reachable word never reads an MTU of another
+    /// state.
+    fn publish(&self, word: u64, mtu: u32, tagged: bool) {
         if word >> STATE_SHIFT == HopState::Reachable as u64 {
-            self.mtu.store(u64::from(mtu), Release);
+            let one_pass = if tagged { 0 } else { mtu };
+            self.mtu
+                .store(u64::from(mtu) << 32 | u64::from(one_pass), Release);
         }
         self.word.store(word, Release);
     }
@@ -320,11 +328,13 @@ impl HopSlot {
         }
         #[allow(clippy::cast_possible_truncation)] // twelve bits
         let port = ((w >> 48) as u16) & PORT_BITS;
+        let mtu = self.mtu.load(Relaxed);
+        #[allow(clippy::cast_possible_truncation)] // two halves, each written from a u32
         Ok(Hop {
             port,
             mac: w & 0xffff_ffff_ffff,
-            #[allow(clippy::cast_possible_truncation)] // written from a u32
-            mtu: self.mtu.load(Relaxed) as u32,
+            mtu: (mtu >> 32) as u32,
+            one_pass_mtu: mtu as u32,
         })
     }
 }

@@ -27,6 +27,9 @@ pub struct TableWriter {
     pub(super) hop_words: HashMap<u32, u64>,
     /// Each port's MTU and link state, as last set.
     pub(super) port_state: Vec<(u32, bool)>,
+    /// Which ports are sub-interfaces (a tag pushed on the way out: see
+    /// [`Hop::one_pass_mtu`]).
+    pub(super) tagged: Vec<bool>,
     pub(super) free_hops: Vec<u32>,
     pub(super) next_hop: u32,
     pub(super) retired_hops: qsbr::Retired<u32>,
@@ -84,7 +87,7 @@ impl TableWriter {
             (HOP_FOREIGN, HopState::Foreign),
         ] {
             if let Some(h) = hops.get(id as usize) {
-                h.publish(hop_word(state, 0, [0; 6]), 0);
+                h.publish(hop_word(state, 0, [0; 6]), 0, false);
             }
         }
         let table = Table {
@@ -106,6 +109,7 @@ impl TableWriter {
             hop_keys: HashMap::default(),
             hop_words: HashMap::default(),
             port_state: vec![(0, false); ports],
+            tagged: vec![false; ports],
             free_hops: Vec::new(),
             next_hop: FIRST_HOP,
             retired_hops: qsbr::Retired::default(),
@@ -146,6 +150,20 @@ impl TableWriter {
         self.port_changed(p, mtu, up);
     }
 
+    /// Marks port `p` a sub-interface: its frames leave by its parent with its tags pushed,
+    /// which only the general path does (their next hops' one-pass MTU is 0).
+    pub fn set_tagged(&mut self, p: u16) {
+        if let Some(t) = self.tagged.get_mut(usize::from(p)) {
+            *t = true;
+        }
+        let (mtu, up) = self
+            .port_state
+            .get(usize::from(p))
+            .copied()
+            .unwrap_or((0, false));
+        self.port_changed(p, mtu, up);
+    }
+
     fn port_changed(&mut self, p: u16, mtu: u32, up: bool) {
         if let Some(s) = self.port_state.get_mut(usize::from(p)) {
             *s = (mtu, up);
@@ -178,8 +196,13 @@ impl TableWriter {
         } else {
             (word & !(0xf << STATE_SHIFT)) | ((HopState::LinkDown as u64) << STATE_SHIFT)
         };
+        let tagged = self
+            .tagged
+            .get(usize::from(key.port))
+            .copied()
+            .unwrap_or(false);
         if let Some(h) = self.table.hops.get(id as usize) {
-            h.publish(word, mtu);
+            h.publish(word, mtu, tagged);
         }
     }
 
@@ -383,7 +406,7 @@ impl TableWriter {
             // No reader can reach the slot now: clear it, so nothing of its last neighbour
             // survives into its next use.
             if let Some(h) = self.table.hops.get(*id as usize) {
-                h.publish(hop_word(HopState::Incomplete, 0, [0; 6]), 0);
+                h.publish(hop_word(HopState::Incomplete, 0, [0; 6]), 0, false);
             }
         }
         self.free_hops.extend(hops);

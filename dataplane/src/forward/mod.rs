@@ -15,6 +15,9 @@ use port_addrs::{Addrs, PortAddrs};
 mod fragment;
 mod icmp_error;
 pub mod port_addrs;
+mod subif;
+
+pub use subif::SubIf;
 
 /// What the forwarder knows of a port at start. Its MAC is fixed; its addresses are the
 /// first of [`Forwarder::addresses`], which the control thread then keeps up to date.
@@ -54,6 +57,8 @@ pub struct Forwarder {
     /// Each port's MAC as the low 48 bits of a u64 (little-endian load of the frame's first
     /// 8 bytes, masked): one compare per frame.
     port_macs: Vec<u64>,
+    /// The sub-interfaces (interfaces after the ports), by id and by tag stack.
+    subifs: subif::SubIfs,
 }
 
 /// What a routing miss means for the packet.
@@ -84,6 +89,7 @@ impl Forwarder {
             ports,
             addrs,
             port_macs,
+            subifs: subif::SubIfs::default(),
         }
     }
 
@@ -283,7 +289,7 @@ impl Forwarder {
             return None;
         };
         let hop = rt.route(dst, || packet::flow_hash(frame)).ok()?;
-        if u32::from(len) > hop.mtu {
+        if u32::from(len) > hop.one_pass_mtu {
             return None;
         }
         Self::rewrite_v4(hop, port_macs, frame.first_chunk_mut::<HEAD>()?)

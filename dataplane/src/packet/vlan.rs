@@ -82,6 +82,27 @@ impl TagStack {
     pub fn bytes(&self) -> usize {
         usize::from(self.len) * TAG_LEN
     }
+
+    /// Whether it is one tag of VLAN 0: a priority tag, which 802.1Q (9.6) gives to the
+    /// untagged interface.
+    pub fn priority_only(&self) -> bool {
+        self.len == 1 && self.tags[0].vid() == 0
+    }
+
+    /// The stack as the steering program's `vlans` map and the forwarder's sub-interface
+    /// list key it (`bpf/dataplane.h`: `dp_vlan_key`): bits 0-11 the outer VID, 12-23 the
+    /// inner VID (0 with one tag), bit 24 set for an 802.1ad outer tag, bit 25 for an 802.1ad
+    /// inner one, bits 26-27 the number of tags. Priority and drop-eligible bits are not
+    /// part of it: a sub-interface is its VIDs and TPIDs.
+    pub fn key(&self) -> u32 {
+        let [outer, inner] = self.tags;
+        let ad = |t: Tag| u32::from(t.tpid == ETH_P_8021AD);
+        u32::from(outer.vid())
+            | u32::from(inner.vid()) << 12
+            | ad(outer) << 24
+            | ad(inner) << 25
+            | u32::from(self.len) << 26
+    }
 }
 
 /// Whether `ethertype` (as it lies in the frame) is a tag's TPID.
@@ -90,9 +111,10 @@ pub fn is_tpid(ethertype: [u8; 2]) -> bool {
     ethertype == ETH_P_8021Q.to_be_bytes() || ethertype == ETH_P_8021AD.to_be_bytes()
 }
 
-/// The tags at the front of `frame` (after its MACs). `Truncated`: the frame ends inside a
-/// tag or before the ethertype after the last; `VlanTagged`: more than [`MAX_TAGS`] tags,
-/// a stack no sub-interface has.
+/// The tags at the front of `frame` (after its MACs; an untagged frame has none).
+/// `Truncated`: the frame ends before the ethertype after its last tag (inside a tag, or an
+/// untagged frame shorter than an Ethernet header); `VlanTagged`: more than [`MAX_TAGS`]
+/// tags, a stack no sub-interface has.
 pub fn tag_stack(frame: &[u8]) -> Result<TagStack, DropReason> {
     let mut stack = TagStack::UNTAGGED;
     let mut at = MACS;

@@ -7,6 +7,7 @@
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use xdpilone::xdp::XdpDesc;
 
+use super::vlan;
 use super::Stage;
 use crate::fib::Routes;
 use crate::forward::Forwarder;
@@ -34,29 +35,48 @@ pub(super) fn fragment(
     // SAFETY: the frame came off this burst's RX ring and is still this poller's.
     let frame = unsafe { area.frame_mut(off, d.len) };
     let (out, plan) = fwd.route_to_fragment(rt, frame).ok_or(DropReason::TooBig)?;
+    // A sub-interface's fragments leave by its parent, each with its tags in front.
+    let (port, tags) = match fwd.tagged_egress(out) {
+        Some((parent, tags)) => (parent, Some(*tags)),
+        None => (out, None),
+    };
+    #[allow(clippy::cast_possible_truncation)] // at most two tags' bytes
+    let push = tags.map_or(0, |t| t.bytes() as u32);
     let stage = stages
-        .get_mut(usize::from(out))
+        .get_mut(usize::from(port))
         .ok_or(DropReason::TxRingFull)?;
     let n = plan.count();
     let slots = stage.next_slots(n).ok_or(DropReason::TxRingFull)?;
     // The others first, copied from the frame (only its header fields change, and each
-    // fragment's header is set whole), into slots 1.. in order.
-    stage_fragments(area, free, slots, 1..n, |area, k, base| {
-        let room = area.room(base);
+    // fragment's header is set whole), into slots 1.. in order, `push` bytes into their
+    // frames.
+    stage_fragments(area, free, slots, 1..n, |area: &mut Area, k, base| {
+        let room = area.room(base).checked_sub(push)?;
+        let at = usize::try_from(base + u64::from(push)).ok()?;
         // SAFETY: the packet's frame as above; `base` just came off the free list, so it is
         // this poller's too, and not the packet's (a frame is on the list or in use).
-        let views =
-            unsafe { area.frame_and_frame_mut((off, d.len), (usize::try_from(base).ok()?, room)) };
+        let views = unsafe { area.frame_and_frame_mut((off, d.len), (at, room)) };
         let len = views.and_then(|(src, dst)| frag::write_fragment(src, &plan, k, dst))?;
-        u32::try_from(len).ok()
+        let len = u32::try_from(len).ok()?;
+        match &tags {
+            None => Some(len),
+            // Into the `push` bytes left before it.
+            Some(t) => {
+                vlan::push_in_headroom(area, (base + u64::from(push), len), t).map(|(_, len)| len)
+            }
+        }
     })?;
     // SAFETY: as above; the copies' views have ended.
     let frame = unsafe { area.frame_mut(off, d.len) };
     let first = frag::write_first(frame, &plan).and_then(|l| u32::try_from(l).ok());
+    let first = first.and_then(|len| match &tags {
+        None => Some((d.addr, len)),
+        Some(t) => vlan::push_in_headroom(area, (d.addr, len), t),
+    });
     match (first, slots.first_mut()) {
-        (Some(len), Some(slot)) => {
+        (Some((addr, len)), Some(slot)) => {
             *slot = XdpDesc {
-                addr: d.addr,
+                addr,
                 len,
                 options: 0,
             };

@@ -37,6 +37,9 @@ mod receive;
 mod reopen;
 mod setup;
 pub mod stats;
+mod vlan;
+#[cfg(test)]
+mod vlan_tests;
 
 use ratelimit::TokenBucket;
 

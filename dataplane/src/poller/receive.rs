@@ -21,7 +21,7 @@ use xdpilone::xdp::XdpDesc;
 use super::icmp::{icmp_reply, IcmpReply};
 use super::ratelimit::TokenBucket;
 use super::stats::Counter;
-use super::{frag, Poller, Stage, MAX_BATCH};
+use super::{frag, vlan, Poller, Stage, MAX_BATCH};
 use crate::fib::{Routes, V4Routes};
 use crate::forward::{Forwarder, L2Egress, Parsed};
 use crate::packet::{self, DropReason};
@@ -179,6 +179,7 @@ struct Refusal<'a> {
     last_resolve: &'a mut Option<IpAddr>,
     resolve: Option<&'a ArrayQueue<IpAddr>>,
     frame_mask: u64,
+    /// The interface the frame came in on (a port, or a sub-interface of the burst's port).
     in_port: u16,
 }
 
@@ -234,7 +235,10 @@ impl Refusal<'_> {
             return;
         };
         // The packet itself was counted by its reason; only the error can still be lost.
-        if stage(self.stages, usize::from(self.in_port), d.addr, len) {
+        let back = (d.addr, len);
+        if stage(self.stages, usize::from(self.in_port), d.addr, len)
+            || vlan::stage_tagged(self.area, self.stages, self.fwd, self.in_port, back)
+        {
             tally.icmp(reply);
         } else {
             tally.icmp(IcmpReply::NotSent);
@@ -375,7 +379,13 @@ impl<Q: RingIo> Poller<Q> {
                         free.push(d.addr & *frame_mask);
                     }
                 }
-                None => later.push(*d, fwd.prepare_routed(rt, ingress, frame)),
+                None => match fwd.prepare_routed(rt, ingress, frame) {
+                    Err(DropReason::VlanTagged) if fwd.has_subinterfaces() => {
+                        let (d, p) = vlan::untag(fwd, rt, in_port, d, frame);
+                        later.push(d, p);
+                    }
+                    p => later.push(*d, p),
+                },
             }
         }
         bytes
@@ -483,8 +493,9 @@ impl<Q: RingIo> Poller<Q> {
                     #[allow(clippy::cast_possible_truncation)] // checked: below the area's length
                     let off = d.addr as usize;
                     // SAFETY: as in pass 0, it is staged for TX or freed only after this view;
-                    // `Area::check` passed for this (addr, len) in pass 1, and the area has
-                    // not changed since.
+                    // `Area::check` passed in pass 1 for this (addr, len), or for the tagged
+                    // frame it is the untagged end of (`vlan::untag`), and the area has not
+                    // changed since.
                     let frame = unsafe { area.checked_frame_mut(off, d.len) };
                     fwd.finish(rt, in_port, parsed, frame)
                         // The view is d.len bytes long (a u32), and finish keeps its length.
@@ -494,7 +505,9 @@ impl<Q: RingIo> Poller<Q> {
             };
             match verdict {
                 Ok((out, len)) => {
-                    if !stage(stages, usize::from(out), d.addr, len) {
+                    if !stage(stages, usize::from(out), d.addr, len)
+                        && !vlan::stage_tagged(area, stages, fwd, out, (d.addr, len))
+                    {
                         t.drop(DropReason::TxRingFull);
                         free.push(d.addr & *frame_mask);
                     }
@@ -508,7 +521,7 @@ impl<Q: RingIo> Poller<Q> {
                     last_resolve,
                     resolve: resolve.as_deref(),
                     frame_mask: *frame_mask,
-                    in_port,
+                    in_port: vlan::ingress_of(d, in_port),
                 }
                 .refused(rt, r, p, d, t),
             }

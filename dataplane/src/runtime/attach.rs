@@ -12,7 +12,8 @@ use crate::placement::plan::Plan;
 use crate::poller::Ready;
 use crate::sys;
 
-/// Loads one steering program per interface and fills its local-address map; a port whose
+/// Loads one steering program per interface and fills its local-address map (the kernel's
+/// addresses and the sub-interfaces') and its sub-interfaces' tag stacks; a port whose
 /// indirection table the rebalancer owns gets the device-bound program that counts buckets.
 pub(super) fn load_steering(
     cfg: &Config,
@@ -28,6 +29,15 @@ pub(super) fn load_steering(
         let mut s = Steer::load_with(name, mac, crate::rebalance::counting(tables, port))?;
         for a in &locals {
             s.add_local(*a)?;
+        }
+        for sub in &cfg.subinterfaces {
+            if usize::from(sub.parent) == port {
+                s.add_vlan(sub.tags.key())?;
+            }
+            // The box's own, on whichever port it arrives.
+            for (a, _) in &sub.addresses {
+                s.add_local(*a)?;
+            }
         }
         steers.push(s);
     }

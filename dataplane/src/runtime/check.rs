@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::RunError;
 use crate::config::{Config, RouteSource};
 use crate::fib::rib::Rib;
-use crate::forward::{Forwarder, Port};
+use crate::forward::{Forwarder, Port, SubIf};
 use crate::packet;
 use crate::sys;
 use crate::types::{MacAddr, Mode};
@@ -43,6 +43,7 @@ pub(super) fn forwarder(
         rib.writer()
             .set_port(u16::try_from(p).unwrap_or(u16::MAX), *mtu, true);
     }
+    let subifs = subinterfaces(cfg, &mtus, &mut rib)?;
     if cfg.dataplane.mode == Mode::L3fwd && cfg.dataplane.routes == RouteSource::Static {
         let size = rib.size();
         log(&format!(
@@ -50,13 +51,45 @@ pub(super) fn forwarder(
             size.v4, size.v6, size.hops
         ));
     }
-    let fwd = Arc::new(Forwarder::new(
-        cfg.dataplane.mode,
-        rib.table().clone(),
-        cfg.l2_peer.clone(),
-        ports,
-    ));
+    let fwd = Arc::new(
+        Forwarder::new(
+            cfg.dataplane.mode,
+            rib.table().clone(),
+            cfg.l2_peer.clone(),
+            ports,
+        )
+        .with_subinterfaces(subifs),
+    );
     Ok((fwd, rib, ifindexes))
+}
+
+/// The config's sub-interfaces into the table (interfaces after the ports: up, with their
+/// MTU, marked tagged) and as the forwarder takes them. A sub-interface's MTU is at most its
+/// parent's (`mtus`, by port): its tags travel outside it, as on a Linux VLAN device.
+fn subinterfaces(cfg: &Config, mtus: &[u32], rib: &mut Rib) -> Result<Vec<SubIf>, RunError> {
+    let first = cfg.interfaces.len();
+    let mut out = Vec::with_capacity(cfg.subinterfaces.len());
+    for (k, s) in cfg.subinterfaces.iter().enumerate() {
+        let parent_mtu = mtus.get(usize::from(s.parent)).copied().unwrap_or(0);
+        let mtu = s.mtu.unwrap_or(parent_mtu);
+        if mtu > parent_mtu {
+            return Err(RunError::SubInterfaceMtu {
+                name: s.name.clone(),
+                mtu,
+                parent_mtu,
+            });
+        }
+        let id = u16::try_from(first + k).unwrap_or(u16::MAX);
+        let w = rib.writer();
+        w.set_port(id, mtu, true);
+        w.set_tagged(id);
+        out.push(SubIf {
+            parent: s.parent,
+            tags: s.tags,
+            addresses: s.addresses.clone(),
+        });
+    }
+    Ok(out)
 }
 
 /// What the forwarder needs of an interface: MAC, MTU, and the addresses its ICMP errors
@@ -81,7 +114,7 @@ fn port(name: &str, mac: MacAddr, addrs: &[(String, IpAddr)]) -> Result<Port, Ru
 /// routes and neighbours loaded (none when they come from the kernel).
 pub fn build_rib(cfg: &Config) -> Result<Rib, crate::fib::FibError> {
     crate::fib::static_routes::rib_for_run(
-        cfg.interfaces.len(),
+        cfg.interface_count(),
         cfg.pollers.len(),
         cfg.dataplane.routes == RouteSource::Kernel,
         &cfg.routes,

@@ -57,6 +57,16 @@ pub enum RunError {
     /// An interface in the config does not exist.
     #[error("interface `{0}` (from the config's [[interfaces]]) does not exist in this network namespace")]
     NoInterface(String),
+    /// A sub-interface's MTU is over its parent's.
+    #[error("sub-interface `{name}`: mtu {mtu} is over its parent's ({parent_mtu}); set its mtu at most that, or raise the parent's")]
+    SubInterfaceMtu {
+        /// The sub-interface.
+        name: String,
+        /// Its MTU.
+        mtu: u32,
+        /// Its parent port's.
+        parent_mtu: u32,
+    },
     /// A configured queue does not exist.
     #[error("interface `{ifname}` has {count} rx queue(s) (0..{count}); the config's pollers use queue {queue}")]
     NoQueue {

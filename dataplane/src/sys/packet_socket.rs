@@ -118,6 +118,14 @@ impl PacketSocket {
                 break;
             }
         }
+        // The outer VLAN tag the kernel moved into the packet's metadata, for `recv_tagged`.
+        setsockopt_int(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_AUXDATA,
+            1,
+            "setsockopt(PACKET_AUXDATA)",
+        )?;
         Ok(PacketSocket { fd, ifindex })
     }
 
@@ -188,4 +196,88 @@ impl PacketSocket {
             }
         }
     }
+
+    /// [`PacketSocket::recv`] of a frame as it was on the wire: the kernel's receive path
+    /// moves a frame's outer VLAN tag into its metadata (`skb_vlan_untag`), and this puts it
+    /// back after the MACs, as tcpdump shows it. `buf` must have 4 bytes to spare.
+    pub fn recv_tagged(
+        &self,
+        buf: &mut [u8],
+        timeout_ms: i32,
+    ) -> Result<Option<usize>, SyscallError> {
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.max(0) as u64);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let mut p = [pollfd_in(self.fd.as_raw_fd())];
+            poll_readable(&mut p, left.as_millis() as i32);
+            if p[0].revents & libc::POLLIN == 0 {
+                return Ok(None);
+            }
+            let room = buf.len().saturating_sub(4);
+            // SAFETY: all-zero sockaddr_ll, msghdr and control space are valid output space.
+            let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            let mut control = [0u64; 16];
+            let mut iov = libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: room,
+            };
+            // SAFETY: as above.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_name = (&mut from as *mut libc::sockaddr_ll).cast();
+            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = std::mem::size_of_val(&control);
+            // SAFETY: every pointer in `msg` points at a live buffer of the length given.
+            let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+            if n < 0 {
+                let e = SyscallError::last("recvmsg(AF_PACKET)");
+                if e.errno() == Some(libc::EAGAIN) {
+                    continue;
+                }
+                return Err(e);
+            }
+            if from.sll_pkttype == libc::PACKET_OUTGOING {
+                continue;
+            }
+            let mut n = n as usize;
+            if let Some((tpid, tci)) = vlan_aux(&msg) {
+                if n >= 12 && n + 4 <= buf.len() {
+                    buf.copy_within(12..n, 16);
+                    buf[12..14].copy_from_slice(&tpid.to_be_bytes());
+                    buf[14..16].copy_from_slice(&tci.to_be_bytes());
+                    n += 4;
+                }
+            }
+            return Ok(Some(n));
+        }
+    }
+}
+
+/// The VLAN tag (TPID, TCI) in a received packet's PACKET_AUXDATA, if it had one.
+fn vlan_aux(msg: &libc::msghdr) -> Option<(u16, u16)> {
+    // SAFETY: `msg` was filled by recvmsg; CMSG_FIRSTHDR/NXTHDR walk its control buffer
+    // within msg_controllen, and each header's data is read only when it is the auxdata.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_PACKET && (*c).cmsg_type == libc::PACKET_AUXDATA {
+                let aux: libc::tpacket_auxdata =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                if aux.tp_status & libc::TP_STATUS_VLAN_VALID == 0 {
+                    return None;
+                }
+                let tpid = if aux.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                    aux.tp_vlan_tpid
+                } else {
+                    0x8100
+                };
+                return Some((tpid, aux.tp_vlan_tci));
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    None
 }

@@ -1,0 +1,277 @@
+//! The poller with sub-interfaces, over the emulated ports: tagged frames routed between
+//! untagged ports, 802.1Q and QinQ sub-interfaces, their tags popped and pushed; fragments
+//! and ICMP errors on a sub-interface; strays dropped by reason; every frame accounted.
+#![allow(clippy::indexing_slicing)] // tests may panic
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use super::emulated::MemPoller;
+use super::stats::{Counter, PollerStats};
+use super::PollerSpec;
+use crate::fib::{build_table, Neighbour, Route};
+use crate::forward::tests::test_ports;
+use crate::forward::{Forwarder, SubIf};
+use crate::packet::build::{udp_v4, udp_v6, FrameSpec};
+use crate::packet::vlan::{push_tags, tag_stack, Tag, TagStack};
+use crate::packet::{self, DropReason};
+use crate::port::emulated::{MemQueue, Traffic};
+use crate::types::Mode;
+
+/// Port 0 carries VLAN 100 (interface 2); port 1 carries QinQ 10/20 (interface 3).
+fn vlan100() -> TagStack {
+    TagStack::one(Tag::dot1q(100))
+}
+fn qinq() -> TagStack {
+    TagStack::two(Tag::dot1ad(10), Tag::dot1q(20))
+}
+
+/// A forwarder with routes out of each kind of interface: 198.19/16 by port 1 untagged,
+/// 198.20/16 by the QinQ sub-interface, 198.21/16 back by VLAN 100 (2001:2:0:3::/64 too);
+/// the QinQ one's MTU `qinq_mtu`.
+fn forwarder(qinq_mtu: u32) -> Arc<Forwarder> {
+    let route = |prefix: &str, len, via: &str, port| Route {
+        prefix: prefix.parse().unwrap(),
+        len,
+        via: vec![via.parse().unwrap()],
+        port,
+    };
+    let neighbour = |ip: &str, last, port| Neighbour {
+        ip: ip.parse().unwrap(),
+        mac: [2, 0, 0, 0, 9, last],
+        port,
+    };
+    let routes = vec![
+        route("198.19.0.0", 16, "198.19.0.1", 1),
+        route("198.20.0.0", 16, "198.20.0.1", 3),
+        route("198.21.0.0", 16, "198.21.0.1", 2),
+        route("2001:2:0:3::", 64, "2001:2:0:3::1", 3),
+    ];
+    let neighbours = vec![
+        neighbour("198.19.0.1", 1, 1),
+        neighbour("198.20.0.1", 3, 3),
+        neighbour("198.21.0.1", 2, 2),
+        neighbour("2001:2:0:3::1", 3, 3),
+    ];
+    let mut rib = build_table(&routes, &neighbours, 4, 1).unwrap();
+    for (p, mtu) in [(0, 1500), (1, 1500), (2, 1500), (3, qinq_mtu)] {
+        rib.writer().set_port(p, mtu, true);
+    }
+    rib.writer().set_tagged(2);
+    rib.writer().set_tagged(3);
+    let subifs = vec![
+        SubIf {
+            parent: 0,
+            tags: vlan100(),
+            addresses: vec![("198.21.0.2".parse().unwrap(), 16)],
+        },
+        SubIf {
+            parent: 1,
+            tags: qinq(),
+            addresses: vec![("198.20.0.2".parse().unwrap(), 16)],
+        },
+    ];
+    Arc::new(
+        Forwarder::new(Mode::L3fwd, rib.table().clone(), vec![1, 0], test_ports())
+            .with_subinterfaces(subifs),
+    )
+}
+
+fn tagged(tags: &TagStack, plain: &[u8]) -> Vec<u8> {
+    let mut f = vec![0; tags.bytes()];
+    f.extend_from_slice(plain);
+    push_tags(&mut f, tags).unwrap();
+    f
+}
+
+fn v4_to(dst: &str) -> Vec<u8> {
+    udp_v4(&FrameSpec {
+        dst4: dst.parse().unwrap(),
+        ..FrameSpec::default()
+    })
+}
+
+/// Runs `frames` frames of `traffic` in on port 0; returns the stats, what each port sent,
+/// and whether every UMEM frame was accounted for at the end.
+fn run(
+    fwd: Arc<Forwarder>,
+    traffic: Vec<Vec<u8>>,
+    frames: u64,
+) -> (crate::poller::stats::Snapshot, [Vec<Vec<u8>>; 2], bool) {
+    let done = Arc::new(AtomicBool::new(false));
+    let queues = vec![
+        MemQueue::new(0, 0, 64, Some(Arc::new(Traffic::new(&traffic))))
+            .with_budget(frames, done.clone())
+            .capture(256),
+        MemQueue::new(1, 0, 64, None).capture(256),
+    ];
+    let stats = Arc::new(PollerStats::with_queues(false, 2));
+    let spec = PollerSpec {
+        icmp_rate: 1_000_000,
+        icmp_burst: 1_000,
+        ..PollerSpec::in_memory(2, 1024, 64, 32)
+    };
+    let mut p = MemPoller::new(&spec, queues, fwd, stats.clone()).expect("poller");
+    p.run(&done);
+    let report = p.finish();
+    let out = [0, 1].map(|i| p.queues()[i].counters().captured.clone());
+    (stats.snapshot(), out, report.frames.accounted() == 1024)
+}
+
+#[test]
+fn every_mix_of_untagged_and_tagged_interfaces_is_routed_with_its_tags() {
+    let plain = v4_to("198.19.0.9");
+    let to_qinq = v4_to("198.20.0.9");
+    let back = v4_to("198.21.0.9");
+    let v6_to_qinq = udp_v6(&FrameSpec {
+        dst6: "2001:2:0:3::9".parse().unwrap(),
+        ..FrameSpec::default()
+    });
+    // In: untagged, VLAN 100, a priority tag (the port's own); out: untagged, QinQ, VLAN 100.
+    let prio = TagStack::one(Tag {
+        tpid: packet::ETH_P_8021Q,
+        tci: 0x6000,
+    });
+    let traffic = vec![
+        tagged(&vlan100(), &plain),
+        tagged(&vlan100(), &to_qinq),
+        tagged(&vlan100(), &v6_to_qinq),
+        to_qinq.clone(),
+        back.clone(),
+        tagged(&prio, &to_qinq),
+        tagged(&vlan100(), &back),
+    ];
+    let (s, out, whole) = run(forwarder(1500), traffic, 700);
+    assert!(whole, "every UMEM frame accounted for");
+    assert_eq!(s.total_drops(), 0, "{s:?}");
+    assert_eq!(s.get(Counter::TxPackets), 700);
+    // Port 1: 100 untagged, 400 under QinQ; port 0: 200 under VLAN 100 (routed back out of
+    // the port they came in on, a sub-interface of it: router on a stick).
+    let stacks = |frames: &[Vec<u8>]| {
+        let mut v: Vec<(usize, usize)> = frames
+            .iter()
+            .map(|f| (tag_stack(f).unwrap().tags().len(), f.len()))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    assert_eq!(
+        (out[1].len(), out[0].len()),
+        (256, 200),
+        "captured: the first 256 of 500, 200"
+    );
+    for f in &out[1] {
+        let tags = tag_stack(f).unwrap();
+        let inner = &f[tags.bytes()..];
+        let dst = &inner[packet::ETH_HLEN + 16..packet::ETH_HLEN + 20];
+        match tags.tags().len() {
+            0 => assert_eq!(dst, [198, 19, 0, 9]),
+            _ => assert_eq!(tags, qinq(), "{f:?}"),
+        }
+        // Routed: the next hop's MAC, port 1's, TTL or hop limit 63.
+        assert_eq!(
+            &f[..12],
+            &[
+                2,
+                0,
+                0,
+                0,
+                9,
+                if tags.tags().is_empty() { 1 } else { 3 },
+                2,
+                0,
+                0,
+                0,
+                1,
+                2
+            ]
+        );
+        let hops = if inner[12..14] == [0x86, 0xdd] {
+            21
+        } else {
+            22
+        };
+        assert_eq!(inner[hops], 63);
+        if inner[12..14] == [8, 0] {
+            assert_eq!(packet::checksum(&inner[14..34]), 0);
+        }
+    }
+    for f in &out[0] {
+        assert_eq!(tag_stack(f).unwrap(), vlan100(), "{f:?}");
+        assert_eq!(&f[..12], &[2, 0, 0, 0, 9, 2, 2, 0, 0, 0, 0, 2]);
+        assert_eq!(f[4 + 14 + 16..4 + 14 + 20], [198, 21, 0, 9]);
+    }
+    assert!(stacks(&out[1]).iter().any(|(n, _)| *n == 2));
+    assert!(stacks(&out[1]).iter().any(|(n, _)| *n == 0));
+}
+
+#[test]
+fn a_sub_interface_fragments_and_answers_with_its_tags_and_addresses() {
+    let big = FrameSpec {
+        dst4: "198.20.0.9".parse().unwrap(),
+        payload_len: 1000,
+        ..FrameSpec::default()
+    };
+    let mut no_df = udp_v4(&big);
+    no_df[packet::ETH_HLEN + 6] = 0;
+    fix_checksum(&mut no_df);
+    let mut expiring = v4_to("198.20.0.9");
+    expiring[packet::ETH_HLEN + 8] = 1;
+    fix_checksum(&mut expiring);
+    let traffic = vec![tagged(&vlan100(), &no_df), tagged(&vlan100(), &expiring)];
+    let (s, out, whole) = run(forwarder(576), traffic, 200);
+    assert!(whole, "every UMEM frame accounted for");
+    assert_eq!(s.get(Counter::FragOk), 100);
+    assert_eq!(s.get(Counter::FragCreates), 200);
+    assert_eq!(s.drop_count(DropReason::TtlExceeded), 100);
+    assert_eq!(s.get(Counter::IcmpSent), 100);
+    // Fragments out of the QinQ sub-interface, each tagged, each at most its MTU.
+    let frags: Vec<_> = out[1].iter().filter(|f| f.len() > 100).collect();
+    assert!(frags.len() >= 2, "{}", out[1].len());
+    for f in frags {
+        assert_eq!(tag_stack(f).unwrap(), qinq());
+        let ip = &f[8 + packet::ETH_HLEN..];
+        assert!(ip.len() <= 576, "{}", ip.len());
+        assert_eq!(packet::checksum(&ip[..20]), 0);
+    }
+    // Time exceeded back out of VLAN 100, from its address.
+    assert_eq!(out[0].len(), 100);
+    for e in &out[0] {
+        assert_eq!(tag_stack(e).unwrap(), vlan100());
+        let ip = &e[4 + packet::ETH_HLEN..];
+        assert_eq!(ip[9], 1, "ICMP");
+        assert_eq!(
+            ip[12..16],
+            [198, 21, 0, 2],
+            "from the sub-interface's address"
+        );
+        assert_eq!(ip[20], 11, "time exceeded");
+    }
+}
+
+#[test]
+fn stray_and_malformed_tags_are_dropped_by_reason() {
+    let plain = v4_to("198.19.0.9");
+    let mut three = tagged(&qinq(), &plain);
+    three.splice(12..12, [0x81, 0x00, 0x00, 0x05]);
+    let traffic = vec![
+        tagged(&TagStack::one(Tag::dot1q(101)), &plain), // no such VLAN here
+        tagged(&qinq(), &plain),                         // port 1's stack, on port 0
+        three,
+        tagged(&vlan100(), &plain)[..16].to_vec(), // ends inside its ethertype
+        tagged(&vlan100(), &plain),
+    ];
+    let (s, out, whole) = run(forwarder(1500), traffic, 500);
+    assert!(whole, "every UMEM frame accounted for");
+    assert_eq!(s.drop_count(DropReason::VlanTagged), 300);
+    assert_eq!(s.drop_count(DropReason::Truncated), 100);
+    assert_eq!(s.get(Counter::TxPackets), 100);
+    assert!(out[1].iter().all(|f| f[12..14] == [8, 0]));
+}
+
+fn fix_checksum(f: &mut [u8]) {
+    let ip = packet::ETH_HLEN;
+    f[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
+    let c = packet::checksum(&f[ip..ip + 20]);
+    f[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
+}

@@ -351,3 +351,50 @@ fn rebalance_is_off_by_default_and_its_bad_values_are_refused_by_key() {
         "{e}"
     );
 }
+
+#[test]
+fn sub_interfaces_are_numbered_after_the_ports_and_refused_by_key() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/router.toml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let c = Config::parse_for(&text, "router.toml", None, 8).unwrap();
+    assert_eq!(c.subinterfaces.len(), 2);
+    assert_eq!(c.interface_count(), 4);
+    let (v, q) = (&c.subinterfaces[0], &c.subinterfaces[1]);
+    assert_eq!((v.parent, q.parent), (0, 1));
+    use crate::packet::vlan::{Tag, TagStack};
+    assert_eq!(v.tags, TagStack::one(Tag::dot1q(100)));
+    assert_eq!(q.tags, TagStack::two(Tag::dot1ad(200), Tag::dot1q(300)));
+    assert!(
+        c.routes.iter().any(|r| r.port == 2),
+        "a route through eth1.100"
+    );
+    let bad = |from: &str, to: &str| {
+        let t = text.replacen(from, to, 1);
+        Config::parse_for(&t, "router.toml", None, 8)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = bad("vlan = 100", "vlan = 4095");
+    assert!(
+        e.contains("subinterfaces[0].vlan") && e.contains("4095"),
+        "{e}"
+    );
+    let e = bad("parent = \"eth1\"", "parent = \"eth9\"");
+    assert!(
+        e.contains("subinterfaces[0].parent") && e.contains("eth9"),
+        "{e}"
+    );
+    let e = bad("name = \"eth2.200.300\"", "name = \"eth1.100\"");
+    assert!(e.contains("subinterfaces[1].name"), "{e}");
+    let e = bad("inner_vlan = 300", "inner_vlan = 300\nprotocol = \"qinq\"");
+    assert!(e.contains("subinterfaces[1].protocol"), "{e}");
+    let e = bad("dev = \"eth1.100\"", "dev = \"eth1.101\"");
+    assert!(e.contains("routes") && e.contains("eth1.101"), "{e}");
+    let e = bad(
+        "parent = \"eth2\"\nvlan = 200\ninner_vlan = 300",
+        "parent = \"eth1\"\nvlan = 100\nprotocol = \"802.1Q\"",
+    );
+    assert!(e.contains("same tags"), "{e}");
+    let e = bad("mode = \"l3fwd\"", "mode = \"l2fwd\"");
+    assert!(e.contains("subinterfaces") && e.contains("l3fwd"), "{e}");
+}

@@ -197,6 +197,43 @@ impl Refusal<'_> {
         d: &XdpDesc,
         tally: &mut Tally,
     ) {
+        if reason == DropReason::VlanTagged && self.fwd.has_subinterfaces() {
+            let t = vlan::decide_tagged(self.area, self.fwd, rt, self.in_port, d);
+            match t.verdict {
+                Ok((out, len)) => {
+                    let at = (t.desc.addr, len);
+                    if !stage(self.stages, usize::from(out), t.desc.addr, len)
+                        && !vlan::stage_tagged(self.area, self.stages, self.fwd, out, at)
+                    {
+                        drop_frame(
+                            self.area,
+                            self.free,
+                            self.frame_mask,
+                            DropReason::TxRingFull,
+                            &t.desc,
+                            tally,
+                        );
+                    }
+                }
+                Err(r) => {
+                    self.in_port = t.ingress;
+                    self.refuse(rt, r, &t.parsed, &t.desc, tally);
+                }
+            }
+            return;
+        }
+        self.refuse(rt, reason, p, d, tally);
+    }
+
+    /// [`Refusal::refused`] of an untagged frame (or one whose tags were popped).
+    fn refuse(
+        &mut self,
+        rt: Routes<'_>,
+        reason: DropReason,
+        p: &Result<Parsed, DropReason>,
+        d: &XdpDesc,
+        tally: &mut Tally,
+    ) {
         let base = d.addr & self.frame_mask;
         if reason == DropReason::Resolving {
             ask_resolve(self.last_resolve, self.resolve, p);
@@ -379,13 +416,7 @@ impl<Q: RingIo> Poller<Q> {
                         free.push(d.addr & *frame_mask);
                     }
                 }
-                None => match fwd.prepare_routed(rt, ingress, frame) {
-                    Err(DropReason::VlanTagged) if fwd.has_subinterfaces() => {
-                        let (d, p) = vlan::untag(fwd, rt, in_port, d, frame);
-                        later.push(d, p);
-                    }
-                    p => later.push(*d, p),
-                },
+                None => later.push(*d, fwd.prepare_routed(rt, ingress, frame)),
             }
         }
         bytes
@@ -493,9 +524,8 @@ impl<Q: RingIo> Poller<Q> {
                     #[allow(clippy::cast_possible_truncation)] // checked: below the area's length
                     let off = d.addr as usize;
                     // SAFETY: as in pass 0, it is staged for TX or freed only after this view;
-                    // `Area::check` passed in pass 1 for this (addr, len), or for the tagged
-                    // frame it is the untagged end of (`vlan::untag`), and the area has not
-                    // changed since.
+                    // `Area::check` passed for this (addr, len) in pass 1, and the area has
+                    // not changed since.
                     let frame = unsafe { area.checked_frame_mut(off, d.len) };
                     fwd.finish(rt, in_port, parsed, frame)
                         // The view is d.len bytes long (a u32), and finish keeps its length.
@@ -521,7 +551,7 @@ impl<Q: RingIo> Poller<Q> {
                     last_resolve,
                     resolve: resolve.as_deref(),
                     frame_mask: *frame_mask,
-                    in_port: vlan::ingress_of(d, in_port),
+                    in_port,
                 }
                 .refused(rt, r, p, d, t),
             }

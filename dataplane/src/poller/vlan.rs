@@ -2,10 +2,6 @@
 //! and the frame decided as one of the sub-interface it came in on; a frame for a
 //! sub-interface staged on its parent port with its tags pushed in front, into the headroom
 //! every received frame has (the kernel's 256 bytes before the packet).
-//!
-//! Which interface a frame left for later came in on rides in its descriptor's `options`
-//! (the RX options of a single-buffer frame are 0; chains never come here): 0 for the port
-//! itself, else the sub-interface's id + 1.
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use xdpilone::xdp::XdpDesc;
 
@@ -17,40 +13,70 @@ use crate::packet::DropReason;
 use crate::port::umem::Area;
 use crate::types::PortId;
 
-/// The interface a frame left for later came in on (`port`: the burst's).
-#[inline(always)]
-pub(super) fn ingress_of(d: &XdpDesc, port: PortId) -> PortId {
-    match d.options {
-        0 => port,
-        #[allow(clippy::cast_possible_truncation)] // an id + 1, written below from a u16
-        id => (id - 1) as PortId,
-    }
+/// What became of a tagged frame pass 1 refused as `vlan_tagged` ([`decide_tagged`]).
+pub(super) struct Tagged<'r> {
+    /// The frame's descriptor now: past its tags once they were popped.
+    pub(super) desc: XdpDesc,
+    /// The interface it came in on (the burst's port until its tags name another).
+    pub(super) ingress: PortId,
+    /// Its parse, for the refusal's slow paths (neighbour resolution, fragmentation).
+    pub(super) parsed: Result<Parsed<'r>, DropReason>,
+    /// Where it leaves and how long it is now, or why not.
+    pub(super) verdict: Result<(PortId, u32), DropReason>,
 }
 
-/// A tagged frame received on `port` (`frame` is `d`'s): its tags popped and the rest
-/// parsed as a frame of the interface they name, with the descriptor of the untagged frame
-/// that is left; or, the frame unchanged, why it is refused.
+/// A frame received on `port` that pass 1 refused as `vlan_tagged`, where the forwarder has
+/// sub-interfaces: its tags popped, and the untagged frame left decided as one of the
+/// interface they name, rewritten in place (IPv6 lookups walked whole here). Off the
+/// untagged path: a tagged frame costs the frames around it nothing. Its descriptor was
+/// checked in pass 1.
 #[cold]
 #[inline(never)]
-pub(super) fn untag<'r>(
+#[allow(unsafe_code)]
+pub(super) fn decide_tagged<'r>(
+    area: &mut Area,
     fwd: &Forwarder,
     rt: Routes<'r>,
     port: PortId,
     d: &XdpDesc,
-    frame: &mut [u8],
-) -> (XdpDesc, Result<Parsed<'r>, DropReason>) {
+) -> Tagged<'r> {
+    let mut out = Tagged {
+        desc: *d,
+        ingress: port,
+        parsed: Err(DropReason::VlanTagged),
+        verdict: Err(DropReason::VlanTagged),
+    };
+    let Some(off) = area.check(d.addr, d.len) else {
+        out.verdict = Err(DropReason::InvalidDescriptor);
+        return out;
+    };
+    // SAFETY: a frame received in this burst and not yet staged or freed (the caller's);
+    // `Area::check` passed for it just above.
+    let frame = unsafe { area.checked_frame_mut(off, d.len) };
     let (at, id) = match fwd.untag(port, frame) {
         Ok(v) => v,
-        Err(r) => return (*d, Err(r)),
+        Err(r) => {
+            out.verdict = Err(r);
+            return out;
+        }
+    };
+    let Some(rest) = frame.get_mut(at..) else {
+        return out;
     };
     #[allow(clippy::cast_possible_truncation)] // at most two tags' bytes
-    let popped = XdpDesc {
-        addr: d.addr + at as u64,
-        len: d.len.saturating_sub(at as u32),
-        options: if id == port { 0 } else { u32::from(id) + 1 },
+    let at = at as u32;
+    out.desc = XdpDesc {
+        addr: d.addr + u64::from(at),
+        len: d.len - at,
+        options: 0,
     };
-    let rest = frame.get(at..).unwrap_or_default();
-    (popped, fwd.prepare_routed(rt, fwd.ingress(id), rest))
+    out.ingress = id;
+    out.parsed = fwd.prepare_routed(rt, fwd.ingress(id), rest);
+    out.verdict = match out.parsed {
+        Ok(p) => fwd.finish(rt, id, p, rest).map(|e| (e, out.desc.len)),
+        Err(r) => Err(r),
+    };
+    out
 }
 
 /// Stages the frame `(addr, len)` for sub-interface `out`: its tags pushed in front of it,

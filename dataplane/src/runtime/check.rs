@@ -44,6 +44,33 @@ pub(super) fn forwarder(
             .set_port(u16::try_from(p).unwrap_or(u16::MAX), *mtu, true);
     }
     let subifs = subinterfaces(cfg, &mtus, &mut rib)?;
+    for s in &cfg.subinterfaces {
+        let tags: Vec<String> = s
+            .tags
+            .tags()
+            .iter()
+            .map(|t| {
+                format!(
+                    "{} {}",
+                    if t.tpid == packet::ETH_P_8021AD {
+                        "802.1ad"
+                    } else {
+                        "802.1Q"
+                    },
+                    t.vid()
+                )
+            })
+            .collect();
+        let parent = cfg
+            .interfaces
+            .get(usize::from(s.parent))
+            .map_or("?", String::as_str);
+        log(&format!(
+            "sub-interface {} (from the config): on {parent}, {}",
+            s.name,
+            tags.join(" over ")
+        ));
+    }
     if cfg.dataplane.mode == Mode::L3fwd && cfg.dataplane.routes == RouteSource::Static {
         let size = rib.size();
         log(&format!(

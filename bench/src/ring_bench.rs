@@ -23,6 +23,11 @@
 //! cycles over 64 MiB (the IPv4 first level's size), one cache miss each, one at a time and
 //! 32 overlapped (`chase.rs`).
 //!
+//! `--vlan 1` (an 802.1Q tag) or `--vlan 2` (QinQ): every frame comes in on a sub-interface
+//! of its port and leaves by one (the routes' next hops are on the sub-interfaces), its tags
+//! popped and the egress ones pushed by the poller: the tagged path's cost beside the
+//! untagged cells'.
+//!
 //! `--packets N` makes a repeat a fixed count instead of a time: each emulated port delivers
 //! N frames and the poller stops after the last, so `valgrind --tool=callgrind
 //! --toggle-collect='*MemPoller*run*' ring-bench --cell K --packets N --testpmd 0` counts the
@@ -33,8 +38,9 @@ use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use dataplane::fib::{mask4, mask6, Capacity, HopKey, HopState, Table, TableWriter};
-use dataplane::forward::{Forwarder, Port};
+use dataplane::forward::{Forwarder, Port, SubIf};
 use dataplane::packet::build::{udp_v4, udp_v6, FrameSpec};
+use dataplane::packet::vlan::{push_tags, Tag, TagStack};
 use dataplane::poller::stats::PollerStats;
 use dataplane::poller::{MemPoller, PollerSpec};
 use dataplane::port::emulated::{MemQueue, Traffic};
@@ -71,6 +77,15 @@ impl Family {
             Family::Mix => "v4+v6",
             Family::V6 => "v6",
         }
+    }
+}
+
+/// `--vlan N`: the tag stack every frame carries in and out (None: untagged).
+fn vlan_stack() -> Option<TagStack> {
+    match arg("--vlan", 0) {
+        0 => None,
+        1 => Some(TagStack::one(Tag::dot1q(100))),
+        _ => Some(TagStack::two(Tag::dot1ad(200), Tag::dot1q(300))),
     }
 }
 
@@ -161,17 +176,26 @@ fn build_routes(n4: usize, n6: usize, readers: usize) -> Routes {
     if arg("--rib-only", 0) != 0 {
         std::process::exit(0);
     }
-    let mut w = TableWriter::new(PORTS as usize, readers, Capacity::default()).expect("table");
+    // With `--vlan`, interfaces PORTS.. are the ports' sub-interfaces, and every next hop is
+    // on one.
+    let (ports, hop_base) = match vlan_stack() {
+        Some(_) => (2 * PORTS, PORTS),
+        None => (PORTS, 0),
+    };
+    let mut w = TableWriter::new(ports as usize, readers, Capacity::default()).expect("table");
     // A jumbo fabric: the 9000-byte cells' packets leave whole (the MTU check costs the
     // same at any MTU).
-    for p in 0..PORTS {
+    for p in 0..ports {
         w.set_port(p, 9000, true);
+    }
+    for p in PORTS..ports {
+        w.set_tagged(p);
     }
     let hops: Vec<u32> = (0..64u8)
         .map(|i| {
             let id = w
                 .hop(HopKey {
-                    port: u16::from(i % 2),
+                    port: hop_base + u16::from(i % 2),
                     addr: Some(std::net::IpAddr::V4([10, 0, i % 2, i].into())),
                 })
                 .expect("hop");
@@ -317,6 +341,18 @@ fn traffic(
             }
         })
         .collect();
+    let frames: Vec<Vec<u8>> = match vlan_stack() {
+        Some(tags) => frames
+            .into_iter()
+            .map(|plain| {
+                let mut f = vec![0; tags.bytes()];
+                f.extend_from_slice(&plain);
+                push_tags(&mut f, &tags).expect("room for the tags");
+                f
+            })
+            .collect(),
+        None => frames,
+    };
     if frames.iter().any(|f| f.len() > FRAME_ROOM) {
         Arc::new(Traffic::chained(&frames, FRAME_ROOM))
     } else {
@@ -380,12 +416,19 @@ impl Runner {
                 v6: None,
             })
             .collect();
-        let fwd = Arc::new(Forwarder::new(
-            cell.mode,
-            routes.table.clone(),
-            vec![1, 0],
-            ports,
-        ));
+        let mut fwd = Forwarder::new(cell.mode, routes.table.clone(), vec![1, 0], ports);
+        if let Some(tags) = vlan_stack() {
+            fwd = fwd.with_subinterfaces(
+                (0..PORTS)
+                    .map(|parent| SubIf {
+                        parent,
+                        tags,
+                        addresses: Vec::new(),
+                    })
+                    .collect(),
+            );
+        }
+        let fwd = Arc::new(fwd);
         let stop = Arc::new(AtomicBool::new(false));
         let quit = Arc::new(AtomicBool::new(false));
         let barrier = Arc::new(Barrier::new(cell.pollers + 1));

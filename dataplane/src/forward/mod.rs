@@ -15,7 +15,7 @@ use port_addrs::{Addrs, PortAddrs};
 mod fragment;
 mod icmp_error;
 pub mod port_addrs;
-mod subif;
+pub mod subif;
 
 pub use subif::SubIf;
 

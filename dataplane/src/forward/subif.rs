@@ -9,9 +9,15 @@ use std::sync::Arc;
 use super::port_addrs::{Addrs, PortAddrs};
 use super::{Forwarder, Port};
 use crate::fib::mac_key;
-use crate::packet::vlan::{self, TagStack};
-use crate::packet::DropReason;
+use crate::fib::V4Routes;
+use crate::packet::field::ipv4;
+use crate::packet::vlan::{self, Tag, TagStack};
+use crate::packet::{self, DropReason, ETH_HLEN, ETH_P_8021Q, ETH_P_IPV4, L3};
 use crate::types::PortId;
+
+/// Headroom the one-pass path of a port with sub-interfaces takes before each frame: room
+/// for the most tags an egress pushes.
+pub const ROOM: usize = vlan::MAX_TAGS * vlan::TAG_LEN;
 
 /// A sub-interface as the forwarder sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +38,21 @@ pub(super) struct SubIfs {
     list: Vec<SubIf>,
     /// (parent << 32 | [`TagStack::key`], id), sorted.
     by_stack: Vec<(u64, PortId)>,
+    /// Per port, its single 802.1Q tags' sub-interfaces by VLAN id (id + 1; 0: none): the
+    /// one-pass path's lookup, one load. Empty for a port without any.
+    dot1q: Vec<Box<[u16]>>,
+    /// Per interface (ports, then sub-interfaces), how its frames leave: the one-pass
+    /// path's egress, one load.
+    egress: Vec<Egress>,
+}
+
+/// How a frame for one interface leaves: by which port, with which tags in front of its
+/// ethertype (`tags[..len]`, as they lie in the frame).
+#[derive(Debug, Clone, Copy, Default)]
+struct Egress {
+    port: PortId,
+    len: u8,
+    tags: [u8; 8],
 }
 
 impl SubIfs {
@@ -48,6 +69,26 @@ impl SubIfs {
         let k = Self::key(port, tags);
         let at = self.by_stack.binary_search_by_key(&k, |(k, _)| *k).ok()?;
         self.by_stack.get(at).map(|(_, id)| *id)
+    }
+
+    /// [`SubIfs::ingress`] of a one-tag frame, its TPID and TCI as they lie in the frame.
+    #[inline(always)]
+    fn ingress_one(&self, port: PortId, tpid: [u8; 2], tci: [u8; 2]) -> Option<PortId> {
+        let vid = usize::from(u16::from_be_bytes(tci) & 0x0fff);
+        if vid == 0 {
+            return Some(port);
+        }
+        if tpid == ETH_P_8021Q.to_be_bytes() {
+            let id = *self.dot1q.get(usize::from(port))?.get(vid)?;
+            return id.checked_sub(1);
+        }
+        self.ingress(
+            port,
+            &TagStack::one(Tag {
+                tpid: u16::from_be_bytes(tpid),
+                tci: u16::from_be_bytes(tci),
+            }),
+        )
     }
 
     /// Sub-interface `id`, if it is one.
@@ -88,11 +129,55 @@ impl Forwarder {
             by_stack.push((SubIfs::key(s.parent, &s.tags), (first + k) as PortId));
         }
         by_stack.sort_unstable();
+        #[allow(clippy::cast_possible_truncation)] // ids are at most MAX_PORTS
+        let mut egress: Vec<Egress> = (0..first)
+            .map(|p| Egress {
+                port: p as PortId,
+                ..Egress::default()
+            })
+            .collect();
+        for s in &subifs {
+            let mut e = Egress {
+                port: s.parent,
+                ..Egress::default()
+            };
+            for (t, b) in s
+                .tags
+                .tags()
+                .iter()
+                .zip(e.tags.chunks_exact_mut(vlan::TAG_LEN))
+            {
+                b.copy_from_slice(&(u32::from(t.tpid) << 16 | u32::from(t.tci)).to_be_bytes());
+            }
+            #[allow(clippy::cast_possible_truncation)] // at most two tags' bytes
+            let len = s.tags.bytes() as u8;
+            e.len = len;
+            egress.push(e);
+        }
+        let mut dot1q: Vec<Box<[u16]>> = vec![Box::default(); first];
+        for (k, s) in subifs.iter().enumerate() {
+            let [t] = s.tags.tags() else { continue };
+            if t.tpid != ETH_P_8021Q {
+                continue;
+            }
+            if let Some(table) = dot1q.get_mut(usize::from(s.parent)) {
+                if table.is_empty() {
+                    *table = vec![0; 4096].into_boxed_slice();
+                }
+                if let Some(slot) = table.get_mut(usize::from(t.vid())) {
+                    #[allow(clippy::cast_possible_truncation)] // ids are at most MAX_PORTS
+                    let id = (first + k + 1) as u16;
+                    *slot = id;
+                }
+            }
+        }
         self.addrs = Arc::new(PortAddrs::new(addrs));
         self.subifs = SubIfs {
             first,
             list: subifs,
             by_stack,
+            dot1q,
+            egress,
         };
         self
     }
@@ -120,6 +205,106 @@ impl Forwarder {
             .ok_or(DropReason::VlanTagged)?;
         let at = vlan::pop_tags(frame, &tags).ok_or(DropReason::Truncated)?;
         Ok((at, id))
+    }
+
+    /// [`Forwarder::route_now`] for a port with sub-interfaces: an option-less IPv4 frame
+    /// with no tag, one or two, forwarded whole in one pass. `buf` is the frame with
+    /// [`ROOM`] bytes before it (the headroom its egress tags may grow into). The tags are
+    /// read at fixed offsets and name the ingress interface; the IPv4 header is checked,
+    /// routed and its TTL decremented in place; the Ethernet header is written anew in front
+    /// of it with the egress interface's tags (the ingress tags are not moved: every byte
+    /// before the IP header is rewritten). Returns the egress port and where the frame now
+    /// starts in `buf`; None leaves `buf` unchanged, for the general path (IPv6, options,
+    /// anything refused, an unknown stack).
+    #[inline(always)]
+    pub fn route_now_tagged(
+        &self,
+        rt: V4Routes<'_>,
+        port: PortId,
+        buf: &mut [u8],
+    ) -> Option<(PortId, usize)> {
+        // The words after the MACs: an ethertype, or a tag's TPID and TCI, and so on.
+        let h = buf.get(ROOM + 12..ROOM + 22)?.first_chunk::<10>()?;
+        let [a0, a1, b0, b1, c0, c1, d0, d1, e0, e1] = *h;
+        let v4 = ETH_P_IPV4.to_be_bytes();
+        if [a0, a1] == v4 {
+            self.route_tags::<0>(rt, port, buf)
+        } else if !vlan::is_tpid([a0, a1]) {
+            None
+        } else if [c0, c1] == v4 {
+            let ingress = self.subifs.ingress_one(port, [a0, a1], [b0, b1])?;
+            self.route_tags::<1>(rt, ingress, buf)
+        } else if vlan::is_tpid([c0, c1]) && [e0, e1] == v4 {
+            let tag = |tpid: [u8; 2], tci: [u8; 2]| Tag {
+                tpid: u16::from_be_bytes(tpid),
+                tci: u16::from_be_bytes(tci),
+            };
+            let stack = TagStack::two(tag([a0, a1], [b0, b1]), tag([c0, c1], [d0, d1]));
+            let ingress = self.subifs.ingress(port, &stack)?;
+            self.route_tags::<2>(rt, ingress, buf)
+        } else {
+            None
+        }
+    }
+
+    /// [`Forwarder::route_now_tagged`] of a frame with `K` tags that came in on `ingress`:
+    /// every offset a constant.
+    #[inline(always)]
+    fn route_tags<const K: usize>(
+        &self,
+        rt: V4Routes<'_>,
+        ingress: PortId,
+        buf: &mut [u8],
+    ) -> Option<(PortId, usize)> {
+        // From `at` the frame is read as an untagged one: its last ethertype and IP header
+        // where an untagged frame has them.
+        let at = ROOM + K * vlan::TAG_LEN;
+        let plain_len = buf.len().checked_sub(at)?;
+        let (head, _) =
+            buf.split_first_chunk_mut::<{ ROOM + 2 * vlan::TAG_LEN + ETH_HLEN + ipv4::HLEN }>()?;
+        let macs = head.get(ROOM..ROOM + 8)?.first_chunk::<8>()?;
+        if !self.ingress(ingress).accepts(macs) {
+            return None;
+        }
+        let plain = head.get(at..)?;
+        let ip = plain
+            .get(ETH_HLEN..ETH_HLEN + ipv4::HLEN)?
+            .first_chunk::<{ ipv4::HLEN }>()?;
+        if ip[ipv4::VER_IHL] != 0x45 {
+            return None;
+        }
+        let Ok(L3::V4 { dst, len }) =
+            packet::parse_v4_plain::<false>(ip, plain_len.wrapping_sub(ETH_HLEN))
+        else {
+            return None;
+        };
+        let hop = rt.route(dst, || packet::flow_hash(plain)).ok()?;
+        if u32::from(len) > hop.mtu {
+            return None;
+        }
+        let e = *self.subifs.egress.get(usize::from(hop.port))?;
+        let src = self.port_macs.get(usize::from(e.port)).copied()?;
+        let ip = head
+            .get_mut(at + ETH_HLEN..at + ETH_HLEN + ipv4::HLEN)?
+            .first_chunk_mut::<{ ipv4::HLEN }>()?;
+        packet::decrement_ttl_v4_header(ip);
+        // The new Ethernet header ends where the old one did: MACs, then the egress tags.
+        let start = match e.len {
+            0 => at,
+            4 => {
+                let t = head.get_mut(at + 8..at + 12)?;
+                t.copy_from_slice(e.tags.first_chunk::<4>()?);
+                at - 4
+            }
+            _ => {
+                let t = head.get_mut(at + 4..at + 12)?;
+                t.copy_from_slice(&e.tags);
+                at - 8
+            }
+        };
+        let macs = head.get_mut(start..start + 12)?.first_chunk_mut::<12>()?;
+        packet::set_macs(macs, hop.mac, src);
+        Some((e.port, start))
     }
 
     /// Where a frame for interface `out` leaves when `out` is a sub-interface: its parent

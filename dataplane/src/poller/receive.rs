@@ -364,7 +364,11 @@ impl<Q: RingIo> Poller<Q> {
         let mut tally = Tally::new();
         let mut later = Later::new();
         let bytes = if self.fwd.routes_frames() {
-            self.route_pass(i, n, in_port, rt, &mut later, &mut tally)
+            if self.fwd.has_subinterfaces() {
+                self.route_pass::<true>(i, n, in_port, rt, &mut later, &mut tally)
+            } else {
+                self.route_pass::<false>(i, n, in_port, rt, &mut later, &mut tally)
+            }
         } else {
             self.parse_pass(n, in_port, rt, &mut later)
         };
@@ -381,9 +385,11 @@ impl<Q: RingIo> Poller<Q> {
 
     /// Pass 1 in l3fwd: each IPv4 frame forwarded whole (checked, routed, rewritten,
     /// staged); every other frame, refused ones included, parsed into `later`, to be decided
-    /// after with its reason. Returns the burst's bytes.
+    /// after with its reason. Returns the burst's bytes. `TAGGED`: the port has
+    /// sub-interfaces, and its frames with their tags are forwarded in the one pass too
+    /// ([`vlan::route_now_tagged`]); a port without keeps the untagged path's code alone.
     #[inline(always)]
-    fn route_pass<'r>(
+    fn route_pass<'r, const TAGGED: bool>(
         &mut self,
         i: usize,
         n: usize,
@@ -424,6 +430,15 @@ impl<Q: RingIo> Poller<Q> {
             if let Some(ahead) = descs.get(k + ROUTE_AHEAD) {
                 prefetch_route(area, v4, ahead);
             }
+            if TAGGED {
+                if let Some((out, addr, len)) = vlan::route_now_tagged(area, fwd, v4, in_port, d) {
+                    if !stage(stages, usize::from(out), addr, len) {
+                        t.drop(DropReason::TxRingFull);
+                        free.push(addr & *frame_mask);
+                    }
+                    continue;
+                }
+            }
             let Some(off) = area.check(d.addr, d.len) else {
                 later.push(*d, Err(DropReason::InvalidDescriptor));
                 continue;
@@ -431,7 +446,12 @@ impl<Q: RingIo> Poller<Q> {
             // SAFETY: as in pass 0; it is staged for TX or freed only after this view, and
             // `Area::check` passed for this (addr, len) just above.
             let frame = unsafe { area.checked_frame_mut(off, d.len) };
-            match Forwarder::route_now(v4, ingress, port_macs, frame) {
+            let now = if TAGGED {
+                None
+            } else {
+                Forwarder::route_now(v4, ingress, port_macs, frame)
+            };
+            match now {
                 Some(out) => {
                     if !stage(stages, usize::from(out), d.addr, d.len) {
                         t.drop(DropReason::TxRingFull);

@@ -6,12 +6,40 @@
 use xdpilone::xdp::XdpDesc;
 
 use super::Stage;
-use crate::fib::Routes;
-use crate::forward::{Forwarder, Parsed};
+use crate::fib::{Routes, V4Routes};
+use crate::forward::{subif, Forwarder, Parsed};
 use crate::packet::vlan::{self, TagStack};
 use crate::packet::DropReason;
 use crate::port::umem::Area;
 use crate::types::PortId;
+
+/// The one-pass path of a port with sub-interfaces ([`Forwarder::route_now_tagged`]) for
+/// the frame of `d` received on `port`, with the room before it that its egress tags may
+/// take: the egress port and the frame's new descriptor (addr, len), or None with the frame
+/// unchanged (also for a frame with less room before it than that: the general path's).
+#[inline(always)]
+#[allow(unsafe_code)]
+pub(super) fn route_now_tagged(
+    area: &mut Area,
+    fwd: &Forwarder,
+    v4: V4Routes<'_>,
+    port: PortId,
+    d: &XdpDesc,
+) -> Option<(PortId, u64, u32)> {
+    const ROOM: u64 = subif::ROOM as u64;
+    if d.addr & (u64::from(area.frame_size()) - 1) < ROOM {
+        return None;
+    }
+    let (addr, len) = (d.addr - ROOM, d.len + ROOM as u32);
+    let off = area.check(addr, len)?;
+    // SAFETY: a frame received in this burst, not yet staged or freed, and the bytes before
+    // it in its own UMEM frame (at least ROOM of them, checked above); `Area::check` passed
+    // for the whole just above.
+    let buf = unsafe { area.checked_frame_mut(off, len) };
+    let (out, start) = fwd.route_now_tagged(v4, port, buf)?;
+    let start = u32::try_from(start).ok()?;
+    Some((out, addr + u64::from(start), len - start))
+}
 
 /// What became of a tagged frame pass 1 refused as `vlan_tagged` ([`decide_tagged`]).
 pub(super) struct Tagged<'r> {

@@ -37,6 +37,7 @@ mod receive;
 mod reopen;
 mod setup;
 pub mod stats;
+mod tally;
 mod vlan;
 #[cfg(test)]
 mod vlan_tests;

@@ -12,7 +12,6 @@
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 #![allow(unsafe_code)] // the frame views, as said above
 use std::net::IpAddr;
-use std::time::Instant;
 
 use arrayvec::ArrayVec;
 use crossbeam_queue::ArrayQueue;
@@ -21,6 +20,7 @@ use xdpilone::xdp::XdpDesc;
 use super::icmp::{icmp_reply, IcmpReply};
 use super::ratelimit::TokenBucket;
 use super::stats::Counter;
+pub(super) use super::tally::Tally;
 use super::{frag, vlan, Poller, Stage, MAX_BATCH};
 use crate::fib::{Routes, V4Routes};
 use crate::forward::{Forwarder, L2Egress, Parsed};
@@ -62,47 +62,6 @@ impl<'r> Later<'r> {
     }
 }
 
-/// What one burst counted, added to the poller's counters once at its end.
-pub(super) struct Tally {
-    drops: [u32; DropReason::COUNT],
-    /// Whether `drops` holds anything (the per-reason scan skipped when not).
-    dropped: bool,
-    /// ICMP errors sent, rate-limited, not sent by rule.
-    icmp: [u64; 3],
-    /// Packets fragmented, fragments made.
-    pub(super) fragmented: [u64; 2],
-    /// The clock, read once a burst and only by the ICMP rate limit.
-    pub(super) now: Option<Instant>,
-}
-
-impl Tally {
-    #[inline(always)]
-    pub(super) fn new() -> Tally {
-        Tally {
-            drops: [0; DropReason::COUNT],
-            dropped: false,
-            icmp: [0; 3],
-            fragmented: [0; 2],
-            now: None,
-        }
-    }
-
-    #[inline(always)]
-    pub(super) fn drop(&mut self, r: DropReason) {
-        if let Some(c) = self.drops.get_mut(r as usize) {
-            *c += 1;
-            self.dropped = true;
-        }
-    }
-
-    #[inline(always)]
-    pub(super) fn icmp(&mut self, outcome: IcmpReply) {
-        if let Some(c) = self.icmp.get_mut(outcome.slot()) {
-            *c += 1;
-        }
-    }
-}
-
 /// Puts a descriptor on the stage of egress socket `at`; false when that stage is full.
 #[inline(always)]
 fn stage(stages: &mut [Stage], at: usize, addr: u64, len: u32) -> bool {
@@ -140,28 +99,6 @@ fn refuse_l2(
     tally: &mut Tally,
 ) {
     drop_frame(area, free, frame_mask, reason, d, tally);
-}
-
-/// A frame for `out` that no port's stage took: a sub-interface's, staged on its parent
-/// with its tags pushed ([`vlan::stage_tagged`]); else (a full stage) dropped as
-/// `tx_ring_full`.
-#[cold]
-#[inline(never)]
-#[allow(clippy::too_many_arguments)]
-fn not_staged(
-    area: &mut Area,
-    free: &mut FreeList,
-    stages: &mut [Stage],
-    fwd: &Forwarder,
-    frame_mask: u64,
-    out: u16,
-    (addr, len): (u64, u32),
-    t: &mut Tally,
-) {
-    if !vlan::stage_tagged(area, stages, fwd, out, (addr, len)) {
-        t.drop(DropReason::TxRingFull);
-        free.push(addr & frame_mask);
-    }
 }
 
 /// How many frames ahead of the one the l3fwd pass decides it starts loading a route entry
@@ -581,7 +518,16 @@ impl<Q: RingIo> Poller<Q> {
             match verdict {
                 Ok((out, len)) => {
                     if !stage(stages, usize::from(out), d.addr, len) {
-                        not_staged(area, free, stages, fwd, *frame_mask, out, (d.addr, len), t);
+                        vlan::not_staged(
+                            area,
+                            free,
+                            stages,
+                            fwd,
+                            *frame_mask,
+                            out,
+                            (d.addr, len),
+                            t,
+                        );
                     }
                 }
                 Err(r) => Refusal {

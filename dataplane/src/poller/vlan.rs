@@ -5,12 +5,13 @@
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use xdpilone::xdp::XdpDesc;
 
+use super::tally::Tally;
 use super::Stage;
 use crate::fib::{Routes, V4Routes};
 use crate::forward::{subif, Forwarder, Parsed};
 use crate::packet::vlan::{self, TagStack};
 use crate::packet::DropReason;
-use crate::port::umem::Area;
+use crate::port::umem::{Area, FreeList};
 use crate::types::PortId;
 
 /// The one-pass path of a port with sub-interfaces ([`Forwarder::route_now_tagged`]) for
@@ -30,7 +31,7 @@ pub(super) fn route_now_tagged(
     if d.addr & (u64::from(area.frame_size()) - 1) < ROOM {
         return None;
     }
-    let (addr, len) = (d.addr - ROOM, d.len + ROOM as u32);
+    let (addr, len) = (d.addr - ROOM, d.len.checked_add(u32::try_from(ROOM).ok()?)?);
     let off = area.check(addr, len)?;
     // SAFETY: a frame received in this burst, not yet staged or freed, and the bytes before
     // it in its own UMEM frame (at least ROOM of them, checked above); `Area::check` passed
@@ -152,4 +153,26 @@ pub(super) fn push_in_headroom(
     let buf = unsafe { area.checked_frame_mut(off, len) };
     vlan::push_tags(buf, tags)?;
     Some((addr, len))
+}
+
+/// A frame for `out` that no port's stage took: a sub-interface's, staged on its parent
+/// with its tags pushed ([`stage_tagged`]); else (a full stage) dropped as
+/// `tx_ring_full`.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn not_staged(
+    area: &mut Area,
+    free: &mut FreeList,
+    stages: &mut [Stage],
+    fwd: &Forwarder,
+    frame_mask: u64,
+    out: u16,
+    (addr, len): (u64, u32),
+    t: &mut Tally,
+) {
+    if !stage_tagged(area, stages, fwd, out, (addr, len)) {
+        t.drop(DropReason::TxRingFull);
+        free.push(addr & frame_mask);
+    }
 }

@@ -297,7 +297,8 @@ static __always_inline int to_socket(struct xdp_md *ctx, const int buckets)
 
 /* The tag stacks of this port's sub-interfaces (dp_vlan_key in dataplane.h), set by the
  * loader. A frame with one of them is steered as an untagged frame of its own: the poller
- * pops the tags. A priority tag alone (VLAN 0) is the untagged interface's (802.1Q 9.6). */
+ * pops the tags. On a port with sub-interfaces the loader adds the priority tag (one 802.1Q
+ * tag of VLAN 0), the untagged interface's (802.1Q 9.6); elsewhere it stays the kernel's. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, DP_MAX_SUBINTERFACES);
@@ -335,8 +336,6 @@ static __always_inline int untag(struct ethhdr *eth, void *end, __u8 **l3, __u16
 		key |= 1 << 26;
 		*l3 = (__u8 *)(outer + 1);
 		*proto = outer->next;
-		if ((key & VLAN_VID_MASK) == 0) /* a priority tag */
-			return 0;
 	} else {
 		if ((void *)(inner + 1) > end)
 			return 1;

@@ -216,3 +216,60 @@ fn stray_tags_go_to_the_kernel_and_broken_ones_are_dropped_by_reason() {
     assert_eq!(drop_count(&s, DropReason::Truncated), 5, "{s}");
     assert_eq!(counter(&s, Counter::TxPackets), 0, "{s}");
 }
+
+#[test]
+fn a_sub_interface_follows_its_parents_link() {
+    if !root_or_skip("vlan link") {
+        return;
+    }
+    let bed = Bed::up("tsl", 1);
+    let t = &bed.0;
+    let dut = Dut::start(&bed, &vlan_config(t));
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let send = |sport: u16| {
+        for e in 0..3 {
+            let (v4, _) = destination(e);
+            let s = FrameSpec {
+                dst4: v4.parse().unwrap(),
+                ..spec(sport + e as u16)
+            };
+            gen.send(&udp_v4(&s)).expect("send");
+        }
+    };
+    // The egress port down: its sub-interfaces' next hops with it.
+    ns(&t.dut_ns(), &["ip", "link", "set", &t.dut_out(), "down"]);
+    std::thread::sleep(Duration::from_millis(500));
+    for k in 0..5 {
+        send(3000 + 10 * k);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    ns(&t.dut_ns(), &["ip", "link", "set", &t.dut_out(), "up"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    for k in 0..5 {
+        send(4000 + 10 * k);
+    }
+    let frames = capture_tagged(&sink, Duration::from_millis(600), Duration::from_secs(5));
+    let s = dut.stop();
+    assert_eq!(
+        drop_count(&s, DropReason::LinkDown),
+        15,
+        "the port and both its sub-interfaces down: {s}"
+    );
+    // Our frames, their tags taken off.
+    let plain: Vec<Vec<u8>> = frames
+        .iter()
+        .filter_map(|f| {
+            let n = tag_stack(f).ok()?.bytes();
+            let mut u = f[..12].to_vec();
+            u.extend_from_slice(&f[12 + n..]);
+            Some(u)
+        })
+        .collect();
+    let after: Vec<u16> = marked(&plain)
+        .into_iter()
+        .map(|(_, sport)| sport)
+        .filter(|p| *p >= 4000)
+        .collect();
+    assert_eq!(after.len(), 15, "all three up again: {after:?}");
+}

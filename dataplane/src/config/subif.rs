@@ -79,6 +79,13 @@ pub(super) fn subinterfaces<'a>(
     for (i, s) in list.iter().enumerate() {
         let key = format!("subinterfaces[{i}]");
         let parent = port(port_of, format!("{key}.parent"), &s.parent)?;
+        if usize::from(parent) >= ports {
+            return Err(invalid(
+                format!("{key}.parent"),
+                &s.parent,
+                "a sub-interface's parent is one of [[interfaces]], not another sub-interface",
+            ));
+        }
         let outer = vid(format!("{key}.vlan"), s.vlan)?;
         let inner = s
             .inner_vlan

@@ -395,6 +395,11 @@ fn sub_interfaces_are_numbered_after_the_ports_and_refused_by_key() {
         "parent = \"eth1\"\nvlan = 100\nprotocol = \"802.1Q\"",
     );
     assert!(e.contains("same tags"), "{e}");
+    let e = bad("parent = \"eth2\"", "parent = \"eth1.100\"");
+    assert!(
+        e.contains("subinterfaces[1].parent") && e.contains("not another"),
+        "{e}"
+    );
     let e = bad("mode = \"l3fwd\"", "mode = \"l2fwd\"");
     assert!(e.contains("subinterfaces") && e.contains("l3fwd"), "{e}");
 }

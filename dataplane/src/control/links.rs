@@ -4,6 +4,23 @@
 use super::*;
 
 impl Control {
+    /// Port `port`'s sub-interfaces follow its link state and MTU (each at most its own
+    /// configured MTU), as a Linux VLAN device follows its lower device.
+    pub(super) fn subinterfaces_follow(&mut self, port: u16, mtu: u32, up: bool) {
+        let first = self.spec.config.interfaces.len();
+        let spec = &mut self.spec;
+        for (k, s) in spec.config.subinterfaces.iter().enumerate() {
+            if s.parent != port {
+                continue;
+            }
+            let Ok(id) = u16::try_from(first + k) else {
+                continue;
+            };
+            let mtu = s.mtu.map_or(mtu, |own| own.min(mtu));
+            spec.rib.writer().set_port(id, mtu, up);
+        }
+    }
+
     /// Hands port `p`'s addresses to the pollers.
     pub(super) fn publish_addrs(&self, p: usize) {
         if let (Some(pa), Some(a), Ok(port)) = (
@@ -74,6 +91,7 @@ impl Control {
                 continue;
             };
             self.spec.rib.writer().set_port(port, mtu, up);
+            self.subinterfaces_follow(port, mtu, up);
             if let Some(s) = self.link_up.get_mut(usize::from(port)) {
                 *s = Some(up);
             }
@@ -132,6 +150,7 @@ impl Control {
                 }
             ));
             self.spec.rib.writer().set_port_gone(port);
+            self.subinterfaces_follow(port, 0, false);
             self.by_ifindex.remove(&ifindex);
             if let Some(s) = self.link_up.get_mut(i) {
                 *s = None;
@@ -144,6 +163,7 @@ impl Control {
         let old_mtu = self.spec.rib.table().port(port).map(|(m, _)| m);
         let mtu = mtu.or(old_mtu).unwrap_or(0);
         self.spec.rib.writer().set_port(port, mtu, up);
+        self.subinterfaces_follow(port, mtu, up);
         if let Some(old) = old_mtu.filter(|&o| o != mtu && was.is_some()) {
             self.note(format!(
                 "port {name}: mtu now {mtu} (was {old}): packets up to it are forwarded, larger ones fragmented or answered with ICMP"

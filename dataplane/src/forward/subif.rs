@@ -19,6 +19,10 @@ use crate::types::PortId;
 /// for the most tags an egress pushes.
 pub const ROOM: usize = vlan::MAX_TAGS * vlan::TAG_LEN;
 
+/// The bytes [`Forwarder::route_now_tagged`] reads and writes in its view: the headroom, the
+/// most tags, the Ethernet and IPv4 headers.
+const HEAD: usize = ROOM + 2 * vlan::TAG_LEN + ETH_HLEN + ipv4::HLEN;
+
 /// A sub-interface as the forwarder sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubIf {
@@ -75,10 +79,10 @@ impl SubIfs {
     #[inline(always)]
     fn ingress_one(&self, port: PortId, tpid: [u8; 2], tci: [u8; 2]) -> Option<PortId> {
         let vid = usize::from(u16::from_be_bytes(tci) & 0x0fff);
-        if vid == 0 {
-            return Some(port);
-        }
         if tpid == ETH_P_8021Q.to_be_bytes() {
+            if vid == 0 {
+                return Some(port);
+            }
             let id = *self.dot1q.get(usize::from(port))?.get(vid)?;
             return id.checked_sub(1);
         }
@@ -260,8 +264,7 @@ impl Forwarder {
         // where an untagged frame has them.
         let at = ROOM + K * vlan::TAG_LEN;
         let plain_len = buf.len().checked_sub(at)?;
-        let (head, _) =
-            buf.split_first_chunk_mut::<{ ROOM + 2 * vlan::TAG_LEN + ETH_HLEN + ipv4::HLEN }>()?;
+        let (head, _) = buf.split_first_chunk::<HEAD>()?;
         let macs = head.get(ROOM..ROOM + 8)?.first_chunk::<8>()?;
         if !self.ingress(ingress).accepts(macs) {
             return None;
@@ -278,12 +281,16 @@ impl Forwarder {
         else {
             return None;
         };
-        let hop = rt.route(dst, || packet::flow_hash(plain)).ok()?;
+        // The flow hash reads the ports past the header: the whole frame from `at`.
+        let hop = rt
+            .route(dst, || packet::flow_hash(buf.get(at..).unwrap_or_default()))
+            .ok()?;
         if u32::from(len) > hop.mtu {
             return None;
         }
         let e = *self.subifs.egress.get(usize::from(hop.port))?;
         let src = self.port_macs.get(usize::from(e.port)).copied()?;
+        let (head, _) = buf.split_first_chunk_mut::<HEAD>()?;
         let ip = head
             .get_mut(at + ETH_HLEN..at + ETH_HLEN + ipv4::HLEN)?
             .first_chunk_mut::<{ ipv4::HLEN }>()?;

@@ -83,10 +83,10 @@ impl TagStack {
         usize::from(self.len) * TAG_LEN
     }
 
-    /// Whether it is one tag of VLAN 0: a priority tag, which 802.1Q (9.6) gives to the
-    /// untagged interface.
+    /// Whether it is one 802.1Q tag of VLAN 0: a priority tag, which 802.1Q (9.6) gives to
+    /// the untagged interface.
     pub fn priority_only(&self) -> bool {
-        self.len == 1 && self.tags[0].vid() == 0
+        self.len == 1 && self.tags[0].vid() == 0 && self.tags[0].tpid == ETH_P_8021Q
     }
 
     /// The stack as the steering program's `vlans` map and the forwarder's sub-interface

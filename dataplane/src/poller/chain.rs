@@ -21,7 +21,7 @@ use xdpilone::xdp::XdpDesc;
 use super::icmp::{icmp_reply, IcmpReply};
 use super::receive::{ask_resolve, Tally};
 use super::stats::Counter;
-use super::{Poller, Stage, MAX_BATCH};
+use super::{vlan, Poller, Stage, MAX_BATCH};
 use crate::fib::Routes;
 use crate::forward::Forwarder;
 use crate::packet::{frag, DropReason};
@@ -42,6 +42,34 @@ const STAGE_HEADROOM: usize = 128;
 
 /// One packet's buffers, first first.
 type Chain = ArrayVec<XdpDesc, MAX_CHAIN>;
+
+/// [`stage_chain`] for sub-interface `out`: its tags pushed into the first buffer's headroom,
+/// the chain staged on its parent port. False when `out` is not a sub-interface, or there is
+/// no room (the buffers are then the caller's to give back).
+#[cold]
+fn stage_chain_tagged(
+    area: &mut Area,
+    stages: &mut [Stage],
+    fwd: &Forwarder,
+    out: u16,
+    chain: &[XdpDesc],
+) -> bool {
+    let (Some((parent, tags)), Some(first)) = (fwd.tagged_egress(out), chain.first()) else {
+        return false;
+    };
+    let Some((addr, len)) = vlan::push_in_headroom(area, (first.addr, first.len), tags) else {
+        return false;
+    };
+    let mut tagged: Chain = chain.iter().copied().collect();
+    if let Some(f) = tagged.first_mut() {
+        *f = XdpDesc {
+            addr,
+            len,
+            options: f.options,
+        };
+    }
+    stage_chain(stages, usize::from(parent), &tagged)
+}
 
 /// Puts `chain` on the stage of egress socket `at`, flagged as one packet; false (nothing
 /// staged) when the stage has no room for all of it.
@@ -246,12 +274,18 @@ impl<Q: RingIo> Poller<Q> {
             self.flush_cold();
         }
         match verdict {
+            // A tagged frame of one buffer: decided as on the single-buffer path.
+            Err(DropReason::VlanTagged) if chain.len() == 1 && self.fwd.has_subinterfaces() => {
+                self.tagged_alone(queue_base, in_port, rt, &head, t);
+            }
             Ok(out) => {
                 let stages = self
                     .stages
                     .get_mut(queue_base..queue_base + ports)
                     .unwrap_or_default();
-                if !stage_chain(stages, usize::from(out), chain) {
+                if !stage_chain(stages, usize::from(out), chain)
+                    && !stage_chain_tagged(&mut self.area, stages, &self.fwd, out, chain)
+                {
                     t.drop(DropReason::TxRingFull);
                     self.give_back_all(chain);
                 }
@@ -261,6 +295,50 @@ impl<Q: RingIo> Poller<Q> {
                     ask_resolve(&mut self.last_resolve, self.resolve.as_deref(), &parsed);
                 }
                 self.refuse_chain(queue_base, in_port, rt, reason, &parsed, chain, wire, t);
+            }
+        }
+    }
+
+    /// A tagged single-buffer frame in a burst that holds a multi-buffer packet:
+    /// `vlan::decide_tagged`, then staged (with its egress tags) or refused as a packet of
+    /// one buffer. (A tagged packet of several buffers is dropped as `vlan_tagged`.)
+    #[cold]
+    fn tagged_alone(
+        &mut self,
+        queue_base: usize,
+        in_port: u16,
+        rt: Routes<'_>,
+        d: &XdpDesc,
+        t: &mut Tally,
+    ) {
+        let tagged = vlan::decide_tagged(&mut self.area, &self.fwd, rt, in_port, d);
+        let desc = tagged.desc;
+        match tagged.verdict {
+            Ok((out, len)) => {
+                let stages = self
+                    .stages
+                    .get_mut(queue_base..queue_base + self.ports)
+                    .unwrap_or_default();
+                let staged = stages
+                    .get_mut(usize::from(out))
+                    .is_some_and(|s| s.push(desc.addr, len))
+                    || vlan::stage_tagged(&mut self.area, stages, &self.fwd, out, (desc.addr, len));
+                if !staged {
+                    t.drop(DropReason::TxRingFull);
+                    self.give_back(&desc);
+                }
+            }
+            Err(reason) => {
+                if reason == DropReason::Resolving {
+                    ask_resolve(
+                        &mut self.last_resolve,
+                        self.resolve.as_deref(),
+                        &tagged.parsed,
+                    );
+                }
+                let (ingress, parsed) = (tagged.ingress, tagged.parsed);
+                let wire = desc.len as usize;
+                self.refuse_chain(queue_base, ingress, rt, reason, &parsed, &[desc], wire, t);
             }
         }
     }
@@ -379,7 +457,12 @@ fn fragment_chain(
         .ok_or(DropReason::TooBig)?;
     let stage = stages
         .get_mut(usize::from(out))
-        .ok_or(DropReason::TxRingFull)?;
+        // A sub-interface has no stage: its multi-buffer packets are not fragmented.
+        .ok_or(if fwd.tagged_egress(out).is_some() {
+            DropReason::TooBig
+        } else {
+            DropReason::TxRingFull
+        })?;
     let n = plan.count();
     let slots = stage.next_slots(n).ok_or(DropReason::TxRingFull)?;
     super::frag::stage_fragments(area, free, slots, 0..n, |area, k, base| {

@@ -29,6 +29,11 @@ fn qinq() -> TagStack {
 /// 198.20/16 by the QinQ sub-interface, 198.21/16 back by VLAN 100 (2001:2:0:3::/64 too);
 /// the QinQ one's MTU `qinq_mtu`.
 fn forwarder(qinq_mtu: u32) -> Arc<Forwarder> {
+    forwarder_with(1500, qinq_mtu)
+}
+
+/// [`forwarder`] with ports 0 and 1 and VLAN 100 at MTU `mtu`.
+fn forwarder_with(mtu: u32, qinq_mtu: u32) -> Arc<Forwarder> {
     let route = |prefix: &str, len, via: &str, port| Route {
         prefix: prefix.parse().unwrap(),
         len,
@@ -53,7 +58,7 @@ fn forwarder(qinq_mtu: u32) -> Arc<Forwarder> {
         neighbour("2001:2:0:3::1", 3, 3),
     ];
     let mut rib = build_table(&routes, &neighbours, 4, 1).unwrap();
-    for (p, mtu) in [(0, 1500), (1, 1500), (2, 1500), (3, qinq_mtu)] {
+    for (p, mtu) in [(0, mtu), (1, mtu), (2, mtu), (3, qinq_mtu)] {
         rib.writer().set_port(p, mtu, true);
     }
     rib.writer().set_tagged(2);
@@ -97,9 +102,18 @@ fn run(
     traffic: Vec<Vec<u8>>,
     frames: u64,
 ) -> (crate::poller::stats::Snapshot, [Vec<Vec<u8>>; 2], bool) {
+    run_traffic(fwd, Traffic::new(&traffic), frames)
+}
+
+/// [`run`] of `traffic` as it is (chained, for one).
+fn run_traffic(
+    fwd: Arc<Forwarder>,
+    traffic: Traffic,
+    frames: u64,
+) -> (crate::poller::stats::Snapshot, [Vec<Vec<u8>>; 2], bool) {
     let done = Arc::new(AtomicBool::new(false));
     let queues = vec![
-        MemQueue::new(0, 0, 64, Some(Arc::new(Traffic::new(&traffic))))
+        MemQueue::new(0, 0, 64, Some(Arc::new(traffic)))
             .with_budget(frames, done.clone())
             .capture(256),
         MemQueue::new(1, 0, 64, None).capture(256),
@@ -274,4 +288,32 @@ fn fix_checksum(f: &mut [u8]) {
     f[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
     let c = packet::checksum(&f[ip..ip + 20]);
     f[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
+}
+
+#[test]
+fn beside_multi_buffer_packets_tags_are_popped_and_pushed_too() {
+    // A 9000-byte packet (six buffers) for the QinQ sub-interface, and a small frame in on
+    // VLAN 100 for port 1, in turn: every burst takes the multi-buffer path.
+    let jumbo = udp_v4(&FrameSpec {
+        dst4: "198.20.0.9".parse().unwrap(),
+        payload_len: 9000 - 28,
+        ..FrameSpec::default()
+    });
+    let small = tagged(&vlan100(), &v4_to("198.19.0.9"));
+    let traffic = Traffic::chained(&[jumbo.clone(), small], 1792);
+    let (s, out, whole) = run_traffic(forwarder_with(9000, 9000), traffic, 7 * 100);
+    assert!(whole, "every UMEM frame accounted for");
+    assert_eq!(s.total_drops(), 0, "{s:?}");
+    assert_eq!(s.get(Counter::TxPackets), 200);
+    // The jumbo packets' first buffers carry the QinQ tags; the small frames none.
+    let firsts: Vec<_> = out[1].iter().filter(|f| f.len() > 100).collect();
+    assert!(!firsts.is_empty());
+    for f in firsts {
+        assert_eq!(tag_stack(f).unwrap(), qinq());
+        assert_eq!(f[8 + packet::ETH_HLEN + 8], 63, "TTL");
+    }
+    assert!(out[1]
+        .iter()
+        .filter(|f| f.len() < 100)
+        .all(|f| tag_stack(f).unwrap() == TagStack::UNTAGGED));
 }

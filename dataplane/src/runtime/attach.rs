@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use super::RunError;
 use crate::bpf::Steer;
 use crate::config::{Config, XdpMode};
+use crate::packet::vlan::{Tag, TagStack};
 use crate::placement::affinity;
 use crate::placement::journal::SettingsJournal;
 use crate::placement::plan::Plan;
@@ -30,10 +31,18 @@ pub(super) fn load_steering(
         for a in &locals {
             s.add_local(*a)?;
         }
+        let mine = cfg
+            .subinterfaces
+            .iter()
+            .filter(|sub| usize::from(sub.parent) == port);
+        if mine.clone().next().is_some() {
+            // A priority tag on a port with sub-interfaces is the port's own (802.1Q 9.6).
+            s.add_vlan(TagStack::one(Tag::dot1q(0)).key())?;
+        }
+        for sub in mine {
+            s.add_vlan(sub.tags.key())?;
+        }
         for sub in &cfg.subinterfaces {
-            if usize::from(sub.parent) == port {
-                s.add_vlan(sub.tags.key())?;
-            }
             // The box's own, on whichever port it arrives.
             for (a, _) in &sub.addresses {
                 s.add_local(*a)?;

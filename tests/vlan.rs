@@ -222,7 +222,7 @@ fn a_sub_interface_follows_its_parents_link() {
     if !root_or_skip("vlan link") {
         return;
     }
-    let bed = Bed::up("tsl", 1);
+    let bed = Bed::up("tsq", 1);
     let t = &bed.0;
     let dut = Dut::start(&bed, &vlan_config(t));
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());

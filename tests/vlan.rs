@@ -14,7 +14,6 @@ use dataplane::packet::build::{udp_v4, udp_v6, FrameSpec};
 use dataplane::packet::vlan::{push_tags, tag_stack, Tag, TagStack};
 use dataplane::packet::{checksum, DropReason};
 use dataplane::poller::stats::Counter;
-use dataplane::sys::PacketSocket;
 use dataplane::testbed::{self, Testbed};
 
 /// The three kinds of interface on each side: (name suffix, tags).
@@ -80,19 +79,17 @@ fn with_tags(tags: &TagStack, plain: &[u8]) -> Vec<u8> {
     f
 }
 
-/// Captures frames as they were on the wire (outer tag put back) until `quiet` passes.
-fn capture_tagged(sock: &PacketSocket, quiet: Duration, max: Duration) -> Vec<Vec<u8>> {
-    let start = std::time::Instant::now();
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 4096];
-    while start.elapsed() < max {
-        match sock.recv_tagged(&mut buf, quiet.as_millis() as i32) {
-            Ok(Some(n)) => out.push(buf[..n].to_vec()),
-            Ok(None) => break,
-            Err(e) => panic!("recv: {e:?}"),
-        }
-    }
-    out
+/// `frames` with their tags taken off (a frame without a readable stack left out).
+fn untagged(frames: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    frames
+        .iter()
+        .filter_map(|f| {
+            let n = tag_stack(f).ok()?.bytes();
+            let mut u = f[..12].to_vec();
+            u.extend_from_slice(&f[12 + n..]);
+            Some(u)
+        })
+        .collect()
 }
 
 const PER_PAIR: u16 = 20;
@@ -131,10 +128,7 @@ fn every_mix_of_untagged_single_and_double_tagged_is_routed_with_its_tags() {
     let mut got: BTreeMap<(usize, usize, u16), u16> = BTreeMap::new();
     for f in &frames {
         let tags = tag_stack(f).expect("a readable tag stack");
-        let inner = &f[tags.bytes()..];
-        let mut untagged = f[..12].to_vec();
-        untagged.extend_from_slice(&inner[12..]);
-        for (is_v6, sport, frame) in marked_frames(std::slice::from_ref(&untagged)) {
+        for (is_v6, sport, frame) in marked_frames(&untagged(std::slice::from_ref(f))) {
             let block = (sport - 1000) / 100;
             let (i, e, v) = (
                 usize::from(block / 6),
@@ -256,17 +250,7 @@ fn a_sub_interface_follows_its_parents_link() {
         15,
         "the port and both its sub-interfaces down: {s}"
     );
-    // Our frames, their tags taken off.
-    let plain: Vec<Vec<u8>> = frames
-        .iter()
-        .filter_map(|f| {
-            let n = tag_stack(f).ok()?.bytes();
-            let mut u = f[..12].to_vec();
-            u.extend_from_slice(&f[12 + n..]);
-            Some(u)
-        })
-        .collect();
-    let after: Vec<u16> = marked(&plain)
+    let after: Vec<u16> = marked(&untagged(&frames))
         .into_iter()
         .map(|(_, sport)| sport)
         .filter(|p| *p >= 4000)

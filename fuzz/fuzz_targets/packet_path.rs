@@ -6,9 +6,10 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 
-use dataplane::forward::Forwarder;
+use dataplane::forward::subif::ROOM;
+use dataplane::forward::{Forwarder, SubIf};
 use dataplane::packet::icmp::icmpv6_checksum;
-use dataplane::packet::vlan::{pop_tags, push_tags, tag_stack};
+use dataplane::packet::vlan::{pop_tags, push_tags, tag_stack, Tag, TagStack};
 use dataplane::packet::{checksum, dont_fragment_v4, frag, DropReason};
 use dataplane::testkit::corpus::{testbed_forwarder, FrameRecipe, PORT0_MAC};
 
@@ -31,7 +32,8 @@ struct Input {
     exts: Vec<(u8, Vec<u8>)>,
     flips: Vec<(u16, u8)>,
     port: u8,
-    /// VLAN tags pushed after the MACs (802.1ad when true, else 802.1Q; TCI).
+    /// VLAN tags pushed after the MACs (802.1ad when true, else 802.1Q; TCI, its VLAN id
+    /// picked by its low bits from 0, 100, 200, 300 and the rest as it is).
     tags: Vec<(bool, u16)>,
 }
 
@@ -51,6 +53,37 @@ fn addr(v6: bool, pick: u8, any: u128) -> u128 {
 
 /// Built once: the IPv4 table alone is a 64 MiB mapping.
 static FORWARDER: std::sync::OnceLock<Forwarder> = std::sync::OnceLock::new();
+/// The same with sub-interfaces on port 0: VLAN 100 (interface 2) and QinQ 200/300 (3).
+static WITH_SUBIFS: std::sync::OnceLock<Forwarder> = std::sync::OnceLock::new();
+
+fn vlan100() -> TagStack {
+    TagStack::one(Tag::dot1q(100))
+}
+
+fn qinq() -> TagStack {
+    TagStack::two(Tag::dot1ad(200), Tag::dot1q(300))
+}
+
+fn with_subifs() -> Forwarder {
+    let sub = |tags| SubIf {
+        parent: 0,
+        tags,
+        addresses: Vec::new(),
+    };
+    testbed_forwarder().with_subinterfaces(vec![sub(vlan100()), sub(qinq())])
+}
+
+/// The interface a stack received on `port` names in [`with_subifs`], if any.
+fn named(port: u16, stack: &TagStack) -> Option<u16> {
+    if stack.tags().is_empty() || stack.priority_only() {
+        return Some(port);
+    }
+    match port {
+        0 if *stack == vlan100() => Some(2),
+        0 if *stack == qinq() => Some(3),
+        _ => None,
+    }
+}
 
 fuzz_target!(|input: Input| {
     let fwd = FORWARDER.get_or_init(testbed_forwarder);
@@ -84,6 +117,14 @@ fuzz_target!(|input: Input| {
             .build();
             for (k, (ad, tci)) in input.tags.iter().take(3).enumerate() {
                 let tpid: u16 = if *ad { 0x88a8 } else { 0x8100 };
+                let vid = match tci % 5 {
+                    0 => 0,
+                    1 => 100,
+                    2 => 200,
+                    3 => 300,
+                    _ => tci & 0x0fff,
+                };
+                let tci = (tci & 0xf000) | vid;
                 let at = 12 + 4 * k;
                 if f.len() >= at {
                     f.splice(
@@ -115,9 +156,13 @@ fuzz_target!(|input: Input| {
             let online = reader.online();
             let mut out = frame.clone();
             assert!(fwd.process(online.routes(), port, &mut out).is_err());
+            drop(online);
+            drop(reader);
+            one_pass_agrees(port, &frame, &stack);
             return;
         }
     }
+    one_pass_agrees(port, &frame, &TagStack::UNTAGGED);
     let mut reader = fwd.table().reader(0).expect("reader slot 0");
     let online = reader.online();
     let rt = online.routes();
@@ -254,3 +299,33 @@ fuzz_target!(|input: Input| {
         }
     }
 });
+
+/// The one-pass path of a dataplane with sub-interfaces against the general one: a frame
+/// (tagged or not) it forwards is forwarded by the general path too, as a frame of the interface its
+/// stack names, out of the same port, to the same bytes; one it leaves is left unchanged.
+fn one_pass_agrees(port: u16, frame: &[u8], stack: &TagStack) {
+    if port > 1 {
+        return;
+    }
+    let sub = WITH_SUBIFS.get_or_init(with_subifs);
+    let mut reader = sub.table().reader(0).expect("reader slot 0");
+    let online = reader.online();
+    let rt = online.routes();
+    let mut buf = vec![0u8; ROOM];
+    buf.extend_from_slice(frame);
+    let before = buf.clone();
+    let Some((out, start)) = sub.route_now_tagged(rt.v4(), port, &mut buf) else {
+        assert_eq!(buf, before, "a frame the one pass leaves is unchanged");
+        return;
+    };
+    let ingress = named(port, stack).expect("the one pass forwards known stacks only");
+    let mut plain = frame.to_vec();
+    let at = pop_tags(&mut plain, stack).expect("pops");
+    let mut general = plain[at..].to_vec();
+    assert_eq!(
+        sub.process(rt, ingress, &mut general),
+        Ok(out),
+        "same egress"
+    );
+    assert_eq!(&buf[start..], &general[..], "same frame out");
+}

@@ -347,11 +347,23 @@ pub fn packet_socket(ns: &str, ifname: &str) -> PacketSocket {
 
 /// Captures frames until `quiet` passes with nothing new or `max` elapses.
 pub fn capture(sock: &PacketSocket, quiet: Duration, max: Duration) -> Vec<Vec<u8>> {
+    capture_by(sock, quiet, max, PacketSocket::recv)
+}
+
+/// [`capture`] of frames as they were on the wire, their outer VLAN tag put back
+/// (`PacketSocket::recv_tagged`).
+pub fn capture_tagged(sock: &PacketSocket, quiet: Duration, max: Duration) -> Vec<Vec<u8>> {
+    capture_by(sock, quiet, max, PacketSocket::recv_tagged)
+}
+
+type Recv = fn(&PacketSocket, &mut [u8], i32) -> Result<Option<usize>, sys::SyscallError>;
+
+fn capture_by(sock: &PacketSocket, quiet: Duration, max: Duration, recv: Recv) -> Vec<Vec<u8>> {
     let start = Instant::now();
     let mut out = Vec::new();
     let mut buf = vec![0u8; 4096];
     while start.elapsed() < max {
-        match sock.recv(&mut buf, quiet.as_millis() as i32) {
+        match recv(sock, &mut buf, quiet.as_millis() as i32) {
             Ok(Some(n)) => out.push(buf[..n].to_vec()),
             Ok(None) => break,
             // The interface went down (or came up) since the last read: reported once.

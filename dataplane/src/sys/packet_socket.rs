@@ -158,16 +158,21 @@ impl PacketSocket {
         Ok(())
     }
 
+    /// Whether a frame waits to be read, polling until `deadline` at the latest.
+    fn readable_by(&self, deadline: std::time::Instant) -> bool {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut p = [pollfd_in(self.fd.as_raw_fd())];
+        poll_readable(&mut p, left.as_millis() as i32);
+        p[0].revents & libc::POLLIN != 0
+    }
+
     /// Receives one frame that arrived on the interface (outgoing copies are skipped), waiting
     /// at most `timeout_ms`. None on timeout.
     pub fn recv(&self, buf: &mut [u8], timeout_ms: i32) -> Result<Option<usize>, SyscallError> {
         let deadline =
             std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.max(0) as u64);
         loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let mut p = [pollfd_in(self.fd.as_raw_fd())];
-            poll_readable(&mut p, left.as_millis() as i32);
-            if p[0].revents & libc::POLLIN == 0 {
+            if !self.readable_by(deadline) {
                 return Ok(None);
             }
             // SAFETY: an all-zero sockaddr_ll is valid output space.
@@ -208,10 +213,7 @@ impl PacketSocket {
         let deadline =
             std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.max(0) as u64);
         loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let mut p = [pollfd_in(self.fd.as_raw_fd())];
-            poll_readable(&mut p, left.as_millis() as i32);
-            if p[0].revents & libc::POLLIN == 0 {
+            if !self.readable_by(deadline) {
                 return Ok(None);
             }
             let room = buf.len().saturating_sub(4);

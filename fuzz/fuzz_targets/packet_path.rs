@@ -78,9 +78,10 @@ fn named(port: u16, stack: &TagStack) -> Option<u16> {
     if stack.tags().is_empty() || stack.priority_only() {
         return Some(port);
     }
+    // A sub-interface is its VLAN ids and TPIDs: the priority bits do not name it.
     match port {
-        0 if *stack == vlan100() => Some(2),
-        0 if *stack == qinq() => Some(3),
+        0 if stack.key() == vlan100().key() => Some(2),
+        0 if stack.key() == qinq().key() => Some(3),
         _ => None,
     }
 }

@@ -306,15 +306,16 @@ impl HopSlot {
         }
     }
 
-    /// Writer: publishes `word` with `mtu` (the high half: the port's MTU; the low half: the
-    /// one-pass MTU, see [`Hop::one_pass_mtu`]). The MTU goes first, and only with a
+    /// Writer: publishes `word` with `mtu` (the low half: the port's MTU, read as it always
+    /// was by every path but one; the high half: the one-pass MTU, see
+    /// [`Hop::one_pass_mtu`]). The MTU goes first, and only with a
     /// reachable word: a reader that loads a reachable word never reads an MTU of another
     /// state.
     fn publish(&self, word: u64, mtu: u32, tagged: bool) {
         if word >> STATE_SHIFT == HopState::Reachable as u64 {
             let one_pass = if tagged { 0 } else { mtu };
             self.mtu
-                .store(u64::from(mtu) << 32 | u64::from(one_pass), Release);
+                .store(u64::from(one_pass) << 32 | u64::from(mtu), Release);
         }
         self.word.store(word, Release);
     }
@@ -333,8 +334,8 @@ impl HopSlot {
         Ok(Hop {
             port,
             mac: w & 0xffff_ffff_ffff,
-            mtu: (mtu >> 32) as u32,
-            one_pass_mtu: mtu as u32,
+            mtu: mtu as u32,
+            one_pass_mtu: (mtu >> 32) as u32,
         })
     }
 }

@@ -11,9 +11,9 @@
 //! (`control`: the kernel's routes, neighbours, links and addresses over rtnetlink, or static
 //! routes reloaded on SIGHUP; `docs/CONTROL.md`), placement of pollers and interrupts, its
 //! config, stats and metrics, live RSS rebalancing, jumbo frames as chains of UMEM frames
-//! (AF_XDP multi-buffer), 802.1Q and QinQ sub-interfaces declared in the config (`forward::
-//! subif`, `poller`), the measuring lab and a fleet demo behind ECMP. Not yet: the kernel's own
-//! VLAN devices (their tagged frames go to the kernel).
+//! (AF_XDP multi-buffer), 802.1Q and QinQ sub-interfaces declared in the config (tags popped
+//! and pushed by the pollers), the measuring lab and a fleet demo behind ECMP. Not yet: the
+//! kernel's own VLAN devices (their tagged frames go to the kernel).
 //!
 //! Module map (layers point down; `scripts/modgraph.py` checks it, `docs/ARCHITECTURE.md`
 //! follows a packet through them):

@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::router::*;
 use common::*;
@@ -218,7 +218,7 @@ fn a_sub_interface_follows_its_parents_link() {
     }
     let bed = Bed::up("tsq", 1);
     let t = &bed.0;
-    let dut = Dut::start(&bed, &vlan_config(t));
+    let mut dut = Dut::start(&bed, &vlan_config(t));
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());
     let gen = packet_socket(&t.gen_ns(), &t.gen_if());
     let send = |sport: u16| {
@@ -233,27 +233,79 @@ fn a_sub_interface_follows_its_parents_link() {
     };
     // The egress port down: its sub-interfaces' next hops with it.
     ns(&t.dut_ns(), &["ip", "link", "set", &t.dut_out(), "down"]);
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        dut.wait_log("link down", Duration::from_secs(3)),
+        "{:?}",
+        dut.log_lines()
+    );
     for k in 0..5 {
         send(3000 + 10 * k);
     }
-    std::thread::sleep(Duration::from_millis(300));
+    // A marker behind them: a TTL-1 frame the poller answers with time exceeded out of the
+    // ingress port (up). Once that is back, the frames before it were decided.
+    gen.send(&udp_v4(&FrameSpec {
+        ttl: 1,
+        ..spec(2999)
+    }))
+    .expect("send");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut decided = false;
+    while !decided && Instant::now() < deadline {
+        let got = capture(&gen, Duration::from_millis(50), Duration::from_millis(200));
+        decided = icmp_errors(&got).iter().any(|e| e.ty == 11);
+    }
+    assert!(decided, "the marker's time exceeded came back");
     ns(&t.dut_ns(), &["ip", "link", "set", &t.dut_out(), "up"]);
-    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        dut.wait_log("link up", Duration::from_secs(3)),
+        "{:?}",
+        dut.log_lines()
+    );
+    // Probes out of the QinQ sub-interface until one arrives: the link carries again.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (mut carries, mut seen) = (false, Vec::new());
+    for probe in 5000u16.. {
+        if carries || Instant::now() > deadline {
+            break;
+        }
+        gen.send(&udp_v4(&FrameSpec {
+            dst4: destination(2).0.parse().unwrap(),
+            ..spec(probe)
+        }))
+        .expect("send");
+        let got = capture_tagged(
+            &sink,
+            Duration::from_millis(100),
+            Duration::from_millis(200),
+        );
+        carries = marked(&untagged(&got)).contains(&(false, probe));
+        seen.extend(got);
+    }
+    assert!(
+        carries,
+        "a probe crossed the QinQ sub-interface after the link came up"
+    );
     for k in 0..5 {
         send(4000 + 10 * k);
     }
-    let frames = capture_tagged(&sink, Duration::from_millis(600), Duration::from_secs(5));
+    let mut frames = capture_tagged(&sink, Duration::from_millis(600), Duration::from_secs(5));
+    frames.extend(seen);
     let s = dut.stop();
-    assert_eq!(
-        drop_count(&s, DropReason::LinkDown),
-        15,
+    // 15 while down (a probe lost as the link came back would add to them).
+    assert!(
+        drop_count(&s, DropReason::LinkDown) >= 15,
         "the port and both its sub-interfaces down: {s}"
+    );
+    assert!(
+        !marked(&untagged(&frames))
+            .iter()
+            .any(|(_, p)| (3000..3050).contains(p)),
+        "nothing sent while down"
     );
     let after: Vec<u16> = marked(&untagged(&frames))
         .into_iter()
         .map(|(_, sport)| sport)
-        .filter(|p| *p >= 4000)
+        .filter(|p| (4000..5000).contains(p))
         .collect();
     assert_eq!(after.len(), 15, "all three up again: {after:?}");
 }

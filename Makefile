@@ -45,9 +45,13 @@ sanitize:
 
 # The real-driver testbed: a QEMU guest (TCG) with 2 NUMA nodes, SMT and two multi-queue
 # virtio-net NICs with MSI-X interrupts, traffic from the host's namespaces (scripts/vmtest/).
-VM_PACKAGES := qemu-system-x86 busybox-static cpio xz-utils kmod
+# QEMU itself is not among them: scripts/vmtest/qemu.sh unpacks bookworm-backports' QEMU 10
+# under target/vm/qemu (eBPF RSS that libbpf 1.x loads; the igb device) and installs only the
+# bookworm libraries it links.
+VM_PACKAGES := busybox-static cpio xz-utils kmod
 vmtest: build
 	@scripts/deps.sh $(VM_PACKAGES)
+	scripts/vmtest/qemu.sh
 	scripts/vmtest/build.sh
 	scripts/vmtest/build.sh zc
 	timeout 1800 python3 scripts/vmtest/host.py --kernels copy,zc
@@ -57,22 +61,28 @@ vmtest: build
 # per-queue reset.
 vmtest-zc: build
 	@scripts/deps.sh $(VM_PACKAGES)
+	scripts/vmtest/qemu.sh
 	scripts/vmtest/build.sh zc
 	timeout 1800 python3 scripts/vmtest/host.py --kernels zc
 
 # The layouts matrix in the same guest (functional figures: the guest's CPUs are emulated).
 vmbench: build
 	@scripts/deps.sh $(VM_PACKAGES)
+	scripts/vmtest/qemu.sh
 	scripts/vmtest/build.sh
 	timeout 1800 python3 scripts/vmtest/host.py --bench bench/out/vm-layouts
 
 # Live RSS rebalancing against static RSS and tune's best layout, side by side in one boot
-# of the guest (4 vCPUs, virtio-net rss=on,hash=on, 4 queues): summary, results and an SVG
-# plot in bench/out/rebalance (docs/REBALANCE.md).
+# of the guest (4 vCPUs, 4 queues; virtio-net rss=on,hash=on unless COMPARE_ARGS says
+# otherwise, e.g. "--compare-nic igb --vcpu-quota 25" or "--rss-hash off"): summary,
+# results and an SVG plot in bench/out/rebalance (docs/REBALANCE.md).
+COMPARE_ARGS ?=
 rebalance-compare: build
 	@scripts/deps.sh $(VM_PACKAGES)
+	scripts/vmtest/qemu.sh
 	scripts/vmtest/build.sh
-	timeout 1800 python3 scripts/vmtest/host.py --compare bench/out/rebalance
+	scripts/vmtest/build.sh zc
+	timeout 2400 python3 scripts/vmtest/host.py --compare bench/out/rebalance $(COMPARE_ARGS)
 
 demo: build
 	scripts/demo.sh

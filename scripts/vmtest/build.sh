@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds a vmtest guest under target/vm/KIND: a Debian kernel (downloaded as packages and
 # unpacked, never installed on the host) and an initramfs made here from busybox-static, the
-# kernel modules the guest needs (9p for the host's root, virtio_net, 8021q) and
-# scripts/vmtest/init. Rebuilt only when missing or older than the init script.
+# kernel modules the guest needs (9p for the host's root, virtio_net, igb, 8021q) and
+# scripts/vmtest/init. Rebuilt only when missing or older than the init script or this one.
 #   KIND=copy (default): Debian's 6.12 from the host's apt lists. Its virtio_net binds AF_XDP
 #     in copy mode only (no zero-copy transmit, no xsk-zerocopy feature).
 #   KIND=zc: the newest Debian kernel in trixie-backports (>= 6.13: virtio_net zero-copy
@@ -20,7 +20,8 @@ case "$KIND" in copy | zc) ;; *)
 esac
 OUT=target/vm/$KIND
 mkdir -p "$OUT" target/vm/cache
-if [ -s "$OUT/vmlinuz" ] && [ -s "$OUT/initramfs.gz" ] && [ "$OUT/initramfs.gz" -nt scripts/vmtest/init ]; then
+if [ -s "$OUT/vmlinuz" ] && [ -s "$OUT/initramfs.gz" ] && [ "$OUT/initramfs.gz" -nt scripts/vmtest/init ] &&
+    [ "$OUT/initramfs.gz" -nt scripts/vmtest/build.sh ]; then
     exit 0
 fi
 CACHE=$(pwd)/target/vm/cache
@@ -115,7 +116,8 @@ add() {
     order+=("$name")
 }
 # 8021q: the VLAN sub-interface check (the host running the tests may lack the module).
-for m in netfs 9pnet 9pnet_virtio 9p failover net_failover virtio_net 8021q; do add "$m"; done
+# igb: the Intel 82576 boot (with dca and i2c-algo-bit, from modules.dep).
+for m in netfs 9pnet 9pnet_virtio 9p failover net_failover virtio_net 8021q igb; do add "$m"; done
 printf '%s\n' "${order[@]}" >"$root/lib/modules/order"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$OUT/initramfs.gz.new"
 mv "$OUT/vmlinuz.new" "$OUT/vmlinuz"

@@ -47,6 +47,14 @@ from wire import (GEN_DPORT, GEN_DST, GEN_SRC, GUEST_MACS, HOST_MACS, LAYOUTS, L
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DATAPLANE = os.path.join(REPO, "target", "release", "dataplane")
+# QEMU as scripts/vmtest/qemu.sh unpacks it (bookworm-backports, never installed): its
+# binary, its firmware directories (its own, seabios's, and bookworm's ipxe-qemu option
+# ROMs), and its loadable modules.
+QEMU_ROOT = os.path.join(REPO, "target", "vm", "qemu")
+QEMU = os.path.join(QEMU_ROOT, "usr", "bin", "qemu-system-x86_64")
+QEMU_FIRMWARE = [os.path.join(QEMU_ROOT, "usr", "share", "qemu"),
+                 os.path.join(QEMU_ROOT, "usr", "share", "seabios"), "/usr/lib/ipxe/qemu"]
+QEMU_MODULES = os.path.join(QEMU_ROOT, "usr", "lib", "x86_64-linux-gnu", "qemu")
 # The guests scripts/vmtest/build.sh makes, and the virtio-net-pci properties each boots with.
 # zc: what virtio_net's AF_XDP zero-copy bind needs of the device: the DMA API in the guest
 # (VIRTIO_F_ACCESS_PLATFORM: iommu_platform, which a modern-only device must carry; no vIOMMU
@@ -185,13 +193,14 @@ class Bed:
         for ns in (self.gen, self.sink):
             run("ip", "netns", "add", ns)
         for tap, mac in zip(self.taps, HOST_MACS):
-            run("ip", "tuntap", "add", tap, "mode", "tap", "multi_queue")
+            # igb's backend is one tap queue: QEMU opens it without IFF_MULTI_QUEUE.
+            run("ip", "tuntap", "add", tap, "mode", "tap", *([] if self.nic() == "igb" else ["multi_queue"]))
             run("ip", "link", "set", tap, "address", mac)
         a = self.args
         cpus = a.sockets * a.cores * a.threads
         per_node = cpus // a.nodes
-        cmd = [
-            "qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max",
+        cmd = [QEMU] + [arg for d in QEMU_FIRMWARE for arg in ("-L", d)] + [
+            "-accel", "tcg,thread=multi", "-cpu", "max",
             # vCPU threads named "CPU n/TCG" (VcpuQuota finds them by name)
             "-name", "vmtest,debug-threads=on",
             "-m", f"{256 * a.nodes * 2}",
@@ -210,30 +219,43 @@ class Bed:
                        + ("" if a.extras else " vmtest.extras=0")
                        + (f" vmtest.txfill={a.txfill}" if a.txfill else "")
                        + (f" vmtest.rss={a.rss}" if a.rss else "")
-                       + ("" if getattr(a, "rss_hash", True) else " vmtest.rsshash=off"),
+                       + ("" if getattr(a, "rss_hash", True) else " vmtest.rsshash=off")
+                       + (f" vmtest.nic={self.nic()}" if self.nic() != "virtio" else ""),
             "-display", "none", "-monitor", "none", "-no-reboot",
             "-serial", f"file:{self.console}",
             "-serial", f"unix:{self.ctl_path},server=on,wait=off",
             "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
         ]
-        # The rebalancing boot: 4 queues and QEMU's own RSS (rss=on: it steers by the table
-        # the guest sets, vhost being off; hash=on: it reports the hash the XDP program reads;
-        # hash=off: it does not, and the XDP program computes the Toeplitz hash by the key).
-        # With hash=off QEMU would rather steer in the host's tap by its eBPF program, but
-        # that object (QEMU 7.2) uses legacy map definitions libbpf 1.x refuses, so QEMU
-        # steers in software either way. Its software RSS reads a frame from one tap queue
-        # and delivers it to another virtqueue; when that one is full, it stops reading the
-        # first tap queue until the guest refills the first virtqueue, which may be never
-        # (virtio_net_receive_rcu): under overload whole tap queues stall, so overload in
-        # this guest measures QEMU, not a NIC's per-queue drops.
+        # The rebalancing boot: 4 queues and the device's RSS (rss=on: it steers by the table
+        # the guest sets, vhost being off). hash=on: the device reports its hash, which the
+        # XDP program reads; QEMU then steers in software: it reads a frame from one tap queue
+        # and delivers it to the virtqueue the table names, and when that one is full it stops
+        # reading the first tap queue until the guest refills the first virtqueue
+        # (virtio_net_receive_rcu), so under overload whole tap queues stall. hash=off: no
+        # hash reported (the XDP program computes the Toeplitz hash by the key), and QEMU
+        # hands the table and key to its eBPF program, which the host's tap runs to pick the
+        # tap queue (TUNSETSTEERINGEBPF): each tap queue feeds one virtqueue, and a full
+        # virtqueue backs up only its own tap queue, whose ring then drops, as a NIC's queue
+        # would. `ebpf_rss_failure` fails a boot that asked for it and did not get it.
         queues = 4 if a.rss else 2
         rss_props = (",rss=on,hash=on" if getattr(a, "rss_hash", True) else ",rss=on") if a.rss else ""
         for i, (tap, mac) in enumerate(zip(self.taps, GUEST_MACS)):
+            if self.nic() == "igb":
+                # QEMU's 82576: one tap queue; the device spreads frames over its own rings
+                # by its RSS table and drops for a full ring alone (hw/net/igb_core.c). Its
+                # SR-IOV functions sit at the PF's devfn + 0x80, 2 apart, 8 of them: PFs at
+                # slots 6 and 8 keep them apart (slots 22-23 and 24-25).
+                cmd += ["-netdev", f"tap,id=n{i},ifname={tap},script=no,downscript=no,vhost=off",
+                        "-device", f"igb,netdev=n{i},mac={mac},addr={6 + 2 * i:#x}"]
+                continue
             cmd += ["-netdev", f"tap,id=n{i},ifname={tap},script=no,downscript=no,queues={queues},vhost=off",
                     "-device", f"virtio-net-pci,netdev=n{i},mq=on,vectors={2 * queues + 2},mac={mac}"
                                f"{KERNELS[a.kernel]}{VIRTIO_EXTRA}{SLOW_TX if a.txfill and i == 1 else ''}"
                                f"{rss_props}"]
-        self.qemu = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+        if self.wants_ebpf_rss():
+            cmd += ["-trace", "ebpf_rss_*"]
+        env = dict(os.environ, QEMU_MODULE_DIR=QEMU_MODULES)
+        self.qemu = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env,
                                      stderr=open(os.path.join(self.dir, "qemu.err"), "w"))
         # QEMU has the taps open once its control socket exists; then their host ends go into
         # the namespaces (the open queues follow the device).
@@ -250,6 +272,33 @@ class Bed:
             run("ip", "link", "set", tap, "mtu", "9000", ns=ns)
             run("ip", "link", "set", tap, "up", ns=ns)
             run("ip", "link", "set", "lo", "up", ns=ns)
+
+    def nic(self):
+        """The guest's NIC model: "virtio" (virtio-net-pci) or "igb" (Intel 82576)."""
+        return getattr(self.args, "nic", "virtio")
+
+    def wants_ebpf_rss(self):
+        """True for a boot whose NICs steer by QEMU's eBPF RSS program (virtio-net with
+        rss=on, hash=off)."""
+        return self.nic() == "virtio" and bool(self.args.rss) and not getattr(self.args, "rss_hash", True)
+
+    def ebpf_rss_failure(self):
+        """Why a boot that asked for eBPF RSS did not steer by it (QEMU's trace and warnings
+        in qemu.err), or None: the program loaded, and the guest's table and key reached
+        its maps with no fallback to software RSS."""
+        if not self.wants_ebpf_rss():
+            return None
+        try:
+            err = open(os.path.join(self.dir, "qemu.err"), errors="replace").read()
+        except OSError as e:
+            return f"qemu.err unreadable: {e}"
+        if "ebpf_rss_load " not in err:
+            return "QEMU did not load its eBPF RSS program: " + err[-400:]
+        if "fallback to software RSS" in err or "Can't load eBPF RSS" in err:
+            return "QEMU fell back to software RSS: " + err[-400:]
+        if "ebpf_rss_set_data " not in err:
+            return "the guest's RSS table never reached QEMU's eBPF program (no ebpf_rss_set_data)"
+        return None
 
     def down(self, keep_logs):
         if self.quota:
@@ -364,18 +413,24 @@ class Bed:
         received = json.load(open(sink_json))["matched"] if os.path.exists(sink_json) else -1
         if received < 0:
             print(f"vmtest: sink failed: {err}", file=sys.stderr)
+        if 0 <= received < sent and size is None and df and dst == "198.19.0.100":
+            # What the taps themselves saw, for the failure's report.
+            for tap, ns in zip(self.taps, (self.gen, self.sink)):
+                print(f"vmtest: tap {tap}: " + run("ip", "-s", "link", "show", tap, ns=ns, check=False),
+                      flush=True)
         return sent, received
 
 
 def flows_on_queue(key, queue, n, start, src=GEN_SRC, dst=GEN_DST, dport=GEN_DPORT,
-                   size=128, queues=4):
+                   size=128, queues=4, below=None):
     """`n` UDP source ports from `start` whose flows the default indirection table (bucket
-    i -> queue i % queues, bucket = hash % size) puts on `queue`, each in a bucket of its own."""
+    i -> queue i % queues, bucket = hash % size) puts on `queue`, each in a bucket of its own;
+    with `below`, only buckets under it (the ones an operator's table also gives `queue`)."""
     out, buckets = [], []
     port = start
     while len(out) < n and port < 65536:
         b = toeplitz(key, rss_input(src, dst, port, dport)) % size
-        if b % queues == queue and b not in buckets:
+        if b % queues == queue and b not in buckets and (below is None or b < below):
             out.append(port)
             buckets.append(b)
         port += 1
@@ -389,10 +444,10 @@ class Schedule:
     Each phase `phase` seconds; one sink counts the whole run (received, reordered)."""
 
     def __init__(self, bed, key, phase, heavy_rate, light_rate, heavy=4, light=256, phases=3, first=0,
-                 size=64):
+                 size=64, below=None):
         self.bed, self.phase = bed, phase
         self.heavy_rate, self.light_rate = heavy_rate, light_rate
-        q0, q2 = flows_on_queue(key, 0, heavy, 20000), flows_on_queue(key, 2, heavy, 40000)
+        q0, q2 = flows_on_queue(key, 0, heavy, 20000, below=below), flows_on_queue(key, 2, heavy, 40000)
         self.plan = [q0[0], q2[0]]
         self.buckets = [q0[1], q2[1]]
         self.light, self.phases, self.first = light, phases, first
@@ -569,6 +624,11 @@ def serve(bed, timeout, ran, rows):
                 continue
             buf += chunk
         except socket.timeout:
+            # An idle second: a guest CPU whose timer stopped never recovers; end the boot
+            # now rather than at the timeout (`boot` then boots it once more).
+            if timer_stalled(bed):
+                print(f"vmtest: FAIL: the guest's console says {TIMER_STALL!r}: ending this boot", flush=True)
+                return False
             continue
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
@@ -621,12 +681,14 @@ def serve(bed, timeout, ran, rows):
                 bed.rss_key = bytes.fromhex(line.split()[1])
                 print(f"vmtest: RSS key {line.split()[1][:16]}...", flush=True)
             elif word == "SCHEDULE":
-                # SCHEDULE name phase heavy light phases [first phase [heavy frames' size]]
+                # SCHEDULE name phase heavy light phases [first phase [heavy frames' size
+                # [queue 0's heavy buckets below this]]]
                 _, name, phase, heavy_rate, light_rate, phases, *rest = line.split()
                 bed.schedule = Schedule(bed, bed.rss_key, int(phase), float(heavy_rate),
                                         float(light_rate), phases=int(phases),
                                         first=int(rest[0]) if rest else 0,
-                                        size=int(rest[1]) if len(rest) > 1 else 64)
+                                        size=int(rest[1]) if len(rest) > 1 else 64,
+                                        below=int(rest[2]) if len(rest) > 2 else None)
                 if getattr(bed.args, "vcpu_quota", None):
                     bed.quota = VcpuQuota(bed.qemu.pid, bed.args.vcpu_quota)
                     n, quota = bed.quota.apply()
@@ -711,12 +773,18 @@ def main():
                         "of one host CPU (cgroup v1 cpu quota): slower cores, meant to overload "
                         "the heavy flows' queue (docs/REBALANCE.md: QEMU's RSS then stalls tap "
                         "queues rather than dropping per queue)")
+    p.add_argument("--compare-nic", choices=("virtio", "igb"), default="virtio",
+                   help="with --compare: the guest's NICs, virtio-net (the copy guest) or igb "
+                        "(Intel 82576, the zero-copy guest's kernel)")
     p.add_argument("--rss-hash", choices=("on", "off"), default="on",
                    help="with --compare: the NICs' hash=on (the device reports its hash, read "
                         "by the rx-hash kfunc) or hash=off (the steering program computes it)")
     p.add_argument("--rss", default="2000x4", metavar="RATExSECONDS",
                    help="copy guest: two more boots, 4 vCPUs and 4 queues with rss=on, hash=on and "
                         "hash=off: live RSS rebalancing under this load ('' to skip)")
+    p.add_argument("--igb", default="2000x4", metavar="RATExSECONDS",
+                   help="zero-copy guest: one more boot with igb NICs (Intel 82576): zero-copy, "
+                        "link flap, driver rebind and live RSS rebalancing under this load ('' to skip)")
     p.add_argument("--tx-fill", dest="txfill", default="4000x3", metavar="RATExSECONDS",
                    help="zero-copy guest: one more boot whose egress NIC transmits slowly, this "
                         "load offered: a TX ring that fills ('' to skip)")
@@ -776,6 +844,15 @@ def boot_all(a, kernel, rows):
         bed = Bed(argparse.Namespace(sockets=s, cores=c, threads=t, nodes=s, kernel=kernel,
                                      bench=None, cost=None, extras=False, txfill=a.txfill, rss=None))
         all_ok &= boot(a, bed, ran, rows, f"{kernel} TX ring full")
+    if kernel == "zc" and a.igb and not a.bench:
+        # One more boot with Intel 82576 NICs (QEMU's igb) in place of virtio-net: the
+        # zero-copy checks and live rebalancing on an Intel driver (igb, AF_XDP zero-copy
+        # since Linux 6.14), 4 vCPUs: 4 queues per NIC.
+        print(f"vmtest: booting the {kernel} guest with igb NICs (Intel 82576), 2 socket(s) x 1 core(s) x 2 thread(s)", flush=True)
+        bed = Bed(argparse.Namespace(sockets=2, cores=1, threads=2, nodes=2, kernel=kernel,
+                                     bench=None, cost=None, extras=False, txfill=None, rss=a.igb,
+                                     nic="igb"))
+        all_ok &= boot(a, bed, ran, rows, f"{kernel} igb")
     if kernel == "copy" and a.rss and not a.bench:
         # Two more boots: 4 vCPUs, 4 queues per NIC, QEMU's RSS: live rebalancing, with the
         # device reporting its hash (hash=on: the rx-hash kfunc) and without (hash=off: the
@@ -800,9 +877,12 @@ def compare(a):
     os.makedirs(a.compare, exist_ok=True)
 
     def guest(rss, what):
-        bed = Bed(argparse.Namespace(sockets=1, cores=4, threads=1, nodes=1, kernel="copy",
+        # igb on the zero-copy guest's kernel (7.3.4's igb; 4 queues on 4 vCPUs).
+        bed = Bed(argparse.Namespace(sockets=1, cores=4, threads=1, nodes=1,
+                                     kernel="zc" if a.compare_nic == "igb" else "copy",
                                      bench=None, cost=None, extras=False, txfill=None, rss=rss,
-                                     vcpu_quota=a.vcpu_quota, rss_hash=a.rss_hash == "on"))
+                                     vcpu_quota=a.vcpu_quota, rss_hash=a.rss_hash == "on",
+                                     nic=a.compare_nic))
         bed.results = None
         return boot(a, bed, set(), [], what), bed.results
     # tune in a boot of its own, tried up to three times: TCG has crashed the guest in the
@@ -827,7 +907,13 @@ def compare(a):
     json.dump(r, open(os.path.join(a.compare, "results.json"), "w"), indent=1)
     write_svg(os.path.join(a.compare, "rebalance.svg"), r["runs"], phase)
     lines = ["# RSS rebalancing against static RSS and tune's best layout (make rebalance-compare)", "",
-             f"QEMU guest (TCG), 4 vCPUs, virtio-net with rss=on,hash={a.rss_hash}, 4 queues, one poller per queue.",
+             "QEMU 10 guest (TCG), 4 vCPUs, "
+             + ("igb NICs (Intel 82576: the device steers by its RSS table and drops for a full ring alone)"
+                if a.compare_nic == "igb" else
+                f"virtio-net with rss=on,hash={a.rss_hash}"
+                + (" (QEMU's eBPF RSS steers in the host's tap: a full virtqueue backs up its own tap queue only)"
+                   if a.rss_hash == "off" else " (QEMU's software RSS)"))
+             + ", 4 queues, one poller per queue.",
              f"Traffic per run ({a.compare_load}, PHASExHEAVYxLIGHT[xSIZE of the heavy flows' frames[xRING size]]):",
              f"{phase} s of 4 heavy flows the default table puts on queue 0 plus 256 light",
              f"flows, {phase} s with the heavy flows on queue 2, {phase} s of light flows at 1/8 (night).",
@@ -874,15 +960,37 @@ def shown(x, fmt=".2f"):
     return "-" if x is None else format(x, fmt)
 
 
+# A guest CPU whose timer interrupt never came while it idled: RCU says "timer wakeup
+# didn't happen ... Possible timer handling issue on cpu=N". Seen under QEMU 10's TCG with
+# the zero-copy guest's kernel (its CPU 0 idle for minutes, at 23 s after boot); the CPU's
+# softirqs stop with it (NAPI, RCU), so everything after fails.
+TIMER_STALL = "timer wakeup didn't happen"
+
+
+def timer_stalled(bed):
+    """True once the guest's console reports a CPU whose timer stopped (`TIMER_STALL`)."""
+    try:
+        return TIMER_STALL in open(bed.console, errors="replace").read()
+    except OSError:
+        return False
+
+
 def emulation_crash(bed):
-    """True when the guest kernel died on an int3 oops before any check failed: TCG's
-    cross-vCPU code patching (seen at boot in sched_clock_cpu, and in the XDP dispatcher
-    while programs are attached and detached), not something a check found."""
+    """What the emulator did to the guest before any check failed, or None: the guest kernel
+    died on an int3 oops (TCG's cross-vCPU code patching, seen at boot in sched_clock_cpu and
+    in the XDP dispatcher while programs are attached and detached), or a vCPU's timer
+    stopped firing (`TIMER_STALL`, reported before the first failed check). Not something a
+    check found."""
     try:
         text = open(bed.console, errors="replace").read()
     except OSError:
-        return False
-    return bed.checks_failed == 0 and "Oops: int3" in text and "Kernel panic" in text
+        return None
+    if bed.checks_failed == 0 and "Oops: int3" in text and "Kernel panic" in text:
+        return "the guest kernel died on an int3 oops (TCG's cross-vCPU code patching)"
+    stall, failed = text.find(TIMER_STALL), text.find("RESULT FAIL")
+    if stall >= 0 and (failed < 0 or stall < failed):
+        return "a guest CPU's timer stopped firing before any check failed (RCU: " + TIMER_STALL + ")"
+    return None
 
 
 def boot(a, bed, ran, rows, what):
@@ -890,11 +998,11 @@ def boot(a, bed, ran, rows, what):
     passed. A guest whose kernel died in the emulator (`emulation_crash`) boots once more."""
     kept = len(rows)
     ok = boot_once(a, bed, ran, rows, what)
-    if not ok and emulation_crash(bed):
+    why = None if ok else emulation_crash(bed)
+    if why:
         del rows[kept:]  # the rows the crashed boot reported come again from the next
         FAILED_BOOTS.pop()  # the next boot's verdict stands for both
-        print(f"vmtest: {what}: the guest kernel died on an int3 oops before any check failed "
-              "(TCG's cross-vCPU code patching): booting it once more", flush=True)
+        print(f"vmtest: {what}: {why}: booting it once more", flush=True)
         again = Bed(bed.args, retry=True)
         again.results = None
         ok = boot_once(a, again, ran, rows, f"{what} (second boot)")
@@ -914,6 +1022,11 @@ def boot_once(a, bed, ran, rows, what):
                 bed.qemu.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 pass
+        why = bed.ebpf_rss_failure()
+        if why:
+            print(f"vmtest: FAIL: eBPF RSS asked for: {why}", flush=True)
+            bed.failures.append(f"eBPF RSS: {why}")
+            ok = False
     except Exception as e:  # a clear message, then the teardown below
         print(f"vmtest: FAIL: {e}", flush=True)
         bed.failures.append(str(e))

@@ -19,10 +19,10 @@ def timeline(busy, t0=0.0, t1=30.0):
     return out
 
 
-def run(name, drops=0, moves=3, night=(40.0, 60.0), busy=(0.5, 0.5, 0.5, 0.5)):
+def run(name, drops=0, moves=3, night=(40.0, 60.0), busy=(0.5, 0.5, 0.5, 0.5), offered=100000):
     tl = timeline(busy)
     return {
-        "name": name, "drops": drops, "moves": moves, "changes": [0, 10, 20],
+        "name": name, "drops": drops, "moves": moves, "changes": [0, 10, 20], "offered": offered,
         "timeline": tl, "imbalance_after_2s": [guest.window_imbalance(tl, 2, 10),
                                                guest.window_imbalance(tl, 12, 20)],
         "buckets": [256, 0, 0, 0], "night_cpu_ms": night[0], "night_all_cpu_ms": night[1],
@@ -51,6 +51,14 @@ class Goals(unittest.TestCase):
 
     def test_drops_none_against_none_says_nothing_and_fails(self):
         g = goals(run("static RSS", drops=0), [run("rebalancer", drops=0)])
+        self.assertFalse(goal(g, "drops <= 1%"))
+
+    def test_static_rss_losing_under_one_percent_is_not_measured_and_fails(self):
+        # 999 of 100,000 offered: the load did not overload static RSS; the rebalancer's
+        # 0 says nothing about the goal.
+        g = goals(run("static RSS", drops=999), [run("rebalancer", drops=0)])
+        self.assertFalse(goal(g, "drops <= 1%"))
+        g = goals(run("static RSS", drops=1000, offered=None), [run("rebalancer", drops=0)])
         self.assertFalse(goal(g, "drops <= 1%"))
 
     def test_a_missing_drop_count_fails(self):

@@ -142,13 +142,18 @@ fn poller_spec(
         .interfaces
         .iter()
         .map(|name| {
-            let d = sys::if_index(name)
+            let mut d = sys::if_index(name)
                 .ok()
                 .and_then(|i| sys::driver_xdp(i).ok())
                 .unwrap_or(sys::DriverXdp {
                     zerocopy: false,
                     zc_max_segs: 1,
+                    zc_rx_unit: 1,
                 });
+            d.zc_rx_unit = crate::placement::queue_irqs::device(name)
+                .driver
+                .as_deref()
+                .map_or(1, sys::zc_rx_unit);
             (d, sys::interface_mtu(name).unwrap_or(1500))
         })
         .collect();
@@ -210,13 +215,14 @@ fn log_bind_choice(
         tracing::info!(
             "socket_mode = \"auto\": the ports' drivers offer zero-copy but cannot chain as many \
              zero-copy buffers as their MTUs ({}) take, so the sockets bind in copy mode with \
-             multi-buffer; MTUs within one {}-byte frame keep zero-copy",
+             multi-buffer; MTUs within one {}-byte frame keep zero-copy{}",
             drivers
                 .iter()
                 .map(|(_, m)| m.to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
-            cfg.dataplane.frame_size
+            cfg.dataplane.frame_size,
+            rounded_buffers(cfg, drivers, room)
         );
     }
     if !multi_buffer {
@@ -231,26 +237,72 @@ fn log_bind_choice(
                 "lower the MTU to fit one frame or run Linux 6.6 or later",
             )
         };
-        for (name, (_, mtu)) in cfg.interfaces.iter().zip(drivers) {
-            if mtu + ETH_HLEN > room {
+        for (name, (d, mtu)) in cfg.interfaces.iter().zip(drivers) {
+            // A zero-copy socket gets the driver's buffer (`auto` tries zero-copy first).
+            let zc = socket_mode != crate::types::SocketMode::Copy && d.zerocopy;
+            let holds = if zc { d.zc_room(room) } else { room };
+            if mtu + ETH_HLEN > holds {
                 tracing::warn!(
-                    "{name}: MTU {mtu} is more than one {}-byte frame holds ({room} bytes with \
-                     the headroom, MTU {}) and {why}: the kernel drops larger packets; {what}",
+                    "{name}: MTU {mtu} is more than one {}-byte frame holds ({holds} bytes with \
+                     the headroom{}, MTU {}) and {why}: larger packets are dropped; {what}{}",
                     cfg.dataplane.frame_size,
-                    room - ETH_HLEN
+                    if holds < room {
+                        ", in the driver's zero-copy buffer"
+                    } else {
+                        ""
+                    },
+                    holds.saturating_sub(ETH_HLEN),
+                    if holds < room {
+                        rounded_buffers(cfg, drivers, room)
+                    } else {
+                        String::new()
+                    }
                 );
             }
         }
     }
 }
 
+/// Where a port's driver rounds its zero-copy receive buffers down
+/// ([`sys::DriverXdp::zc_rx_unit`]): which ports, and what they hold; empty where none does.
+fn rounded_buffers(cfg: &Config, drivers: &[(sys::DriverXdp, u32)], room: u32) -> String {
+    let rounded: Vec<String> = cfg
+        .interfaces
+        .iter()
+        .zip(drivers)
+        .filter(|(_, (d, _))| d.zerocopy && d.zc_room(room) < room)
+        .map(|(name, (d, _))| {
+            format!(
+                "{name} ({} bytes, in {}-byte units)",
+                d.zc_room(room),
+                d.zc_rx_unit
+            )
+        })
+        .collect();
+    if rounded.is_empty() {
+        return String::new();
+    }
+    format!(
+        " (the zero-copy receive buffer of {} is the frame's room rounded down by its driver; \
+         frame_size = 4096 makes it 3072 bytes)",
+        rounded.join(", ")
+    )
+}
+
 /// Whether every port's driver takes zero-copy chains as long as a packet of its MTU needs
-/// (`zc_max_segs`, at least 2: a chain at all).
+/// (`zc_max_segs`, at least 2: a chain at all) in its own zero-copy buffers.
 pub(crate) fn zero_copy_chains(ports: &[(sys::DriverXdp, u32)], room: u32) -> bool {
-    let buffers = |mtu: u32| (mtu + ETH_HLEN).div_ceil(room.max(1)).max(2);
+    ports.iter().all(|(d, mtu)| {
+        let buffers = (mtu + ETH_HLEN).div_ceil(d.zc_room(room).max(1)).max(2);
+        d.zerocopy && d.zc_max_segs >= buffers
+    })
+}
+
+/// Whether a packet of every port's MTU fits one zero-copy receive buffer of its driver.
+fn zero_copy_fits(ports: &[(sys::DriverXdp, u32)], room: u32) -> bool {
     ports
         .iter()
-        .all(|(d, mtu)| d.zerocopy && d.zc_max_segs >= buffers(*mtu))
+        .all(|(d, mtu)| mtu + ETH_HLEN <= d.zc_room(room))
 }
 
 /// The socket mode a poller binds with: the config's, but `auto` with multi-buffer over
@@ -297,8 +349,7 @@ pub(crate) fn wants_multi_buffer(
         SocketMode::Zerocopy => zc_chains,
         SocketMode::Auto => {
             let zc = ports.iter().all(|(d, _)| d.zerocopy);
-            let fits = ports.iter().all(|(_, mtu)| mtu + ETH_HLEN <= room);
-            !zc || zc_chains || !fits
+            !zc || zc_chains || !zero_copy_fits(ports, room)
         }
     }
 }
@@ -417,9 +468,46 @@ mod tests {
             sys::DriverXdp {
                 zerocopy,
                 zc_max_segs,
+                zc_rx_unit: 1,
             },
             mtu,
         )
+    }
+
+    /// igb: zero-copy without chains, its receive buffers sized in 1 KiB units.
+    fn igb(mtu: u32) -> (sys::DriverXdp, u32) {
+        (
+            sys::DriverXdp {
+                zerocopy: true,
+                zc_max_segs: 1,
+                zc_rx_unit: sys::zc_rx_unit("igb"),
+            },
+            mtu,
+        )
+    }
+
+    #[test]
+    fn auto_binds_copy_where_a_drivers_rounded_zero_copy_buffer_cannot_hold_the_mtu() {
+        // 2048-byte frames: 1792 bytes of room, 1024 in igb's zero-copy buffer.
+        assert_eq!(igb(1500).0.zc_room(ROOM), 1024);
+        assert!(wants_multi_buffer(SocketMode::Auto, &[igb(1500)], ROOM));
+        assert_eq!(
+            bind_mode(SocketMode::Auto, true, &[igb(1500)], ROOM),
+            SocketMode::Copy
+        );
+        // MTU 1010 fits 1024 bytes: zero-copy kept.
+        assert!(!wants_multi_buffer(SocketMode::Auto, &[igb(1010)], ROOM));
+        // 4096-byte frames: 3840 bytes of room, 3072 in the buffer; MTU 1500 keeps zero-copy.
+        let room_4k = 4096 - XDP_PACKET_HEADROOM;
+        assert_eq!(igb(1500).0.zc_room(room_4k), 3072);
+        assert!(!wants_multi_buffer(SocketMode::Auto, &[igb(1500)], room_4k));
+        // virtio_net rounds nothing: MTU 1500 fits 1792 bytes.
+        assert!(!wants_multi_buffer(
+            SocketMode::Auto,
+            &[port(true, 1, 1500)],
+            ROOM
+        ));
+        assert_eq!(sys::zc_rx_unit("virtio_net"), 1);
     }
 
     #[test]

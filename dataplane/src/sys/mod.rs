@@ -35,7 +35,7 @@ pub use thread::{gettid, pin_current_thread, set_sched_idle, thread_cpu_ns, Thre
 pub(crate) use udp::{enable_pktinfo, recv_with_ifindex};
 pub(crate) use xdp::{
     driver_xdp, force_rcvbuf, poll_readable, pollfd_in, xdp_link_create, xsk_is_zerocopy,
-    xsk_set_tx_budget, xsk_statistics, DriverXdp,
+    xsk_set_tx_budget, xsk_statistics, zc_rx_unit, DriverXdp,
 };
 
 /// A failed system call, with the name of the call.

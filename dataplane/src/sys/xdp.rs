@@ -156,6 +156,31 @@ pub(crate) struct DriverXdp {
     /// Most buffers per packet a zero-copy socket may take (1: zero-copy has no
     /// multi-buffer here).
     pub zc_max_segs: u32,
+    /// What the driver sizes its zero-copy receive buffers in: the bytes a frame holds,
+    /// rounded down to a multiple of it ([`zc_rx_unit`]; 1: not rounded).
+    pub zc_rx_unit: u32,
+}
+
+impl DriverXdp {
+    /// The bytes one zero-copy receive buffer of this driver holds where a frame holds
+    /// `room`.
+    pub(crate) fn zc_room(&self, room: u32) -> u32 {
+        let unit = self.zc_rx_unit.max(1);
+        room / unit * unit
+    }
+}
+
+/// The unit `driver` sizes its zero-copy receive buffers in. igb, igc and ixgbe write
+/// the buffer size to SRRCTL.BSIZEPKT in 1 KiB units, the XSK pool's frame size rounded
+/// down (ixgbe's 82599; its later MACs take a page, which no driver name tells apart): with
+/// 2048-byte frames (1792 bytes after the headroom) a buffer holds 1024 bytes, and a longer
+/// frame arrives in two buffers, each taken as a packet of its own (measured on QEMU's igb:
+/// 1400-byte frames dropped as `bad_length`).
+pub(crate) fn zc_rx_unit(driver: &str) -> u32 {
+    match driver {
+        "igb" | "igc" | "ixgbe" => 1024,
+        _ => 1,
+    }
 }
 
 /// `NETDEV_XDP_ACT_XSK_ZEROCOPY` (linux/netdev.h).
@@ -184,5 +209,6 @@ pub(crate) fn driver_xdp(ifindex: u32) -> Result<DriverXdp, SyscallError> {
     Ok(DriverXdp {
         zerocopy: opts.feature_flags & XDP_ACT_XSK_ZEROCOPY != 0,
         zc_max_segs: opts.xdp_zc_max_segs,
+        zc_rx_unit: 1,
     })
 }

@@ -1046,6 +1046,11 @@ def start_compare_run(ctl, dp, name, cfg, args):
         proc.kill()
         ctl.check(f"compare {name}: starts", False, open(err_path).read()[-400:])
         return None
+    why = links_settled(err_path)
+    if why:
+        stop_run(proc)
+        ctl.check(f"compare {name}: links up after the attach", False, why)
+        return None
     return proc, tag, summary_path
 
 

@@ -49,6 +49,25 @@ pub struct SubInterface {
     pub addresses: Vec<(IpAddr, u8)>,
 }
 
+impl SubInterface {
+    /// Its tags as an operator reads them, outermost first: "802.1ad 100 over 802.1Q 200".
+    pub fn tags_text(&self) -> String {
+        self.tags
+            .tags()
+            .iter()
+            .map(|t| {
+                let kind = if t.tpid == crate::packet::ETH_P_8021AD {
+                    "802.1ad"
+                } else {
+                    "802.1Q"
+                };
+                format!("{kind} {}", t.vid())
+            })
+            .collect::<Vec<_>>()
+            .join(" over ")
+    }
+}
+
 /// A VLAN id a tag of a sub-interface may carry (0 is a priority tag, 4095 reserved).
 fn vid(key: String, v: u16) -> Result<u16, ConfigError> {
     if (1..=4094).contains(&v) {

@@ -364,6 +364,8 @@ fn sub_interfaces_are_numbered_after_the_ports_and_refused_by_key() {
     use crate::packet::vlan::{Tag, TagStack};
     assert_eq!(v.tags, TagStack::one(Tag::dot1q(100)));
     assert_eq!(q.tags, TagStack::two(Tag::dot1ad(200), Tag::dot1q(300)));
+    assert_eq!(v.tags_text(), "802.1Q 100");
+    assert_eq!(q.tags_text(), "802.1ad 200 over 802.1Q 300");
     assert!(
         c.routes.iter().any(|r| r.port == 2),
         "a route through eth1.100"

@@ -45,22 +45,6 @@ pub(super) fn forwarder(
     }
     let subifs = subinterfaces(cfg, &mtus, &mut rib)?;
     for s in &cfg.subinterfaces {
-        let tags: Vec<String> = s
-            .tags
-            .tags()
-            .iter()
-            .map(|t| {
-                format!(
-                    "{} {}",
-                    if t.tpid == packet::ETH_P_8021AD {
-                        "802.1ad"
-                    } else {
-                        "802.1Q"
-                    },
-                    t.vid()
-                )
-            })
-            .collect();
         let parent = cfg
             .interfaces
             .get(usize::from(s.parent))
@@ -68,7 +52,7 @@ pub(super) fn forwarder(
         log(&format!(
             "sub-interface {} (from the config): on {parent}, {}",
             s.name,
-            tags.join(" over ")
+            s.tags_text()
         ));
     }
     if cfg.dataplane.mode == Mode::L3fwd && cfg.dataplane.routes == RouteSource::Static {

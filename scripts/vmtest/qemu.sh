@@ -35,6 +35,10 @@ if [ -x "$OUT/usr/bin/qemu-system-x86_64" ] && [ "$(cat "$OUT/version" 2>/dev/nu
     exit 0
 fi
 seabios=$(newest seabios)
+if [ -z "$seabios" ]; then
+    echo "vmtest: no seabios in the private apt lists under $A" >&2
+    exit 1
+fi
 fetch=("qemu-system-x86=$ver" "qemu-system-common=$ver" "qemu-system-data=$ver" "seabios=$seabios")
 CACHE=$(pwd)/target/vm/cache
 debs=()
@@ -60,9 +64,12 @@ needed=$(for deb in "${debs[@]}"; do dpkg-deb -f "$deb" Depends; done |
 scripts/deps.sh $needed
 rm -rf "$OUT.new"
 for deb in "${debs[@]}"; do dpkg-deb -x "$deb" "$OUT.new"; done
-if ldd "$OUT.new/usr/bin/qemu-system-x86_64" | grep -q "not found"; then
-    echo "vmtest: QEMU $ver lacks shared libraries:" >&2
-    ldd "$OUT.new/usr/bin/qemu-system-x86_64" | grep "not found" >&2
+# ldd says "not found" for a missing library on stdout and for a missing symbol version
+# (a library too old) on stderr.
+missing=$(ldd "$OUT.new/usr/bin/qemu-system-x86_64" 2>&1 | grep "not found" || true)
+if [ -n "$missing" ]; then
+    echo "vmtest: QEMU $ver lacks shared libraries (or has ones too old):" >&2
+    echo "$missing" >&2
     exit 1
 fi
 echo "$ver" >"$OUT.new/version"

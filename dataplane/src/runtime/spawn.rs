@@ -215,13 +215,18 @@ fn log_bind_choice(
         tracing::info!(
             "socket_mode = \"auto\": the ports' drivers offer zero-copy but cannot chain as many \
              zero-copy buffers as their MTUs ({}) take, so the sockets bind in copy mode with \
-             multi-buffer; MTUs within one {}-byte frame keep zero-copy{}",
+             multi-buffer; MTUs within one zero-copy buffer ({} bytes of a frame, less the \
+             Ethernet header) keep zero-copy{}",
             drivers
                 .iter()
                 .map(|(_, m)| m.to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
-            cfg.dataplane.frame_size,
+            drivers
+                .iter()
+                .map(|(d, _)| d.zc_room(room))
+                .min()
+                .unwrap_or(room),
             rounded_buffers(cfg, drivers, room)
         );
     }
@@ -282,9 +287,21 @@ fn rounded_buffers(cfg: &Config, drivers: &[(sys::DriverXdp, u32)], room: u32) -
     if rounded.is_empty() {
         return String::new();
     }
+    // What 4096-byte frames would give the most rounded driver, said only where it helps.
+    let headroom = cfg.dataplane.frame_size.saturating_sub(room);
+    let bigger = drivers
+        .iter()
+        .filter(|(d, _)| d.zerocopy)
+        .map(|(d, _)| d.zc_room(4096u32.saturating_sub(headroom)))
+        .min()
+        .unwrap_or(0);
+    let hint = if cfg.dataplane.frame_size < 4096 {
+        format!("; frame_size = 4096 makes it {bigger} bytes")
+    } else {
+        String::new()
+    };
     format!(
-        " (the zero-copy receive buffer of {} is the frame's room rounded down by its driver; \
-         frame_size = 4096 makes it 3072 bytes)",
+        " (the zero-copy receive buffer of {} is the frame's room rounded down by its driver{hint})",
         rounded.join(", ")
     )
 }
@@ -305,10 +322,12 @@ fn zero_copy_fits(ports: &[(sys::DriverXdp, u32)], room: u32) -> bool {
         .all(|(d, mtu)| mtu + ETH_HLEN <= d.zc_room(room))
 }
 
-/// The socket mode a poller binds with: the config's, but `auto` with multi-buffer over
-/// drivers that cannot chain zero-copy buffers for their MTUs binds in copy mode (left to
-/// the kernel, a driver that chains some buffers, fewer than the MTU takes, would bind
-/// zero-copy and get chains it cannot send).
+/// The socket mode a poller binds with: the config's, but `auto` over drivers that cannot
+/// chain zero-copy buffers for their MTUs binds in copy mode where it asks for multi-buffer
+/// (left to the kernel, a driver that chains some buffers, fewer than the MTU takes, would
+/// bind zero-copy and get chains it cannot send), and where a packet of the MTU does not fit
+/// one zero-copy buffer (a driver that rounds its buffers down: copy mode's frame holds it,
+/// with or without multi-buffer).
 pub(crate) fn bind_mode(
     mode: crate::types::SocketMode,
     multi_buffer: bool,
@@ -316,7 +335,10 @@ pub(crate) fn bind_mode(
     room: u32,
 ) -> crate::types::SocketMode {
     use crate::types::SocketMode;
-    if mode == SocketMode::Auto && multi_buffer && !zero_copy_chains(ports, room) {
+    if mode == SocketMode::Auto
+        && !zero_copy_chains(ports, room)
+        && (multi_buffer || !zero_copy_fits(ports, room))
+    {
         SocketMode::Copy
     } else {
         mode
@@ -493,6 +515,11 @@ mod tests {
         assert!(wants_multi_buffer(SocketMode::Auto, &[igb(1500)], ROOM));
         assert_eq!(
             bind_mode(SocketMode::Auto, true, &[igb(1500)], ROOM),
+            SocketMode::Copy
+        );
+        // A kernel without multi-buffer (before 6.6): copy still, its frame holds 1792.
+        assert_eq!(
+            bind_mode(SocketMode::Auto, false, &[igb(1500)], ROOM),
             SocketMode::Copy
         );
         // MTU 1010 fits 1024 bytes: zero-copy kept.

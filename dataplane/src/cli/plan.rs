@@ -43,14 +43,6 @@ pub fn main(a: PlanArgs) -> Result<()> {
     Ok(())
 }
 
-/// The parent port's name of a sub-interface.
-fn parent_name(cfg: &Config, s: &dataplane::config::SubInterface) -> String {
-    cfg.interfaces
-        .get(usize::from(s.parent))
-        .cloned()
-        .unwrap_or_else(|| "?".into())
-}
-
 /// One line per sub-interface: its port, tags and MTU; empty where there are none.
 fn subinterfaces_text(cfg: &Config) -> String {
     cfg.subinterfaces
@@ -59,10 +51,10 @@ fn subinterfaces_text(cfg: &Config) -> String {
             format!(
                 "sub-interface {} on {} ({}{}), polled with {}'s queues\n",
                 s.name,
-                parent_name(cfg, s),
+                cfg.port_name(s.parent),
                 s.tags_text(),
                 s.mtu.map(|m| format!(", MTU {m}")).unwrap_or_default(),
-                parent_name(cfg, s)
+                cfg.port_name(s.parent)
             )
         })
         .collect()
@@ -76,7 +68,7 @@ fn subinterfaces_json(cfg: &Config) -> serde_json::Value {
         .map(|s| {
             serde_json::json!({
                 "name": s.name,
-                "parent": parent_name(cfg, s),
+                "parent": cfg.port_name(s.parent),
                 "tags": s.tags_text(),
                 "mtu": s.mtu,
             })

@@ -411,6 +411,13 @@ pub struct Config {
 }
 
 impl Config {
+    /// The name of port `id` ("?" where there is none).
+    pub fn port_name(&self, id: crate::types::PortId) -> &str {
+        self.interfaces
+            .get(usize::from(id))
+            .map_or("?", String::as_str)
+    }
+
     /// Ports and sub-interfaces: the interfaces a route or neighbour may name.
     pub fn interface_count(&self) -> usize {
         self.interfaces.len() + self.subinterfaces.len()

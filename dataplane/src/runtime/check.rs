@@ -45,13 +45,10 @@ pub(super) fn forwarder(
     }
     let subifs = subinterfaces(cfg, &mtus, &mut rib)?;
     for s in &cfg.subinterfaces {
-        let parent = cfg
-            .interfaces
-            .get(usize::from(s.parent))
-            .map_or("?", String::as_str);
         log(&format!(
-            "sub-interface {} (from the config): on {parent}, {}",
+            "sub-interface {} (from the config): on {}, {}",
             s.name,
+            cfg.port_name(s.parent),
             s.tags_text()
         ));
     }

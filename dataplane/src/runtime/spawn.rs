@@ -142,18 +142,15 @@ fn poller_spec(
         .interfaces
         .iter()
         .map(|name| {
-            let mut d = sys::if_index(name)
+            let driver = crate::placement::queue_irqs::device(name).driver;
+            let d = sys::if_index(name)
                 .ok()
-                .and_then(|i| sys::driver_xdp(i).ok())
+                .and_then(|i| sys::driver_xdp(i, driver.as_deref()).ok())
                 .unwrap_or(sys::DriverXdp {
                     zerocopy: false,
                     zc_max_segs: 1,
                     zc_rx_unit: 1,
                 });
-            d.zc_rx_unit = crate::placement::queue_irqs::device(name)
-                .driver
-                .as_deref()
-                .map_or(1, sys::zc_rx_unit);
             (d, sys::interface_mtu(name).unwrap_or(1500))
         })
         .collect();

@@ -33,9 +33,11 @@ pub(crate) use packet_socket::{FrameSender, SEND_BATCH_MAX};
 pub(crate) use thread::{current_thread_affinity, set_fifo, set_thread_affinity, set_timer_slack};
 pub use thread::{gettid, pin_current_thread, set_sched_idle, thread_cpu_ns, ThreadHold};
 pub(crate) use udp::{enable_pktinfo, recv_with_ifindex};
+#[cfg(test)]
+pub(crate) use xdp::zc_rx_unit;
 pub(crate) use xdp::{
     driver_xdp, force_rcvbuf, poll_readable, pollfd_in, xdp_link_create, xsk_is_zerocopy,
-    xsk_set_tx_budget, xsk_statistics, zc_rx_unit, DriverXdp,
+    xsk_set_tx_budget, xsk_statistics, DriverXdp,
 };
 
 /// A failed system call, with the name of the call.

@@ -186,8 +186,9 @@ pub(crate) fn zc_rx_unit(driver: &str) -> u32 {
 /// `NETDEV_XDP_ACT_XSK_ZEROCOPY` (linux/netdev.h).
 const XDP_ACT_XSK_ZEROCOPY: u64 = 1 << 3;
 
-/// What the driver of interface `ifindex` offers AF_XDP.
-pub(crate) fn driver_xdp(ifindex: u32) -> Result<DriverXdp, SyscallError> {
+/// What the driver of interface `ifindex` offers AF_XDP; `driver` (its name, where known)
+/// gives its zero-copy buffers' unit ([`zc_rx_unit`]).
+pub(crate) fn driver_xdp(ifindex: u32, driver: Option<&str>) -> Result<DriverXdp, SyscallError> {
     use libbpf_rs::libbpf_sys;
     let mut opts = libbpf_sys::bpf_xdp_query_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_xdp_query_opts>() as _,
@@ -209,6 +210,6 @@ pub(crate) fn driver_xdp(ifindex: u32) -> Result<DriverXdp, SyscallError> {
     Ok(DriverXdp {
         zerocopy: opts.feature_flags & XDP_ACT_XSK_ZEROCOPY != 0,
         zc_max_segs: opts.xdp_zc_max_segs,
-        zc_rx_unit: 1,
+        zc_rx_unit: driver.map_or(1, zc_rx_unit),
     })
 }

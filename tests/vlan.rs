@@ -16,6 +16,17 @@ use dataplane::packet::{checksum, DropReason};
 use dataplane::poller::stats::Counter;
 use dataplane::testbed::{self, Testbed};
 
+/// Whether `port` strips 802.1Q and 802.1ad tags on receive, as `ethtool -k` says.
+fn vlan_stripping(t: &Testbed, port: &str) -> [bool; 2] {
+    let out = ns(&t.dut_ns(), &["ethtool", "-k", port]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    ["rx-vlan-offload:", "rx-vlan-stag-hw-parse:"].map(|f| {
+        let line = text.lines().find(|l| l.trim_start().starts_with(f));
+        line.unwrap_or_else(|| panic!("{f} in {text}"))
+            .contains(": on")
+    })
+}
+
 /// The three kinds of interface on each side: (name suffix, tags).
 fn kinds(single: u16, outer: u16, inner: u16) -> [(&'static str, TagStack); 3] {
     [
@@ -101,7 +112,15 @@ fn every_mix_of_untagged_single_and_double_tagged_is_routed_with_its_tags() {
     }
     let bed = Bed::up("tsv", 1);
     let t = &bed.0;
+    let ports = [t.dut_in(), t.dut_out()];
+    // veth strips tags on receive by default: off while the dataplane runs, on again after.
+    for p in &ports {
+        assert_eq!(vlan_stripping(t, p), [true, true], "{p} before the run");
+    }
     let dut = Dut::start(&bed, &vlan_config(t));
+    for p in &ports {
+        assert_eq!(vlan_stripping(t, p), [false, false], "{p} while running");
+    }
     let sink = packet_socket(&t.sink_ns(), &t.sink_if());
     let gen = packet_socket(&t.gen_ns(), &t.gen_if());
     // Each (ingress kind, egress kind, family) has its own block of UDP source ports.
@@ -153,6 +172,9 @@ fn every_mix_of_untagged_single_and_double_tagged_is_routed_with_its_tags() {
         }
     }
     let s = dut.stop();
+    for p in &ports {
+        assert_eq!(vlan_stripping(t, p), [true, true], "{p} after the run");
+    }
     assert_eq!(
         got.len(),
         18,

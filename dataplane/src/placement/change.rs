@@ -39,6 +39,14 @@ pub enum Change {
         /// Interface.
         ifname: String,
     },
+    /// A NIC's VLAN tag stripping on receive (`rx-vlan-hw-parse`, `rx-vlan-stag-hw-parse`)
+    /// turned off, so its sub-interfaces' tags reach the steering program in the frame.
+    VlanStripping {
+        /// Interface.
+        ifname: String,
+        /// The feature, by its `ethtool -k` name.
+        feature: String,
+    },
     /// A NIC's RSS indirection table, journaled before the rebalancer's first write.
     RssTable {
         /// Interface.
@@ -95,6 +103,15 @@ pub(crate) fn undo(sys: &mut impl Undo, c: &Change) -> (String, bool) {
             if !sys.exists(&format!("/sys/class/net/{ifname}")) =>
         {
             (format!("rss: {ifname} is gone: nothing to restore"), true)
+        }
+        Change::VlanStripping { ifname, .. }
+            if !sys.exists(&format!("/sys/class/net/{ifname}")) =>
+        {
+            (format!("vlan: {ifname} is gone: nothing to restore"), true)
+        }
+        Change::VlanStripping { ifname, feature } => {
+            let r = sys.set_feature(ifname, feature, true);
+            reported(r, format!("vlan: {ifname} {feature} on again"))
         }
         Change::RxHashing { ifname } => {
             let r = sys.set_rx_hashing(ifname, false);
@@ -163,6 +180,8 @@ pub(crate) trait Undo {
     fn set_thread_affinity(&mut self, tid: u32, cpus: &[usize]) -> Result<(), String>;
     /// Turns a device's receive hashing on or off.
     fn set_rx_hashing(&mut self, ifname: &str, on: bool) -> Result<(), String>;
+    /// Turns a device's feature (by its `ethtool -k` name) on or off.
+    fn set_feature(&mut self, ifname: &str, feature: &str, on: bool) -> Result<(), String>;
     /// Writes a device's indirection table (empty: the driver's default spread).
     fn set_rss_table(&mut self, ifname: &str, table: &[u32]) -> Result<(), String>;
     /// A device's indirection table as read back.
@@ -193,6 +212,9 @@ impl Undo for System {
     }
     fn set_rx_hashing(&mut self, ifname: &str, on: bool) -> Result<(), String> {
         privileged(|| sys::set_rx_hashing(ifname, on)).map_err(|e| e.to_string())
+    }
+    fn set_feature(&mut self, ifname: &str, feature: &str, on: bool) -> Result<(), String> {
+        privileged(|| sys::set_feature(ifname, feature, on)).map_err(|e| e.to_string())
     }
     fn set_rss_table(&mut self, ifname: &str, table: &[u32]) -> Result<(), String> {
         privileged(|| sys::set_rss_table(ifname, table)).map_err(|e| e.to_string())

@@ -194,6 +194,15 @@ impl SettingsJournal {
         sys::set_rx_hashing(ifname, true).map_err(|e| e.to_string())
     }
 
+    /// Turns `ifname`'s `feature` off, journaled first.
+    pub(crate) fn turn_off_feature(&mut self, ifname: &str, feature: &str) -> Result<(), String> {
+        self.record(Change::VlanStripping {
+            ifname: ifname.into(),
+            feature: feature.into(),
+        })?;
+        sys::set_feature(ifname, feature, false).map_err(|e| e.to_string())
+    }
+
     /// What was changed, one line each.
     pub(crate) fn describe(&self) -> Vec<String> {
         self.changes
@@ -219,6 +228,9 @@ impl SettingsJournal {
                 ),
                 Change::RxHashing { ifname } => {
                     format!("rss: {ifname} receive hashing turned on")
+                }
+                Change::VlanStripping { ifname, feature } => {
+                    format!("vlan: {ifname} {feature} turned off")
                 }
                 Change::RssTable {
                     ifname,
@@ -391,6 +403,7 @@ mod tests {
     struct FakeNics {
         tables: std::collections::HashMap<String, Vec<u32>>,
         hashing: std::collections::HashMap<String, bool>,
+        features: std::collections::HashMap<(String, String), bool>,
         rings: u32,
         refuse: Vec<String>,
     }
@@ -427,6 +440,11 @@ mod tests {
         fn set_rx_hashing(&mut self, ifname: &str, on: bool) -> Result<(), String> {
             self.refuses(ifname)?;
             self.hashing.insert(ifname.into(), on);
+            Ok(())
+        }
+        fn set_feature(&mut self, ifname: &str, feature: &str, on: bool) -> Result<(), String> {
+            self.refuses(ifname)?;
+            self.features.insert((ifname.into(), feature.into()), on);
             Ok(())
         }
         fn set_rss_table(&mut self, ifname: &str, table: &[u32]) -> Result<(), String> {
@@ -503,5 +521,36 @@ mod tests {
         assert!(set.changes().is_empty());
         assert!(!path.exists(), "removed once all is restored");
         let _ = std::fs::remove_dir(&dir);
+    }
+
+    #[test]
+    fn vlan_stripping_is_turned_on_again_where_the_device_still_exists() {
+        let mut set = SettingsJournal::default();
+        for (ifname, feature) in [
+            ("nic0", "rx-vlan-hw-parse"),
+            ("nic0", "rx-vlan-stag-hw-parse"),
+            ("gone", "rx-vlan-hw-parse"),
+        ] {
+            set.record(Change::VlanStripping {
+                ifname: ifname.into(),
+                feature: feature.into(),
+            })
+            .expect("journal");
+        }
+        let mut nics = FakeNics::default();
+        nics.tables.insert("nic0".into(), Vec::new());
+        let lines = set.restore_with(&mut nics);
+        for feature in ["rx-vlan-hw-parse", "rx-vlan-stag-hw-parse"] {
+            assert_eq!(
+                nics.features.get(&("nic0".into(), feature.into())),
+                Some(&true),
+                "{lines:?}"
+            );
+        }
+        assert!(
+            lines.iter().any(|l| l.contains("vlan: gone is gone")),
+            "{lines:?}"
+        );
+        assert!(set.changes().is_empty(), "{lines:?}");
     }
 }

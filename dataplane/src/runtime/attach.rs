@@ -91,3 +91,54 @@ pub(super) fn apply_irq(
     }
     Ok(())
 }
+
+/// The offloads that strip VLAN tags on receive (802.1Q, 802.1ad): a stripped tag reaches
+/// neither the steering program nor the poller, which would take the frame for the port's
+/// own.
+const VLAN_STRIPPING: [&str; 2] = ["rx-vlan-hw-parse", "rx-vlan-stag-hw-parse"];
+
+/// Turns VLAN tag stripping off on every port that carries a sub-interface, journaled
+/// (restored at stop, or by `dataplane restore`); a port that strips and cannot stop is
+/// refused. A device that cannot say (no ethtool features) is taken as one that does not
+/// strip.
+pub(super) fn vlan_stripping_off(
+    cfg: &Config,
+    journal: &mut SettingsJournal,
+    log: &mut impl FnMut(&str),
+) -> Result<(), RunError> {
+    for (port, name) in cfg.interfaces.iter().enumerate() {
+        if !cfg
+            .subinterfaces
+            .iter()
+            .any(|s| usize::from(s.parent) == port)
+        {
+            continue;
+        }
+        for feature in VLAN_STRIPPING {
+            let Ok(Some(f)) = sys::feature(name, feature) else {
+                continue;
+            };
+            if !f.active {
+                continue;
+            }
+            if !f.changeable {
+                return Err(RunError::VlanStripping {
+                    ifname: name.clone(),
+                    feature,
+                    why: "the driver does not let it be turned off".into(),
+                });
+            }
+            journal
+                .turn_off_feature(name, feature)
+                .map_err(|why| RunError::VlanStripping {
+                    ifname: name.clone(),
+                    feature,
+                    why,
+                })?;
+            log(&format!(
+                "vlan: {name} {feature} off while its sub-interfaces are forwarded (on again at stop)"
+            ));
+        }
+    }
+    Ok(())
+}

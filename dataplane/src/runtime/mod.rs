@@ -57,6 +57,16 @@ pub enum RunError {
     /// An interface in the config does not exist.
     #[error("interface `{0}` (from the config's [[interfaces]]) does not exist in this network namespace")]
     NoInterface(String),
+    /// A port with sub-interfaces strips VLAN tags on receive and cannot stop.
+    #[error("port `{ifname}` strips VLAN tags on receive ({feature}), so its sub-interfaces' frames would arrive untagged: {why}")]
+    VlanStripping {
+        /// The port.
+        ifname: String,
+        /// The feature, by its `ethtool -k` name.
+        feature: &'static str,
+        /// Why it is still on.
+        why: String,
+    },
     /// A sub-interface's MTU is over its parent's.
     #[error("sub-interface `{name}`: mtu {mtu} is over its parent's ({parent_mtu}); set its mtu at most that, or raise the parent's")]
     SubInterfaceMtu {
@@ -294,7 +304,7 @@ fn check_phase(
 ) -> Result<Checked, RunError> {
     check_privileges(opts)?;
     let _ = sys::raise_memlock_limit();
-    let journaled = opts.apply_irq || cfg.rebalance.enabled;
+    let journaled = opts.apply_irq || cfg.rebalance.enabled || !cfg.subinterfaces.is_empty();
     let mut irq = match (journaled, &opts.journal) {
         (true, Some(path)) => SettingsJournal::journaled(path)?,
         _ => SettingsJournal::default(),
@@ -305,7 +315,9 @@ fn check_phase(
         log(l);
     }
     crate::rebalance::prepare(&mut tables, &mut irq, log);
-    match attach::load_steering(cfg, &tables) {
+    let steering = attach::vlan_stripping_off(cfg, &mut irq, log)
+        .and_then(|()| attach::load_steering(cfg, &tables));
+    match steering {
         Ok(steers) => Ok(Checked {
             irq,
             fwd,

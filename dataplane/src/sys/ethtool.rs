@@ -82,7 +82,7 @@ fn ifreq(ifname: &str, data: *mut libc::c_void) -> Result<IfReq, SyscallError> {
 /// # Safety
 /// `cmd` must point to a buffer laid out as the kernel's struct for that command, valid for
 /// reads and writes of the size the kernel derives from it (its header's size field).
-unsafe fn ethtool(
+pub(super) unsafe fn ethtool(
     ifname: &str,
     cmd: *mut libc::c_void,
     what: &'static str,
@@ -92,7 +92,9 @@ unsafe fn ethtool(
     // SAFETY: `req` is a valid ifreq naming the interface, and its data pointer the
     // command buffer the caller vouches for; both outlive the call.
     let rc = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCETHTOOL, &mut req as *mut IfReq) };
-    if rc != 0 {
+    // Negative: failed. ETHTOOL_SFEATURES answers a request met only in part with a
+    // positive value (no errno); its caller reads the features back.
+    if rc < 0 {
         return Err(SyscallError::last(what));
     }
     Ok(())

@@ -9,6 +9,7 @@ use std::os::fd::RawFd;
 
 mod cpu;
 mod ethtool;
+mod features;
 mod mmap;
 mod netif;
 mod packet_socket;
@@ -22,6 +23,7 @@ pub(crate) use cpu::{prefetch, prefetch_ptr};
 pub(crate) use ethtool::{
     rss_hash, rss_hash_fields, rss_rings, rss_table, rx_hashing, set_rss_table, set_rx_hashing,
 };
+pub(crate) use features::{feature, set_feature};
 pub use mmap::MemPolicy;
 pub(crate) use mmap::{mbind, page_nodes, Mmap};
 pub use netif::{enter_netns, if_index};

@@ -47,6 +47,8 @@ pub struct SubInterface {
     pub mtu: Option<u32>,
     /// Its addresses with their prefix lengths.
     pub addresses: Vec<(IpAddr, u8)>,
+    /// The kernel's VLAN device it is (None: declared in the config).
+    pub ifindex: Option<u32>,
 }
 
 impl SubInterface {
@@ -175,6 +177,7 @@ pub(super) fn subinterfaces<'a>(
             tags,
             mtu: s.mtu,
             addresses,
+            ifindex: None,
         });
     }
     Ok(out)

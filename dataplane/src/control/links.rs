@@ -10,7 +10,8 @@ impl Control {
         let first = self.spec.config.interfaces.len();
         let spec = &mut self.spec;
         for (k, s) in spec.config.subinterfaces.iter().enumerate() {
-            if s.parent != port {
+            // A kernel VLAN device follows its own link events (the kernel's own following).
+            if s.parent != port || s.ifindex.is_some() {
                 continue;
             }
             let Ok(id) = u16::try_from(first + k) else {

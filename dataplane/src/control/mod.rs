@@ -39,6 +39,7 @@ pub(crate) mod offline;
 mod reload;
 mod routes;
 mod status;
+pub mod vlans;
 
 pub use status::{AddressChange, ControlReport, ControlStatus, PortBack};
 
@@ -137,6 +138,10 @@ struct Control {
     /// Recreated ports whose sockets are being reopened: their link state (MTU, up) as last
     /// notified, applied once they are (until then they stay gone in the table).
     reopening: HashMap<u16, (u32, bool)>,
+    /// Every VLAN device seen, by ifindex (a QinQ device's lower device is one).
+    vlan_devs: HashMap<u32, vlans::VlanOf>,
+    /// VLAN devices left to the kernel, said once.
+    left_vlans: std::collections::HashSet<u32>,
     /// A port went down or away: re-read the kernel's tables after this batch (IPv4 routes
     /// flushed with a device are not notified).
     resync_wanted: bool,
@@ -163,14 +168,19 @@ impl Control {
     /// asked of the kernel ([`offline`]).
     fn new(spec: ControlSpec, requests: Option<Netlink>, events: Option<Netlink>) -> Control {
         Control {
+            // The ports, then the sub-interfaces that are kernel VLAN devices.
             by_ifindex: spec
                 .ports
                 .iter()
+                .map(|p| Some(p.ifindex))
+                .chain(spec.config.subinterfaces.iter().map(|s| s.ifindex))
                 .enumerate()
-                .filter_map(|(i, p)| Some((p.ifindex, u16::try_from(i).ok()?)))
+                .filter_map(|(i, p)| Some((p?, u16::try_from(i).ok()?)))
                 .collect(),
-            link_up: vec![None; spec.ports.len()],
-            addrs: vec![Addrs::default(); spec.ports.len()],
+            link_up: vec![None; spec.ports.len() + spec.config.subinterfaces.len()],
+            addrs: vec![Addrs::default(); spec.ports.len() + spec.config.subinterfaces.len()],
+            vlan_devs: HashMap::new(),
+            left_vlans: std::collections::HashSet::new(),
             reading_addrs: false,
             reopening: HashMap::new(),
             spec,
@@ -414,7 +424,11 @@ impl Control {
                 name,
                 up,
                 mtu,
+                vlan,
             } => {
+                if self.vlan_device((add, ifindex, &name, up, mtu), vlan, kernel) {
+                    return;
+                }
                 let back_up = self.link(add, ifindex, &name, up, mtu);
                 match self.by_ifindex.get(&ifindex).copied() {
                     Some(port) if back_up && kernel => self.resolve_gateways(port, ifindex),

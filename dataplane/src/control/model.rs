@@ -424,6 +424,7 @@ fn link_event(b: &mut Bytes<'_>) -> Event {
             2 => Some(1500),
             _ => Some(9000),
         },
+        vlan: None,
     }
 }
 
@@ -547,6 +548,7 @@ mod tests {
                 name: (*name).to_string(),
                 up: true,
                 mtu: Some(1500),
+                vlan: None,
             })
             .collect();
         dump.extend(kept.iter().cloned());

@@ -106,6 +106,8 @@ pub(crate) enum Event {
         up: bool,
         /// MTU.
         mtu: Option<u32>,
+        /// A VLAN device: its lower device and tag.
+        vlan: Option<super::vlans::VlanOf>,
     },
     /// An address added to or removed from an interface.
     Address {
@@ -219,6 +221,14 @@ impl Netlink {
             self.dump(RouteNetlinkMessage::GetRoute(m), &mut each)?;
         }
         Ok(())
+    }
+
+    /// Every link, as events.
+    pub(crate) fn links(&mut self) -> Result<Vec<Event>, NetlinkError> {
+        let mut out = Vec::new();
+        let link = RouteNetlinkMessage::GetLink(LinkMessage::default());
+        self.dump(link, &mut |e| out.extend(e))?;
+        Ok(out)
     }
 
     fn dump(
@@ -559,6 +569,7 @@ fn link_event(add: bool, l: &LinkMessage) -> Event {
         name,
         up: f.contains(LinkFlags::Up) && f.contains(LinkFlags::Running),
         mtu,
+        vlan: super::vlans::vlan_of(l),
     }
 }
 

@@ -44,20 +44,31 @@ impl Offline {
     /// Ports named and numbered as given (`(name, ifindex)`), each up with MTU 1500 as the
     /// start's dump of links would leave them, and a table for one reader.
     pub(crate) fn new(ports: &[(&str, u32)]) -> Result<Offline, OfflineError> {
+        Self::with_vlans(ports, Vec::new())
+    }
+
+    /// [`Offline::new`] with these sub-interfaces (the kernel's VLAN devices, each with its
+    /// ifindex, as a run that found them at its start has them), after the ports.
+    pub(crate) fn with_vlans(
+        ports: &[(&str, u32)],
+        vlans: Vec<crate::config::SubInterface>,
+    ) -> Result<Offline, OfflineError> {
         let mut text = String::from("[dataplane]\nmode = \"l3fwd\"\nroutes = \"kernel\"\n");
         for (name, _) in ports {
             text.push_str(&format!("[[interfaces]]\nname = \"{name}\"\n"));
         }
         text.push_str("[[pollers]]\ncpu = 0\nqueues = [0]\n");
-        let config = Config::parse_for(&text, "offline", None, 1)?;
+        let mut config = Config::parse_for(&text, "offline", None, 1)?;
+        config.subinterfaces = vlans;
+        let interfaces = ports.len() + config.subinterfaces.len();
         let cap = Capacity {
             hops: 1 << 12,
             groups: 1 << 10,
             v4_groups: 1 << 12,
             v6_groups: 1 << 13,
         };
-        let rib = Rib::new(ports.len(), 1, cap, true)?;
-        let port_addrs = Arc::new(PortAddrs::new(vec![Addrs::default(); ports.len()]));
+        let rib = Rib::new(interfaces, 1, cap, true)?;
+        let port_addrs = Arc::new(PortAddrs::new(vec![Addrs::default(); interfaces]));
         let (tx, addresses) = channel();
         let spec = ControlSpec {
             rib,
@@ -92,6 +103,7 @@ impl Offline {
                 name: (*name).to_string(),
                 up: true,
                 mtu: Some(1500),
+                vlan: None,
             });
         }
         Ok(o)
@@ -130,6 +142,17 @@ impl Offline {
             .status
             .resolve_requests
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The neighbours the routing base holds, as (interface, address).
+    #[cfg(test)]
+    pub(crate) fn neighbours(&self) -> Vec<(u16, std::net::IpAddr)> {
+        self.control
+            .spec
+            .rib
+            .neighbours()
+            .map(|(p, ip, _, _)| (p, ip))
+            .collect()
     }
 
     /// The table the pollers would read.

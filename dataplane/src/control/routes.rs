@@ -162,7 +162,11 @@ impl Control {
                 }
                 self.asked.insert(ip, now);
                 budget -= 1;
-                let Some(ifindex) = self.spec.ports.get(usize::from(port)).map(|p| p.ifindex)
+                // A port's or a kernel VLAN device's (a sub-interface).
+                let Some(ifindex) = self
+                    .by_ifindex
+                    .iter()
+                    .find_map(|(ifx, p)| (*p == port).then_some(*ifx))
                 else {
                     continue;
                 };

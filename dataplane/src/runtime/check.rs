@@ -46,8 +46,13 @@ pub(super) fn forwarder(
     let subifs = subinterfaces(cfg, &mtus, &mut rib)?;
     for s in &cfg.subinterfaces {
         log(&format!(
-            "sub-interface {} (from the config): on {}, {}",
+            "sub-interface {} (from the {}): on {}, {}",
             s.name,
+            if s.ifindex.is_some() {
+                "kernel's VLAN devices"
+            } else {
+                "config"
+            },
             cfg.port_name(s.parent),
             s.tags_text()
         ));
@@ -69,6 +74,65 @@ pub(super) fn forwarder(
         .with_subinterfaces(subifs),
     );
     Ok((fwd, rib, ifindexes))
+}
+
+/// With routes from the kernel and no `[[subinterfaces]]`, the kernel's VLAN devices on the
+/// ports are the sub-interfaces: the config as the run uses it, with them (None: the config
+/// as it is). Says which source it used.
+pub(super) fn kernel_subinterfaces(
+    cfg: &Config,
+    log: &mut impl FnMut(&str),
+) -> Result<Option<Config>, RunError> {
+    if cfg.dataplane.routes != RouteSource::Kernel || !cfg.subinterfaces.is_empty() {
+        if !cfg.subinterfaces.is_empty() {
+            log(&format!(
+                "sub-interfaces: {} from the config; the kernel's VLAN devices on the ports are left to it",
+                cfg.subinterfaces.len()
+            ));
+        }
+        return Ok(None);
+    }
+    let links = crate::control::netlink::Netlink::open()
+        .and_then(|mut nl| nl.links())
+        .map_err(crate::control::ControlError::from)?;
+    let ports: Vec<u32> = cfg
+        .interfaces
+        .iter()
+        .map(|n| sys::if_index(n).unwrap_or(0))
+        .collect();
+    let (found, left) = crate::control::vlans::kernel_vlans(&ports, &links);
+    for l in &left {
+        log(l);
+    }
+    let room = crate::types::MAX_PORTS.saturating_sub(cfg.interfaces.len());
+    for k in found.iter().skip(room) {
+        log(&format!(
+            "VLAN device {} is left to the kernel: at most {} interfaces and sub-interfaces in all",
+            k.name,
+            crate::types::MAX_PORTS
+        ));
+    }
+    log(&format!(
+        "sub-interfaces: {} of the kernel's VLAN devices on the ports",
+        found.len().min(room)
+    ));
+    if found.is_empty() {
+        return Ok(None);
+    }
+    let mut with = cfg.clone();
+    with.subinterfaces = found
+        .into_iter()
+        .take(room)
+        .map(|k| crate::config::SubInterface {
+            name: k.name,
+            parent: k.parent,
+            tags: k.tags,
+            mtu: k.mtu,
+            addresses: Vec::new(),
+            ifindex: Some(k.ifindex),
+        })
+        .collect();
+    Ok(Some(with))
 }
 
 /// The config's sub-interfaces into the table (interfaces after the ports: up, with their

@@ -190,6 +190,8 @@ pub fn run(
     opts: &RunOptions,
     mut log: impl FnMut(&str),
 ) -> Result<RunSummary, RunError> {
+    let with_kernel_vlans = check::kernel_subinterfaces(cfg, &mut log)?;
+    let cfg = with_kernel_vlans.as_ref().unwrap_or(cfg);
     let Checked {
         irq,
         fwd,

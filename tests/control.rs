@@ -885,6 +885,36 @@ fn failed_resolution_answers_unreachable_and_foreign_routes_go_to_the_kernel() {
 }
 
 #[test]
+fn a_neighbour_lost_again_and_again_is_resolved_each_time() {
+    if !root_or_skip("resolved again") {
+        return;
+    }
+    let bed = Bed::up("tra", 1);
+    let t = &bed.0;
+    let dut = Dut::start(&bed, &kernel_config(t));
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    let sink = packet_socket(&t.sink_ns(), &t.sink_if());
+    // The sink's neighbour entry deleted three times: each time the dataplane has the kernel
+    // resolve the same destination again (the kernel sends nothing to it by itself).
+    for round in 0..3u16 {
+        dut_ip(t, &["neigh", "del", testbed::SINK_V4, "dev", &t.dut_out()]);
+        let took = until_forwarded(
+            &gen,
+            &sink,
+            &v4_to(testbed::SINK_V4, 100 + round),
+            Duration::from_secs(10),
+        );
+        assert!(took.is_some(), "round {round}: resolved again");
+    }
+    let s = dut.stop();
+    assert!(
+        s["control"]["resolve_requests"].as_u64() >= Some(3),
+        "{}",
+        s["control"]
+    );
+}
+
+#[test]
 fn the_lowest_metric_of_a_prefix_wins() {
     if !root_or_skip("metrics") {
         return;

@@ -145,7 +145,8 @@ struct Poller<Q: RingIo> {
     /// This poller's registration as a reader of the table (taken by the loop while it runs).
     reader: Option<TableReader>,
     resolve: Option<Arc<ArrayQueue<IpAddr>>>,
-    /// The last destination sent for resolution (a burst to one host asks once).
+    /// The last destination sent for resolution this pass (a burst to one host asks once;
+    /// cleared at each pass, so a neighbour lost later is asked for again).
     last_resolve: Option<IpAddr>,
     /// Requests to reopen a recreated interface's sockets, and where to answer.
     reopen: Option<Arc<ReopenQueue>>,
@@ -421,6 +422,10 @@ impl<Q: RingIo> Poller<Q> {
     /// Reaps completions, kicks TX rings that still hold frames, refills fill rings.
     #[inline]
     fn maintain(&mut self, table: &crate::fib::Table) -> usize {
+        // A destination is asked for once a pass: one whose neighbour was resolved and later
+        // lost (flushed with its device, failed) is asked for again (the control thread asks
+        // the kernel at most every 500 ms per destination).
+        self.last_resolve = None;
         let mut work = 0;
         for i in 0..self.queues.len() {
             let Some(q) = self.queues.get_mut(i) else {

@@ -244,7 +244,7 @@ impl Refusal<'_> {
 }
 
 /// Hands a destination whose neighbour is unresolved to the control thread (slow path: only
-/// for frames dropped as `resolving`; repeats of the last one are skipped).
+/// for frames dropped as `resolving`; repeats of the last one this pass are skipped).
 pub(super) fn ask_resolve(
     last: &mut Option<IpAddr>,
     queue: Option<&ArrayQueue<IpAddr>>,

@@ -51,6 +51,7 @@ sanitize:
 VM_PACKAGES := busybox-static cpio xz-utils kmod
 vmtest: build
 	@scripts/deps.sh $(VM_PACKAGES)
+	$(CARGO) test --release --no-run -p dataplane-tests --test kernel_vlan  # run in the guest
 	scripts/vmtest/qemu.sh
 	scripts/vmtest/build.sh
 	scripts/vmtest/build.sh zc

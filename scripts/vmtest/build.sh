@@ -116,8 +116,9 @@ add() {
     order+=("$name")
 }
 # 8021q: the VLAN sub-interface check (the host running the tests may lack the module).
-# igb: the Intel 82576 boot (with dca and i2c-algo-bit, from modules.dep).
-for m in netfs 9pnet 9pnet_virtio 9p failover net_failover virtio_net 8021q igb; do add "$m"; done
+# igb: the Intel 82576 boot (with dca and i2c-algo-bit, from modules.dep). veth: the netns
+# testbed of tests/kernel_vlan.rs, run in the guest for its 802.1Q.
+for m in netfs 9pnet 9pnet_virtio 9p failover net_failover virtio_net 8021q igb veth; do add "$m"; done
 printf '%s\n' "${order[@]}" >"$root/lib/modules/order"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$OUT/initramfs.gz.new"
 mv "$OUT/vmlinuz.new" "$OUT/vmlinuz"

@@ -523,6 +523,30 @@ def vlan_test(ctl, dp, ports, cfg_path, topo):
               f"pass_vlan {passed}")
 
 
+def kernel_vlan_test(ctl, repo):
+    """tests/kernel_vlan.rs, where the kernel has 802.1Q (the host that builds it has none):
+    the kernel's VLAN devices found by the dataplane and routed with real clients, on a netns
+    testbed of veths inside the guest. DATAPLANE_REQUIRE_8021Q makes it fail without 802.1Q."""
+    deps = os.path.join(repo, "target", "release", "deps")
+    bins = [os.path.join(deps, f) for f in os.listdir(deps)
+            if re.fullmatch(r"kernel_vlan-[0-9a-f]+", f)]
+    bins = [b for b in bins if os.access(b, os.X_OK)]
+    if not ctl.check("kernel vlan: the test binary is built", bool(bins), deps):
+        return
+    env = dict(os.environ, DATAPLANE_REQUIRE_8021Q="1")
+    start = time.time()
+    r = subprocess.run([max(bins, key=os.path.getmtime), "--test-threads", "1", "--nocapture"],
+                       capture_output=True, text=True, env=env, timeout=600,
+                       cwd=os.path.join(repo, "tests"))
+    out = r.stdout + r.stderr
+    if r.returncode != 0:
+        for line in out.splitlines()[-60:]:
+            ctl.send(f"LOG kernel vlan: {line}")
+    ctl.check("kernel vlan: the kernel's VLAN devices routed by the dataplane with real clients "
+              "(tests/kernel_vlan.rs in the guest)",
+              r.returncode == 0 and "1 passed" in out, f"rc {r.returncode}, {time.time() - start:.0f} s")
+
+
 def write_config(ports, extra, tag):
     path = f"/run/vmtest-{tag}.toml"
     open(path, "w").write(config(ports, extra))
@@ -1676,6 +1700,8 @@ def main():
         try:
             if extras:
                 vlan_test(ctl, dp, ports, cfg_path, topo)
+            if extras and not zc:
+                kernel_vlan_test(ctl, a.repo)
         except Exception as e:
             ctl.check("vlan: ran", False, repr(e))
         try:

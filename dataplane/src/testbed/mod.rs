@@ -271,7 +271,23 @@ impl Testbed {
         // pseudo-header seed. XDP and AF_XDP see those bytes as they are, so a userspace
         // forwarder would pass them on broken and the far end's kernel would drop them. The
         // hosts' ends compute their checksums in software instead, as a NIC would on the wire.
-        self.ns(&host.ns, &["ethtool", "-K", &host.dev, "tx", "off"])?;
+        // Likewise a veth with VLAN TX offload hands the peer a VLAN device's tag in the
+        // packet's metadata, not in its bytes, where XDP never sees it: the hosts' VLAN
+        // devices write their tags into the frame, as on a wire.
+        self.ns(
+            &host.ns,
+            &[
+                "ethtool",
+                "-K",
+                &host.dev,
+                "tx",
+                "off",
+                "txvlan",
+                "off",
+                "tx-vlan-stag-hw-insert",
+                "off",
+            ],
+        )?;
         if host_up {
             self.host_routes(side)?;
         }

@@ -4,8 +4,8 @@
 //! device and an 802.1Q device over an 802.1ad one, both found over netlink. ping, tracepath
 //! (the dataplane's time exceeded from the sub-interface's address), PMTU and fragments, TCP
 //! (iperf3), a martian dropped by reason, a VLAN device deleted and created again while
-//! pings flow, one added during the run left to the kernel, tag stripping off while running
-//! and on again at stop; the kernel's forwarding counters unchanged throughout.
+//! pings flow, one added during the run forwarded for from then on, tag stripping off while
+//! running and on again at stop; the kernel's forwarding counters unchanged throughout.
 //!
 //! It needs a kernel with 802.1Q (`CONFIG_VLAN_8021Q`). The host this project is built on has
 //! none: there the test checks that the run finds no VLAN device and says so. `make vmtest`
@@ -310,7 +310,7 @@ fn the_kernels_vlan_devices_are_routed_by_the_dataplane() {
     );
     assert!(
         dut.wait_log(
-            "VLAN device v101 on tkv-d0 appeared after the start",
+            "added: on tkv-d0, 802.1Q 101: forwarded for",
             Duration::from_secs(10)
         ),
         "{:?}",
@@ -332,6 +332,35 @@ fn the_kernels_vlan_devices_are_routed_by_the_dataplane() {
         &t.gen_ns(),
         &["-c", "3", SINK_QQ],
         "ping after the device came back",
+    );
+    // The VLAN device added during the run routes too: the sink to a host behind it.
+    vlan(
+        &t.gen_ns(),
+        &t.gen_if(),
+        "v101",
+        "802.1Q",
+        101,
+        Some("10.101.0.2/24"),
+    );
+    ns(
+        &t.sink_ns(),
+        &["ip", "route", "add", "10.101.0.0/24", "via", DUT_QQ],
+    );
+    let start = Instant::now();
+    let mut answered = false;
+    while !answered && start.elapsed() < Duration::from_secs(30) {
+        let out = ns_output(&t.sink_ns(), &["ping", "-c", "1", "-W", "1", "10.101.0.2"]);
+        answered = out.status.success();
+    }
+    assert!(
+        answered,
+        "QinQ -> the added VLAN 101: {:?}",
+        dut.log_lines()
+    );
+    assert_pings(
+        &t.sink_ns(),
+        &["-c", "3", "10.101.0.2"],
+        "ping to the VLAN device added during the run",
     );
     assert_eq!(
         kernel_forwarded(&t.dut_ns()).0,

@@ -149,6 +149,8 @@ fn main() {
         ports_back: None,
         resumed: None,
         port_addrs: None,
+        forwarder: None,
+        vlans_added: None,
         status: status.clone(),
     })
     .expect("control");

@@ -411,6 +411,13 @@ pub struct Config {
 }
 
 impl Config {
+    /// Whether the sub-interfaces are the kernel's VLAN devices on the ports: routes from the
+    /// kernel and none declared here (found at the start, added as they appear).
+    pub fn subinterfaces_from_kernel(&self) -> bool {
+        self.dataplane.routes == RouteSource::Kernel
+            && self.subinterfaces.iter().all(|s| s.ifindex.is_some())
+    }
+
     /// The name of port `id` ("?" where there is none).
     pub fn port_name(&self, id: crate::types::PortId) -> &str {
         self.interfaces

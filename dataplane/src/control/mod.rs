@@ -39,9 +39,10 @@ pub(crate) mod offline;
 mod reload;
 mod routes;
 mod status;
+mod vlan_link;
 pub mod vlans;
 
-pub use status::{AddressChange, ControlReport, ControlStatus, PortBack};
+pub use status::{AddressChange, ControlReport, ControlStatus, PortBack, VlanAdded};
 
 use foreign::{Foreign, RouteNow, SteerRoute};
 use netlink::{Event, KernelRoute, NeighState, Netlink, NetlinkError};
@@ -102,6 +103,11 @@ pub struct ControlSpec {
     pub resumed: Option<std::sync::mpsc::Receiver<u16>>,
     /// Each port's addresses, kept here for the pollers' ICMP errors (None: not kept).
     pub port_addrs: Option<Arc<PortAddrs>>,
+    /// The pollers' forwarder, replaced when a sub-interface is added (None: fixed; kernel
+    /// VLAN devices that appear are left to the kernel).
+    pub forwarder: Option<crate::forward::SharedForwarder>,
+    /// Sub-interfaces added, for the steering programs.
+    pub vlans_added: Option<Sender<VlanAdded>>,
     /// Progress.
     pub status: Arc<ControlStatus>,
 }

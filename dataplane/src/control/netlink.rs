@@ -107,7 +107,7 @@ pub(crate) enum Event {
         /// MTU.
         mtu: Option<u32>,
         /// A VLAN device: its lower device and tag.
-        vlan: Option<super::vlans::VlanOf>,
+        vlan: Option<super::vlan_link::VlanOf>,
     },
     /// An address added to or removed from an interface.
     Address {
@@ -569,7 +569,7 @@ fn link_event(add: bool, l: &LinkMessage) -> Event {
         name,
         up: f.contains(LinkFlags::Up) && f.contains(LinkFlags::Running),
         mtu,
-        vlan: super::vlans::vlan_of(l),
+        vlan: super::vlan_link::vlan_of(l),
     }
 }
 

@@ -28,8 +28,10 @@ pub(crate) enum OfflineError {
 /// A control thread's state, `routes = "kernel"`, driven by hand.
 pub(crate) struct Offline {
     control: Control,
-    port_addrs: Arc<PortAddrs>,
     addresses: Receiver<AddressChange>,
+    /// Held so the control thread's sends find it open; the tests read it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    vlans_added: Receiver<super::VlanAdded>,
 }
 
 impl std::fmt::Debug for Offline {
@@ -67,8 +69,46 @@ impl Offline {
             v4_groups: 1 << 12,
             v6_groups: 1 << 13,
         };
-        let rib = Rib::new(interfaces, 1, cap, true)?;
-        let port_addrs = Arc::new(PortAddrs::new(vec![Addrs::default(); interfaces]));
+        // With sub-interfaces, as a run whose sub-interfaces are the kernel's: slots for
+        // devices that appear, and a forwarder to replace when one does.
+        let with_vlans = !config.subinterfaces.is_empty();
+        let slots = interfaces
+            + if with_vlans {
+                super::vlans::ADDED_SLOTS
+            } else {
+                0
+            };
+        let rib = Rib::new(slots, 1, cap, true)?;
+        let forwarder = with_vlans.then(|| {
+            let port = crate::forward::Port {
+                mac: [2, 0, 0, 0, 0, 1],
+                v4: None,
+                v6: None,
+            };
+            let subifs = config
+                .subinterfaces
+                .iter()
+                .map(|s| crate::forward::SubIf {
+                    parent: s.parent,
+                    tags: s.tags,
+                    addresses: Vec::new(),
+                })
+                .collect();
+            #[allow(clippy::cast_possible_truncation)] // a test's few ports
+            let fwd = crate::forward::Forwarder::new(
+                crate::types::Mode::L3fwd,
+                rib.table().clone(),
+                (0..ports.len() as u16).collect(),
+                vec![port; ports.len()],
+            )
+            .with_subinterfaces(subifs);
+            Arc::new(arc_swap::ArcSwap::from_pointee(fwd))
+        });
+        let port_addrs = match &forwarder {
+            Some(f) => f.load().addresses().clone(),
+            None => Arc::new(PortAddrs::new(vec![Addrs::default(); interfaces])),
+        };
+        let (vlans_tx, vlans_added) = channel();
         let (tx, addresses) = channel();
         let spec = ControlSpec {
             rib,
@@ -88,13 +128,15 @@ impl Offline {
             foreign_routes: None,
             ports_back: None,
             resumed: None,
-            port_addrs: Some(port_addrs.clone()),
+            port_addrs: Some(port_addrs),
+            forwarder,
+            vlans_added: Some(vlans_tx),
             status: Arc::new(ControlStatus::default()),
         };
         let mut o = Offline {
             control: Control::new(spec, None, None),
-            port_addrs,
             addresses,
+            vlans_added,
         };
         for (name, ifindex) in ports {
             o.apply(Event::Link {
@@ -162,6 +204,18 @@ impl Offline {
 
     /// Port `p`'s addresses as the pollers would read them.
     pub(crate) fn addrs(&self, p: u16) -> Option<Addrs> {
-        self.port_addrs.with(p, Addrs::clone)
+        self.control.spec.port_addrs.as_ref()?.with(p, Addrs::clone)
+    }
+
+    /// The pollers' forwarder now (None: a run without sub-interfaces).
+    #[cfg(test)]
+    pub(crate) fn forwarder(&self) -> Option<Arc<crate::forward::Forwarder>> {
+        self.control.spec.forwarder.as_ref().map(|f| f.load_full())
+    }
+
+    /// The sub-interfaces added since the last call, as the steering programs get them.
+    #[cfg(test)]
+    pub(crate) fn vlans_added(&self) -> Vec<super::VlanAdded> {
+        self.vlans_added.try_iter().collect()
     }
 }

@@ -26,6 +26,19 @@ pub struct AddressChange {
     pub ip: IpAddr,
 }
 
+/// A sub-interface added during the run (a kernel VLAN device that appeared), for its
+/// parent port's steering program: the stack keys to steer as the port's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VlanAdded {
+    /// The parent port.
+    pub port: u16,
+    /// [`crate::packet::vlan::TagStack::key`]s: its stack, and the priority tag where the
+    /// port had no sub-interface before.
+    pub keys: Vec<u32>,
+    /// A line for the log.
+    pub line: String,
+}
+
 /// What the control thread has done, read by the reporting side.
 #[derive(Debug, Default)]
 pub struct ControlStatus {

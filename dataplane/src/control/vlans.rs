@@ -8,57 +8,20 @@
 //! its frames are dropped as `link_down`; created again with the same tags on the same
 //! port, it is the same sub-interface again.
 use std::collections::HashMap;
-
-use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVlan, LinkAttribute, LinkInfo, LinkMessage, VlanProtocol,
-};
+use std::sync::Arc;
 
 use super::netlink::Event;
+pub use super::vlan_link::VlanOf;
 use crate::packet::vlan::{Tag, TagStack};
 use crate::packet::ETH_P_8021Q;
 use crate::types::PortId;
 
-/// A VLAN device's lower device and tag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VlanOf {
-    /// The lower device's ifindex.
-    pub lower: u32,
-    /// The tag it pushes (802.1Q or 802.1ad, its VLAN id).
-    pub tag: Tag,
-}
+/// A link event as [`super::Control`] reads it: added (or deleted), ifindex, name, up, MTU.
+pub(super) type LinkSeen<'a> = (bool, u32, &'a str, bool, Option<u32>);
 
-/// The VLAN device a link message describes (None: another kind of link).
-pub(crate) fn vlan_of(l: &LinkMessage) -> Option<VlanOf> {
-    let (mut lower, mut id, mut ad, mut vlan) = (None, None, false, false);
-    for a in &l.attributes {
-        match a {
-            LinkAttribute::Link(i) => lower = Some(*i),
-            LinkAttribute::LinkInfo(infos) => {
-                for i in infos {
-                    match i {
-                        LinkInfo::Kind(InfoKind::Vlan) => vlan = true,
-                        LinkInfo::Data(InfoData::Vlan(v)) => {
-                            for x in v {
-                                match x {
-                                    InfoVlan::Id(v) => id = Some(*v),
-                                    InfoVlan::Protocol(p) => ad = *p == VlanProtocol::Ieee8021Ad,
-                                    _ => {}
-                                }
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    let (lower, id) = (lower?, id?);
-    vlan.then_some(VlanOf {
-        lower,
-        tag: if ad { Tag::dot1ad(id) } else { Tag::dot1q(id) },
-    })
-}
+/// Interface slots the table keeps for VLAN devices that appear during a run (beyond those
+/// found at the start); a device past them is left to the kernel until a restart.
+pub const ADDED_SLOTS: usize = 64;
 
 /// A kernel VLAN device the dataplane forwards for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,16 +130,79 @@ pub(crate) fn kernel_vlans(ports: &[u32], links: &[Event]) -> (Vec<KernelVlan>, 
 }
 
 impl super::Control {
-    /// Whether the sub-interfaces are the kernel's VLAN devices: kernel routes and none
-    /// declared in the config.
+    /// Whether the sub-interfaces are the kernel's VLAN devices.
     pub(super) fn kernel_subinterfaces(&self, kernel: bool) -> bool {
-        kernel
-            && self
-                .spec
-                .config
-                .subinterfaces
-                .iter()
-                .all(|s| s.ifindex.is_some())
+        kernel && self.spec.config.subinterfaces_from_kernel()
+    }
+
+    /// A VLAN device that appeared on port `parent` with tags no sub-interface has: the next
+    /// interface id, while the table has a slot for it. The pollers get it in a new forwarder
+    /// (published before the port's steering program steers its stack to them), the
+    /// steering program its stack. False where it cannot be added (no forwarder to replace,
+    /// no slot left).
+    fn add_subinterface(&mut self, parent: PortId, tags: TagStack, e: LinkSeen<'_>) -> bool {
+        let (_, ifindex, name, _, mtu) = e;
+        let Some(shared) = self.spec.forwarder.clone() else {
+            return false;
+        };
+        let first = self.spec.ports.len();
+        let Ok(id) = u16::try_from(first + self.spec.config.subinterfaces.len()) else {
+            return false;
+        };
+        if self.spec.rib.table().port(id).is_none() {
+            return false;
+        }
+        let first_on_port = !self
+            .spec
+            .config
+            .subinterfaces
+            .iter()
+            .any(|s| s.parent == parent);
+        let sub = crate::config::SubInterface {
+            name: name.to_string(),
+            parent,
+            tags,
+            mtu,
+            addresses: Vec::new(),
+            ifindex: Some(ifindex),
+        };
+        let line = format!(
+            "sub-interface {name} (ifindex {ifindex}) added: on {}, {}: forwarded for",
+            self.spec.config.port_name(parent),
+            sub.tags_text()
+        );
+        self.spec.config.subinterfaces.push(sub);
+        self.link_up.push(None);
+        self.addrs.push(Default::default());
+        let w = self.spec.rib.writer();
+        w.set_port(id, mtu.unwrap_or(0), false);
+        w.set_tagged(id);
+        let next = Arc::new(shared.load().with_subinterface(crate::forward::SubIf {
+            parent,
+            tags,
+            addresses: Vec::new(),
+        }));
+        self.spec.port_addrs = Some(next.addresses().clone());
+        shared.store(next);
+        // Every list again into the new forwarder's (one published since it was copied).
+        for p in 0..self.addrs.len() {
+            self.publish_addrs(p);
+        }
+        self.by_ifindex.insert(ifindex, id);
+        let mut keys = vec![tags.key()];
+        if first_on_port {
+            // A priority tag on a port with sub-interfaces is the port's own (802.1Q 9.6).
+            keys.push(TagStack::one(Tag::dot1q(0)).key());
+        }
+        if let Some(tx) = &self.spec.vlans_added {
+            let _ = tx.send(crate::control::VlanAdded {
+                port: parent,
+                keys,
+                line,
+            });
+        }
+        self.vlan_link(id, e);
+        true
     }
 
     /// A link event of a VLAN device: one of the sub-interfaces (by ifindex) follows its own
@@ -184,7 +210,7 @@ impl super::Control {
     /// sub-interface again; any other is left to the kernel, said once.
     pub(super) fn vlan_device(
         &mut self,
-        e: (bool, u32, &str, bool, Option<u32>),
+        e: LinkSeen<'_>,
         vlan: Option<VlanOf>,
         kernel: bool,
     ) -> bool {
@@ -226,6 +252,7 @@ impl super::Control {
                         "sub-interface {name} (ifindex {ifindex}) exists again: forwarded for"
                     ));
                     self.vlan_link(id, e);
+                } else if self.add_subinterface(parent, tags, e) {
                 } else if self.left_vlans.insert(ifindex) {
                     let port = self
                         .spec
@@ -233,7 +260,7 @@ impl super::Control {
                         .get(usize::from(parent))
                         .map(|p| p.name.as_str());
                     self.note(format!(
-                        "VLAN device {name} on {} appeared after the start: the kernel forwards its frames (restart the dataplane to forward for it)",
+                        "VLAN device {name} on {} is left to the kernel: no sub-interface slot is left (restart the dataplane to forward for it)",
                         port.unwrap_or("?")
                     ));
                 }
@@ -247,7 +274,7 @@ impl super::Control {
     }
 
     /// Sub-interface `id` (the kernel's VLAN device `ifindex`) up, down, or deleted.
-    fn vlan_link(&mut self, id: u16, e: (bool, u32, &str, bool, Option<u32>)) {
+    fn vlan_link(&mut self, id: u16, e: LinkSeen<'_>) {
         let (add, ifindex, name, up, mtu) = e;
         let i = usize::from(id);
         let was = self.link_up.get(i).copied().flatten();
@@ -352,6 +379,10 @@ mod tests {
 
     #[test]
     fn a_vlan_link_message_is_read_with_its_lower_device_and_protocol() {
+        use super::super::vlan_link::vlan_of;
+        use netlink_packet_route::link::{
+            InfoData, InfoKind, InfoVlan, LinkAttribute, LinkInfo, LinkMessage, VlanProtocol,
+        };
         let mut m = LinkMessage::default();
         m.header.index = 10;
         m.attributes = vec![
@@ -451,5 +482,77 @@ mod tests {
             vlan: None,
         });
         assert_eq!(o.table().port(2), Some((1400, true)));
+    }
+
+    #[test]
+    fn a_vlan_device_made_during_the_run_is_the_next_interface() {
+        use crate::config::SubInterface;
+        use std::net::IpAddr;
+        let sub = SubInterface {
+            name: "eth0.100".into(),
+            parent: 0,
+            tags: TagStack::one(Tag::dot1q(100)),
+            mtu: Some(1500),
+            addresses: Vec::new(),
+            ifindex: Some(10),
+        };
+        let mut o =
+            super::super::offline::Offline::with_vlans(&[("eth0", 2), ("eth1", 3)], vec![sub])
+                .expect("offline control");
+        let dev = |ifindex: u32, tag: Tag, lower: u32| Event::Link {
+            add: true,
+            ifindex,
+            name: format!("vlan{ifindex}"),
+            up: true,
+            mtu: Some(1400),
+            vlan: on(lower, tag),
+        };
+        let address = |ifindex: u32, ip: [u8; 4]| Event::Address {
+            add: true,
+            ifindex,
+            ip: IpAddr::from(ip),
+            prefix_len: 24,
+        };
+        o.apply(dev(10, Tag::dot1q(100), 2));
+        o.apply(address(10, [10, 100, 0, 1]));
+        let before = o.forwarder().expect("a forwarder");
+        // 802.1Q 200 on eth1, which had none: interface 3, in a new forwarder; eth1's
+        // steering program gets its stack and the priority tag.
+        o.apply(dev(20, Tag::dot1q(200), 3));
+        let after = o.forwarder().expect("a forwarder");
+        assert!(!Arc::ptr_eq(&before, &after), "a new forwarder");
+        assert_eq!(
+            after.tagged_egress(3),
+            Some((1, &TagStack::one(Tag::dot1q(200))))
+        );
+        assert_eq!(after.tagged_egress(2), before.tagged_egress(2));
+        assert_eq!(o.table().port(3), Some((1400, true)));
+        let added = o.vlans_added();
+        assert_eq!(added.len(), 1, "{added:?}");
+        assert_eq!(added[0].port, 1);
+        assert_eq!(
+            added[0].keys,
+            vec![
+                TagStack::one(Tag::dot1q(200)).key(),
+                TagStack::one(Tag::dot1q(0)).key()
+            ]
+        );
+        // Addresses: the first sub-interface's carried into the new forwarder, the new one's
+        // followed.
+        let v4 = |a: &crate::forward::port_addrs::Addrs| a.source_v4(0x0a00_0002);
+        assert_eq!(o.addrs(2).as_ref().and_then(v4), Some(0x0a64_0001));
+        o.apply(address(20, [10, 200, 0, 1]));
+        assert_eq!(o.addrs(3).as_ref().and_then(v4), Some(0x0ac8_0001));
+        // QinQ made on eth0: its 802.1ad device (one tag), then the 802.1Q device on it.
+        o.apply(dev(21, Tag::dot1ad(300), 2));
+        o.apply(dev(22, Tag::dot1q(5), 21));
+        let now = o.forwarder().expect("a forwarder");
+        assert_eq!(
+            now.tagged_egress(5),
+            Some((0, &TagStack::two(Tag::dot1ad(300), Tag::dot1q(5))))
+        );
+        let added = o.vlans_added();
+        assert_eq!(added.len(), 2, "{added:?}");
+        assert_eq!(added[1].keys.len(), 1, "eth0 had a sub-interface");
     }
 }

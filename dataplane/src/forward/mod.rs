@@ -46,7 +46,8 @@ impl Port {
 }
 
 /// Everything a poller needs to decide a frame's fate. The table changes under it (the
-/// control thread updates it in place); the rest is fixed at start.
+/// control thread updates it in place); the rest is fixed until an interface is added,
+/// when a new forwarder takes its place ([`SharedForwarder`]).
 pub struct Forwarder {
     mode: Mode,
     table: Arc<Table>,
@@ -59,6 +60,22 @@ pub struct Forwarder {
     port_macs: Vec<u64>,
     /// The sub-interfaces (interfaces after the ports), by id and by tag stack.
     subifs: subif::SubIfs,
+}
+
+/// The forwarder the pollers use, replaced whole by the control thread when an interface is
+/// added during the run (a kernel VLAN device that appeared): each poller takes the new one
+/// at its next pass through an `arc_swap::Cache` (one atomic load a pass while it is the
+/// same), and the old one goes when the last poller drops it.
+pub type SharedForwarder = Arc<arc_swap::ArcSwap<Forwarder>>;
+
+impl std::fmt::Debug for Forwarder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forwarder")
+            .field("mode", &self.mode)
+            .field("interfaces", &self.ports.len())
+            .field("subinterfaces", &self.subifs)
+            .finish()
+    }
 }
 
 /// What a routing miss means for the packet.

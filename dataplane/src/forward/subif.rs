@@ -107,14 +107,12 @@ impl Forwarder {
     /// addresses.
     pub fn with_subinterfaces(mut self, subifs: Vec<SubIf>) -> Self {
         let first = self.ports.len();
-        let mut addrs: Vec<Addrs> = (0..first)
-            .map(|p| {
-                #[allow(clippy::cast_possible_truncation)] // ports are at most MAX_PORTS
-                self.addrs
-                    .with(p as PortId, Addrs::clone)
-                    .unwrap_or_default()
-            })
-            .collect();
+        // Every interface's addresses as this forwarder has them (a rebuild keeps those the
+        // control thread published); a new sub-interface's from its own list.
+        #[allow(clippy::cast_possible_truncation)] // ids are at most MAX_PORTS
+        let kept = |id: usize| self.addrs.with(id as PortId, Addrs::clone);
+        let mut addrs: Vec<Addrs> = (0..first).map(|p| kept(p).unwrap_or_default()).collect();
+        let kept_subifs: Vec<Option<Addrs>> = (0..subifs.len()).map(|k| kept(first + k)).collect();
         let mut by_stack = Vec::with_capacity(subifs.len());
         for (k, s) in subifs.iter().enumerate() {
             let mac = self.port(s.parent).map_or([0; 6], |p| p.mac);
@@ -124,10 +122,13 @@ impl Forwarder {
                 v6: None,
             });
             self.port_macs.push(mac_key(mac));
-            let mut a = Addrs::default();
-            for (ip, len) in &s.addresses {
-                a.add(*ip, *len);
-            }
+            let a = kept_subifs.get(k).cloned().flatten().unwrap_or_else(|| {
+                let mut a = Addrs::default();
+                for (ip, len) in &s.addresses {
+                    a.add(*ip, *len);
+                }
+                a
+            });
             addrs.push(a);
             #[allow(clippy::cast_possible_truncation)] // ids are at most MAX_PORTS
             by_stack.push((SubIfs::key(s.parent, &s.tags), (first + k) as PortId));
@@ -184,6 +185,26 @@ impl Forwarder {
             egress,
         };
         self
+    }
+
+    /// This forwarder with `sub` added as the next interface (a kernel VLAN device that
+    /// appeared during the run): the same table, ports and sub-interfaces, each interface's
+    /// addresses as published, for the control thread to hand the pollers whole
+    /// ([`super::SharedForwarder`]).
+    pub(crate) fn with_subinterface(&self, sub: SubIf) -> Forwarder {
+        let first = self.ports.len().saturating_sub(self.subifs.list.len());
+        let mut list = self.subifs.list.clone();
+        list.push(sub);
+        Forwarder {
+            mode: self.mode,
+            table: self.table.clone(),
+            l2_peer: self.l2_peer.clone(),
+            ports: self.ports.get(..first).unwrap_or_default().to_vec(),
+            addrs: self.addrs.clone(),
+            port_macs: self.port_macs.get(..first).unwrap_or_default().to_vec(),
+            subifs: SubIfs::default(),
+        }
+        .with_subinterfaces(list)
     }
 
     /// Whether any port carries sub-interfaces (a tagged frame may then be routed).

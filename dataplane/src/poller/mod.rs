@@ -128,6 +128,8 @@ struct Poller<Q: RingIo> {
     /// A burst holding multi-buffer packets, read on to its last packet's end.
     chain_burst: Box<[XdpDesc; BURST_SLOTS]>,
     fwd: Arc<Forwarder>,
+    /// Where a forwarder that replaces `fwd` is published, read at each pass.
+    forwarder: Option<arc_swap::Cache<crate::forward::SharedForwarder, Arc<Forwarder>>>,
     stats: Arc<PollerStats>,
     ports: usize,
     batch: u32,
@@ -233,6 +235,11 @@ impl<Q: RingIo> Poller<Q> {
             // A batch boundary: nothing of the table is held here, so memory the control
             // thread unpublished before now may be reused.
             online.quiescent();
+            if let Some(now) = self.forwarder.as_mut().map(arc_swap::Cache::load) {
+                if !Arc::ptr_eq(now, &self.fwd) {
+                    self.fwd = Arc::clone(now);
+                }
+            }
             let rt = online.routes();
             let mut work = 0usize;
             let mut full = false;

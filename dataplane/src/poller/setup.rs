@@ -63,6 +63,8 @@ pub struct PollerSpec {
     pub icmp_burst: u32,
     /// Where to ask for neighbours to be resolved (destinations dropped as `resolving`).
     pub resolve: Option<Arc<ArrayQueue<IpAddr>>>,
+    /// Where a forwarder that replaces the one it starts with is published (None: fixed).
+    pub forwarder: Option<crate::forward::SharedForwarder>,
     /// Requests to reopen a recreated interface's sockets (None: not followed).
     pub reopen: Option<Arc<super::ReopenQueue>>,
     /// Where to answer them.
@@ -96,6 +98,7 @@ impl PollerSpec {
             icmp_rate: 0,
             icmp_burst: 0,
             resolve: None,
+            forwarder: None,
             reopen: None,
             reopened: None,
             park: None,
@@ -300,6 +303,7 @@ impl<Q: RingIo> Poller<Q> {
             id: spec.id,
             resolve: spec.resolve.clone(),
             last_resolve: None,
+            forwarder: spec.forwarder.clone().map(arc_swap::Cache::new),
             reopen: spec.reopen.clone(),
             reopened: spec.reopened.clone(),
             reader: Some(reader),

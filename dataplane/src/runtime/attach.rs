@@ -97,21 +97,22 @@ pub(super) fn apply_irq(
 /// own.
 const VLAN_STRIPPING: [&str; 2] = ["rx-vlan-hw-parse", "rx-vlan-stag-hw-parse"];
 
-/// Turns VLAN tag stripping off on every port that carries a sub-interface, journaled
-/// (restored at stop, or by `dataplane restore`); a port that strips and cannot stop is
-/// refused. A device that cannot say (no ethtool features) is taken as one that does not
-/// strip.
+/// Turns VLAN tag stripping off on every port that carries a sub-interface (every port
+/// where the kernel's VLAN devices are the sub-interfaces: one may appear on any port),
+/// journaled (restored at stop, or by `dataplane restore`); a port that strips and cannot
+/// stop is refused. A device that cannot say (no ethtool features) is taken as one that
+/// does not strip.
 pub(super) fn vlan_stripping_off(
     cfg: &Config,
     journal: &mut SettingsJournal,
     log: &mut impl FnMut(&str),
 ) -> Result<(), RunError> {
     for (port, name) in cfg.interfaces.iter().enumerate() {
-        if !cfg
+        let carries = cfg
             .subinterfaces
             .iter()
-            .any(|s| usize::from(s.parent) == port)
-        {
+            .any(|s| usize::from(s.parent) == port);
+        if !carries && !cfg.subinterfaces_from_kernel() {
             continue;
         }
         for feature in VLAN_STRIPPING {
@@ -136,7 +137,7 @@ pub(super) fn vlan_stripping_off(
                     why,
                 })?;
             log(&format!(
-                "vlan: {name} {feature} off while its sub-interfaces are forwarded (on again at stop)"
+                "vlan: {name} {feature} off while the dataplane forwards its sub-interfaces (on again at stop)"
             ));
         }
     }

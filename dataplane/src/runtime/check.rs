@@ -185,8 +185,15 @@ fn port(name: &str, mac: MacAddr, addrs: &[(String, IpAddr)]) -> Result<Port, Ru
 /// The routing base and its forwarding table for `cfg`'s ports and pollers, with the static
 /// routes and neighbours loaded (none when they come from the kernel).
 pub fn build_rib(cfg: &Config) -> Result<Rib, crate::fib::FibError> {
+    // Kernel VLAN devices that appear during the run take the slots after the ports and the
+    // sub-interfaces found at the start.
+    let added = if cfg.subinterfaces_from_kernel() {
+        crate::control::vlans::ADDED_SLOTS
+    } else {
+        0
+    };
     crate::fib::static_routes::rib_for_run(
-        cfg.interface_count(),
+        (cfg.interface_count() + added).min(crate::types::MAX_PORTS),
         cfg.pollers.len(),
         cfg.dataplane.routes == RouteSource::Kernel,
         &cfg.routes,

@@ -211,7 +211,7 @@ pub fn run(
     let pollers = spawn::pollers(
         cfg,
         opts.plan.as_ref(),
-        fwd.clone(),
+        &links.forwarder,
         Some(&resolve),
         &started.stop,
     )?;
@@ -252,6 +252,7 @@ pub fn run(
         watch::ControlSide {
             status: &links.status,
             addresses: &links.addresses,
+            vlans_added: &links.vlans_added,
             foreign_routes: &links.foreign_routes,
             recreate: recreate::RecreateSide {
                 ports_back: &links.ports_back,
@@ -306,7 +307,10 @@ fn check_phase(
 ) -> Result<Checked, RunError> {
     check_privileges(opts)?;
     let _ = sys::raise_memlock_limit();
-    let journaled = opts.apply_irq || cfg.rebalance.enabled || !cfg.subinterfaces.is_empty();
+    let journaled = opts.apply_irq
+        || cfg.rebalance.enabled
+        || !cfg.subinterfaces.is_empty()
+        || cfg.subinterfaces_from_kernel();
     let mut irq = match (journaled, &opts.journal) {
         (true, Some(path)) => SettingsJournal::journaled(path)?,
         _ => SettingsJournal::default(),

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use super::RunError;
 use crate::config::{parse_align, Config, StatsMode};
-use crate::forward::Forwarder;
 use crate::placement::plan::Plan;
 use crate::placement::topology::{Machine, Source};
 use crate::poller::stats::{PollerStats, Snapshot};
@@ -41,10 +40,11 @@ pub(super) struct Pollers {
 pub(super) fn pollers(
     cfg: &Config,
     plan: Option<&Plan>,
-    fwd: Arc<Forwarder>,
+    shared: &crate::forward::SharedForwarder,
     resolve: Option<&Arc<crossbeam_queue::ArrayQueue<std::net::IpAddr>>>,
     stop: &Arc<AtomicBool>,
 ) -> Result<Pollers, RunError> {
+    let fwd = shared.load_full();
     let machine = Machine::load(&Source::Host)?;
     let (reopened_tx, reopened_rx) = mpsc::channel();
     let mut running = Pollers {
@@ -73,6 +73,7 @@ pub(super) fn pollers(
                 s.reopen = Some(reopen);
                 s.reopened = Some(reopened_tx.clone());
                 s.park = Some(park);
+                s.forwarder = Some(shared.clone());
                 s
             }
             Err(e) => {
@@ -192,6 +193,7 @@ fn poller_spec(
         icmp_rate: cfg.dataplane.icmp_rate,
         icmp_burst: cfg.dataplane.icmp_burst,
         resolve: resolve.cloned(),
+        forwarder: None,
         reopen: None,
         reopened: None,
         park: None,

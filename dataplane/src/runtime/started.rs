@@ -15,7 +15,6 @@ use crate::config::Config;
 use crate::control::foreign::SteerRoute;
 use crate::control::{AddressChange, ControlStatus, PortBack, PortInfo};
 use crate::fib::rib::Rib;
-use crate::forward::Forwarder;
 use crate::placement::journal::{Change, SettingsJournal};
 use crate::poller::stats::Snapshot;
 use crate::poller::PollerReport;
@@ -42,6 +41,9 @@ pub(super) struct ControlLinks {
     pub foreign_routes: Receiver<SteerRoute>,
     pub ports_back: Receiver<PortBack>,
     pub resumed: Sender<u16>,
+    pub vlans_added: Receiver<crate::control::VlanAdded>,
+    /// The pollers' forwarder, which the control thread replaces when it adds an interface.
+    pub forwarder: crate::forward::SharedForwarder,
 }
 
 /// Starts `dp-control` with the table's routing base. In kernel mode it reads the kernel's
@@ -49,7 +51,7 @@ pub(super) struct ControlLinks {
 pub(super) fn start_control(
     cfg: &Config,
     opts: &super::RunOptions,
-    fwd: &Forwarder,
+    fwd: &Arc<crate::forward::Forwarder>,
     rib: Rib,
     ifindexes: &[u32],
     resolve: &Arc<crossbeam_queue::ArrayQueue<std::net::IpAddr>>,
@@ -59,6 +61,8 @@ pub(super) fn start_control(
     let (foreign_tx, foreign_routes) = std::sync::mpsc::channel();
     let (back_tx, ports_back) = std::sync::mpsc::channel();
     let (resumed, resumed_rx) = std::sync::mpsc::channel();
+    let (vlans_tx, vlans_added) = std::sync::mpsc::channel();
+    let forwarder = Arc::new(arc_swap::ArcSwap::new(fwd.clone()));
     let status = Arc::new(ControlStatus::default());
     let handle = crate::control::start(crate::control::ControlSpec {
         rib,
@@ -81,6 +85,8 @@ pub(super) fn start_control(
         ports_back: Some(back_tx),
         resumed: Some(resumed_rx),
         port_addrs: Some(fwd.addresses().clone()),
+        forwarder: Some(forwarder.clone()),
+        vlans_added: Some(vlans_tx),
         status: status.clone(),
     })?;
     Ok((
@@ -91,6 +97,8 @@ pub(super) fn start_control(
             foreign_routes,
             ports_back,
             resumed,
+            vlans_added,
+            forwarder,
         },
     ))
 }

@@ -17,6 +17,8 @@ pub(super) struct ControlSide<'a> {
     pub status: &'a crate::control::ControlStatus,
     /// Address changes for the steering programs.
     pub addresses: &'a std::sync::mpsc::Receiver<crate::control::AddressChange>,
+    /// Sub-interfaces added, for their ports' steering programs.
+    pub vlans_added: &'a std::sync::mpsc::Receiver<crate::control::VlanAdded>,
     /// Foreign-route changes for the steering programs.
     pub foreign_routes: &'a std::sync::mpsc::Receiver<crate::control::foreign::SteerRoute>,
     /// Ports whose interface was created again.
@@ -185,6 +187,16 @@ pub(super) fn watch(
         let now = Instant::now();
         foreign.apply(control.foreign_routes, steers, log);
         recreated.step(&control.recreate, pollers, steers, log);
+        while let Ok(v) = control.vlans_added.try_recv() {
+            if let Some(s) = steers.get_mut(usize::from(v.port)) {
+                for k in &v.keys {
+                    if let Err(e) = s.add_vlan(*k) {
+                        log(&format!("{}: {e}", s.ifname()));
+                    }
+                }
+            }
+            log(&v.line);
+        }
         while let Ok(c) = control.addresses.try_recv() {
             for s in steers.iter_mut() {
                 let r = if c.add {

@@ -296,14 +296,16 @@ static __always_inline int to_socket(struct xdp_md *ctx, const int buckets)
 #define IPPROTO_ICMPV6_ 58
 
 /* The tag stacks of this port's sub-interfaces (dp_vlan_key in dataplane.h), set by the
- * loader. A frame with one of them is steered as an untagged frame of its own: the poller
- * pops the tags. On a port with sub-interfaces the loader adds the priority tag (one 802.1Q
- * tag of VLAN 0), the untagged interface's (802.1Q 9.6); elsewhere it stays the kernel's. */
+ * loader, each with its count of frames steered to the pollers (per CPU: no shared
+ * write). A frame with one of them is steered as an untagged frame of its own: the
+ * poller pops the tags. On a port with sub-interfaces the loader adds the priority tag (one
+ * 802.1Q tag of VLAN 0), the untagged interface's (802.1Q 9.6); elsewhere it stays the
+ * kernel's. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, DP_MAX_SUBINTERFACES);
 	__type(key, __u32);
-	__type(value, __u8);
+	__type(value, __u64);
 } vlans SEC(".maps");
 
 #define VLAN_TAG_LEN 4
@@ -319,10 +321,12 @@ static __always_inline int is_tpid(__u16 proto)
 	return proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD);
 }
 
-/* A tagged frame: 0 and *l3, *proto set past its tags when the stack is a sub-interface's
- * (or a priority tag); 1 when it ends inside its tags (the poller drops it by reason);
- * -1 when it is not ours (unknown VIDs, more than two tags): the kernel's. */
-static __always_inline int untag(struct ethhdr *eth, void *end, __u8 **l3, __u16 *proto)
+/* A tagged frame: 0 and *l3, *proto, *seen (its stack's count) set past its tags when the
+ * stack is a sub-interface's (or a priority tag); 1 when it ends inside its tags (the
+ * poller drops it by reason); -1 when it is not ours (unknown VIDs, more than two tags):
+ * the kernel's. */
+static __always_inline int untag(struct ethhdr *eth, void *end, __u8 **l3, __u16 *proto,
+				 __u64 **seen)
 {
 	struct vlan_tag *outer = (struct vlan_tag *)(eth + 1);
 	struct vlan_tag *inner = outer + 1;
@@ -346,7 +350,16 @@ static __always_inline int untag(struct ethhdr *eth, void *end, __u8 **l3, __u16
 		*l3 = (__u8 *)(inner + 1);
 		*proto = inner->next;
 	}
-	return bpf_map_lookup_elem(&vlans, &key) ? 0 : -1;
+	*seen = bpf_map_lookup_elem(&vlans, &key);
+	return *seen ? 0 : -1;
+}
+
+/* A frame for the pollers; a sub-interface's (`seen`: its stack's count) counted as its. */
+static __always_inline int steered(struct xdp_md *ctx, const int buckets, __u64 *seen)
+{
+	if (seen)
+		*seen += 1;
+	return to_socket(ctx, buckets);
 }
 
 /* The steering decision; `buckets` (a constant in each program) also counts RSS buckets. */
@@ -369,19 +382,20 @@ static __always_inline int steer(struct xdp_md *ctx, const int buckets)
 
 	__u16 proto = eth->h_proto;
 	__u8 *l3 = (__u8 *)(eth + 1);
+	__u64 *seen = NULL;
 
 	if (is_tpid(proto)) {
-		int known = untag(eth, end, &l3, &proto);
+		int known = untag(eth, end, &l3, &proto, &seen);
 
 		if (known < 0) /* the kernel's VLAN sub-interfaces, or nobody's */
 			return count(DP_STEER_PASS_VLAN, XDP_PASS);
 		if (known > 0)
-			return to_socket(ctx, buckets);
+			return steered(ctx, buckets, seen);
 	}
 	if (proto == bpf_htons(ETH_P_IP)) {
 		/* A header too short to read goes to the poller, which counts it. */
 		if ((void *)(l3 + IP4_HDR_MIN) > end)
-			return to_socket(ctx, buckets);
+			return steered(ctx, buckets, seen);
 		if ((l3[0] & 0x0f) > 5 && (l3[0] >> 4) == 4)
 			return count(DP_STEER_PASS_OPTIONS, XDP_PASS);
 		__u32 dst;
@@ -402,11 +416,11 @@ static __always_inline int steer(struct xdp_md *ctx, const int buckets)
 			if (f && *f)
 				return count(DP_STEER_PASS_FOREIGN, XDP_PASS);
 		}
-		return to_socket(ctx, buckets);
+		return steered(ctx, buckets, seen);
 	}
 	if (proto == bpf_htons(ETH_P_IPV6)) {
 		if ((void *)(l3 + IP6_HDR_LEN) > end)
-			return to_socket(ctx, buckets);
+			return steered(ctx, buckets, seen);
 		struct in6_key dst;
 
 		__builtin_memcpy(&dst, l3 + 24, 16);
@@ -431,7 +445,7 @@ static __always_inline int steer(struct xdp_md *ctx, const int buckets)
 			if (f && *f)
 				return count(DP_STEER_PASS_FOREIGN, XDP_PASS);
 		}
-		return to_socket(ctx, buckets);
+		return steered(ctx, buckets, seen);
 	}
 	return count(DP_STEER_PASS_NOT_IP, XDP_PASS);
 }

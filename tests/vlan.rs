@@ -117,7 +117,7 @@ fn every_mix_of_untagged_single_and_double_tagged_is_routed_with_its_tags() {
     for p in &ports {
         assert_eq!(vlan_stripping(t, p), [true, true], "{p} before the run");
     }
-    let dut = Dut::start(&bed, &vlan_config(t));
+    let dut = Dut::start_with(&bed, &vlan_config(t), &["--metrics", "9918"]);
     for p in &ports {
         assert_eq!(vlan_stripping(t, p), [false, false], "{p} while running");
     }
@@ -171,6 +171,25 @@ fn every_mix_of_untagged_single_and_double_tagged_is_routed_with_its_tags() {
             *got.entry((i, e, v)).or_default() += 1;
         }
     }
+    // Each ingress sub-interface's frames, counted by its port's steering program: 3 egress
+    // kinds, 2 families, PER_PAIR each. Published on the exporter's schedule: scraped until
+    // they show, at most 5 s.
+    let per_subif = u64::from(PER_PAIR) * 6;
+    let counted = |text: &str, name: &str| {
+        sum(
+            text,
+            "dataplane_subinterface_rx_frames_total",
+            &format!("subinterface=\"{name}\""),
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut text = scrape(&t.dut_ns(), 9918);
+    while counted(&text, "s2q") < per_subif && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        text = scrape(&t.dut_ns(), 9918);
+    }
+    assert_eq!(counted(&text, "s1v"), per_subif, "{text}");
+    assert_eq!(counted(&text, "s2q"), per_subif, "{text}");
     let s = dut.stop();
     for p in &ports {
         assert_eq!(vlan_stripping(t, p), [true, true], "{p} after the run");

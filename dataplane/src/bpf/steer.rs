@@ -187,11 +187,27 @@ impl Steer {
     /// Steers frames with the tag stack `key` ([`crate::packet::vlan::TagStack::key`]) as a
     /// sub-interface's: to the sockets, for the poller to pop.
     pub(crate) fn add_vlan(&mut self, key: u32) -> Result<(), BpfError> {
+        let what = || format!("adding sub-interface tags {key:#x}");
+        let cpus = libbpf_rs::num_possible_cpus().map_err(lb(what()))?;
+        let zeros = vec![0u64.to_ne_bytes().to_vec(); cpus];
         self.skel
             .maps
             .vlans
-            .update(&key.to_ne_bytes(), &[1u8], MapFlags::ANY)
-            .map_err(lb(format!("adding sub-interface tags {key:#x}")))
+            .update_percpu(&key.to_ne_bytes(), &zeros, MapFlags::ANY)
+            .map_err(lb(what()))
+    }
+
+    /// Frames to the port's MAC that carried the tag stack `key`, summed over CPUs (0 for a
+    /// stack not added).
+    pub(crate) fn vlan_frames(&self, key: u32) -> u64 {
+        sum_percpu_u64(
+            self.skel
+                .maps
+                .vlans
+                .lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)
+                .ok()
+                .flatten(),
+        )
     }
 
     /// Forgets an address the box no longer has: frames to it are forwarded again.

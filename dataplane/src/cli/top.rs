@@ -204,7 +204,7 @@ fn draw(f: &mut Frame, name: &str, every: f64, pollers: &[PollerRow], ports: &[P
         Row::new(vec![
             p.port.clone(),
             format!("{:.0}", p.redirected_ps),
-            format!("{:.0}", p.to_kernel_ps),
+            p.to_kernel_ps.map_or("-".into(), |k| format!("{k:.0}")),
         ])
     });
     f.render_widget(
@@ -217,7 +217,7 @@ fn draw(f: &mut Frame, name: &str, every: f64, pollers: &[PollerRow], ports: &[P
             ],
         )
         .header(Row::new(["port", "to pollers/s", "to kernel/s"]).style(bold))
-        .block(Block::bordered().title(" ports ")),
+        .block(Block::bordered().title(" ports and sub-interfaces (name@port) ")),
         bottom,
     );
 }

@@ -160,6 +160,19 @@ pub fn start(spec: ControlSpec) -> Result<JoinHandle<Rib>, ControlError> {
     let events = Netlink::subscribe(32 << 20)?;
     let requests = Netlink::open()?;
     let mut c = Control::new(spec, Some(requests), Some(events));
+    // The sub-interfaces of the start, for the main thread's counters (the loader gave the
+    // steering programs their stacks).
+    if let Some(tx) = &c.spec.vlans_added {
+        for s in &c.spec.config.subinterfaces {
+            let _ = tx.send(VlanAdded {
+                name: s.name.clone(),
+                port: s.parent,
+                stack: s.tags.key(),
+                keys: Vec::new(),
+                line: None,
+            });
+        }
+    }
     c.resync(kernel)?;
     c.spec.rib.reclaim();
     c.publish();

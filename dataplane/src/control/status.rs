@@ -26,17 +26,23 @@ pub struct AddressChange {
     pub ip: IpAddr,
 }
 
-/// A sub-interface added during the run (a kernel VLAN device that appeared), for its
-/// parent port's steering program: the stack keys to steer as the port's own.
+/// A sub-interface, for the main thread: each one the run starts with (its stack already in
+/// its port's steering program) and each one added during the run (a kernel VLAN device
+/// that appeared), whose stack keys its port's steering program gets now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VlanAdded {
+    /// Its name.
+    pub name: String,
     /// The parent port.
     pub port: u16,
-    /// [`crate::packet::vlan::TagStack::key`]s: its stack, and the priority tag where the
-    /// port had no sub-interface before.
+    /// Its stack's [`crate::packet::vlan::TagStack::key`]: its frames' count in the
+    /// steering program.
+    pub stack: u32,
+    /// Keys to add to the port's steering program: its stack, and the priority tag where
+    /// the port had no sub-interface before (none for one of the start).
     pub keys: Vec<u32>,
-    /// A line for the log.
-    pub line: String,
+    /// A line for the log (None for one of the start).
+    pub line: Option<String>,
 }
 
 /// What the control thread has done, read by the reporting side.

@@ -19,6 +19,11 @@ use crate::types::PortId;
 /// A link event as [`super::Control`] reads it: added (or deleted), ifindex, name, up, MTU.
 pub(super) type LinkSeen<'a> = (bool, u32, &'a str, bool, Option<u32>);
 
+/// The offloads that strip VLAN tags on receive (802.1Q, 802.1ad), by their `ethtool -k`
+/// names: a stripped tag reaches neither the steering program nor the poller, which would
+/// take the frame for the port's own.
+pub const VLAN_STRIPPING: [&str; 2] = ["rx-vlan-hw-parse", "rx-vlan-stag-hw-parse"];
+
 /// Interface slots the table keeps for VLAN devices that appear during a run (beyond those
 /// found at the start); a device past them is left to the kernel until a restart.
 pub const ADDED_SLOTS: usize = 64;
@@ -152,6 +157,20 @@ impl super::Control {
         if self.spec.rib.table().port(id).is_none() {
             return false;
         }
+        // Tag stripping is turned off at the start on the ports that carry sub-interfaces
+        // then; on another port a device that strips would hide these tags.
+        let port_name = self.spec.config.port_name(parent).to_string();
+        let strips = VLAN_STRIPPING.iter().find(|f| {
+            crate::sys::feature(&port_name, f).is_ok_and(|x| x.is_some_and(|x| x.active))
+        });
+        if let Some(f) = strips {
+            if self.left_vlans.insert(ifindex) {
+                self.note(format!(
+                    "VLAN device {name} on {port_name} is left to the kernel: {port_name} strips VLAN tags on receive ({f} on); restart the dataplane to forward for it"
+                ));
+            }
+            return true;
+        }
         let first_on_port = !self
             .spec
             .config
@@ -196,9 +215,11 @@ impl super::Control {
         }
         if let Some(tx) = &self.spec.vlans_added {
             let _ = tx.send(crate::control::VlanAdded {
+                name: name.to_string(),
                 port: parent,
+                stack: tags.key(),
                 keys,
-                line,
+                line: Some(line),
             });
         }
         self.vlan_link(id, e);
@@ -419,7 +440,7 @@ mod tests {
             ifindex: Some(10),
         };
         let mut o =
-            super::super::offline::Offline::with_vlans(&[("eth0", 2), ("eth1", 3)], vec![sub])
+            super::super::offline::Offline::with_vlans(&[("vt-p0", 2), ("vt-p1", 3)], vec![sub])
                 .expect("offline control");
         let dev = |ifindex: u32, tag: Tag, lower: u32, up: bool, add: bool| Event::Link {
             add,
@@ -476,7 +497,7 @@ mod tests {
         o.apply(Event::Link {
             add: true,
             ifindex: 2,
-            name: "eth0".into(),
+            name: "vt-p0".into(),
             up: true,
             mtu: Some(9000),
             vlan: None,
@@ -497,7 +518,7 @@ mod tests {
             ifindex: Some(10),
         };
         let mut o =
-            super::super::offline::Offline::with_vlans(&[("eth0", 2), ("eth1", 3)], vec![sub])
+            super::super::offline::Offline::with_vlans(&[("vt-p0", 2), ("vt-p1", 3)], vec![sub])
                 .expect("offline control");
         let dev = |ifindex: u32, tag: Tag, lower: u32| Event::Link {
             add: true,
@@ -530,6 +551,8 @@ mod tests {
         let added = o.vlans_added();
         assert_eq!(added.len(), 1, "{added:?}");
         assert_eq!(added[0].port, 1);
+        assert_eq!(added[0].name, "vlan20");
+        assert_eq!(added[0].stack, TagStack::one(Tag::dot1q(200)).key());
         assert_eq!(
             added[0].keys,
             vec![

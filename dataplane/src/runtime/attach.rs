@@ -92,30 +92,25 @@ pub(super) fn apply_irq(
     Ok(())
 }
 
-/// The offloads that strip VLAN tags on receive (802.1Q, 802.1ad): a stripped tag reaches
-/// neither the steering program nor the poller, which would take the frame for the port's
-/// own.
-const VLAN_STRIPPING: [&str; 2] = ["rx-vlan-hw-parse", "rx-vlan-stag-hw-parse"];
-
-/// Turns VLAN tag stripping off on every port that carries a sub-interface (every port
-/// where the kernel's VLAN devices are the sub-interfaces: one may appear on any port),
-/// journaled (restored at stop, or by `dataplane restore`); a port that strips and cannot
-/// stop is refused. A device that cannot say (no ethtool features) is taken as one that
-/// does not strip.
+/// Turns VLAN tag stripping off on every port that carries a sub-interface, journaled
+/// (restored at stop, or by `dataplane restore`); a port that strips and cannot stop is
+/// refused. A device that cannot say (no ethtool features) is taken as one that does not
+/// strip. (A kernel VLAN device made during the run on a port that strips is left to the
+/// kernel: [`crate::control::vlans::VLAN_STRIPPING`].)
 pub(super) fn vlan_stripping_off(
     cfg: &Config,
     journal: &mut SettingsJournal,
     log: &mut impl FnMut(&str),
 ) -> Result<(), RunError> {
     for (port, name) in cfg.interfaces.iter().enumerate() {
-        let carries = cfg
+        if !cfg
             .subinterfaces
             .iter()
-            .any(|s| usize::from(s.parent) == port);
-        if !carries && !cfg.subinterfaces_from_kernel() {
+            .any(|s| usize::from(s.parent) == port)
+        {
             continue;
         }
-        for feature in VLAN_STRIPPING {
+        for feature in crate::control::vlans::VLAN_STRIPPING {
             let Ok(Some(f)) = sys::feature(name, feature) else {
                 continue;
             };

@@ -307,10 +307,7 @@ fn check_phase(
 ) -> Result<Checked, RunError> {
     check_privileges(opts)?;
     let _ = sys::raise_memlock_limit();
-    let journaled = opts.apply_irq
-        || cfg.rebalance.enabled
-        || !cfg.subinterfaces.is_empty()
-        || cfg.subinterfaces_from_kernel();
+    let journaled = opts.apply_irq || cfg.rebalance.enabled || !cfg.subinterfaces.is_empty();
     let mut irq = match (journaled, &opts.journal) {
         (true, Some(path)) => SettingsJournal::journaled(path)?,
         _ => SettingsJournal::default(),

@@ -184,9 +184,23 @@ pub(super) fn publisher(cfg: &Config, setup: &[PollerSetup], pollers: &Pollers) 
     )
 }
 
-/// Hands the pollers' and the steering programs' counters to the metrics exporter.
-pub(super) fn publish(p: &Publisher, pollers: &Pollers, steers: &[Steer]) {
+/// Hands the pollers' and the steering programs' counters to the metrics exporter, each
+/// sub-interface's (`subifs`) with them.
+pub(super) fn publish(
+    p: &Publisher,
+    pollers: &Pollers,
+    steers: &[Steer],
+    subifs: &[crate::control::VlanAdded],
+) {
     p.publish(&pollers.snapshots());
+    let per_subif: Vec<(&str, &str, u64)> = subifs
+        .iter()
+        .filter_map(|v| {
+            let s = steers.get(usize::from(v.port))?;
+            Some((v.name.as_str(), s.ifname(), s.vlan_frames(v.stack)))
+        })
+        .collect();
+    p.publish_subinterfaces(&per_subif);
     let per_port: Vec<(String, Vec<u64>)> = steers
         .iter()
         .map(|s| (s.ifname().to_string(), s.stats().to_vec()))

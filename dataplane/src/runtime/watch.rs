@@ -165,6 +165,29 @@ fn health_check(
 
 /// Waits while the pollers forward, until the stop flag, the duration, or a poller ending
 /// early; logs a rate line every `opts.interval`.
+/// Takes the sub-interfaces the control thread reports: an added one's stack into its
+/// port's steering program, each one into `subifs` (for its counters).
+fn sub_interfaces(
+    reported: &std::sync::mpsc::Receiver<crate::control::VlanAdded>,
+    steers: &mut [Steer],
+    subifs: &mut Vec<crate::control::VlanAdded>,
+    log: &mut impl FnMut(&str),
+) {
+    while let Ok(v) = reported.try_recv() {
+        if let Some(s) = steers.get_mut(usize::from(v.port)) {
+            for k in &v.keys {
+                if let Err(e) = s.add_vlan(*k) {
+                    log(&format!("{}: {e}", s.ifname()));
+                }
+            }
+        }
+        if let Some(line) = &v.line {
+            log(line);
+        }
+        subifs.push(v);
+    }
+}
+
 pub(super) fn watch(
     opts: &RunOptions,
     pollers: &Pollers,
@@ -180,6 +203,8 @@ pub(super) fn watch(
     let mut next_publish = start;
     let mut next_health = start;
     let mut health = super::health::Health::default();
+    // The sub-interfaces, for their counters.
+    let mut subifs: Vec<crate::control::VlanAdded> = Vec::new();
     let mut foreign = ForeignMaps::default();
     let mut recreated = super::recreate::Recreated::default();
     loop {
@@ -187,16 +212,7 @@ pub(super) fn watch(
         let now = Instant::now();
         foreign.apply(control.foreign_routes, steers, log);
         recreated.step(&control.recreate, pollers, steers, log);
-        while let Ok(v) = control.vlans_added.try_recv() {
-            if let Some(s) = steers.get_mut(usize::from(v.port)) {
-                for k in &v.keys {
-                    if let Err(e) = s.add_vlan(*k) {
-                        log(&format!("{}: {e}", s.ifname()));
-                    }
-                }
-            }
-            log(&v.line);
-        }
+        sub_interfaces(control.vlans_added, steers, &mut subifs, log);
         while let Ok(c) = control.addresses.try_recv() {
             for s in steers.iter_mut() {
                 let r = if c.add {
@@ -227,7 +243,7 @@ pub(super) fn watch(
             next_health = now + HEALTH_EVERY;
         }
         if let Some(p) = publisher.filter(|_| now >= next_publish) {
-            publish(p, pollers, steers);
+            publish(p, pollers, steers, &subifs);
             p.publish_control(control.status);
             p.publish_sockets();
             p.publish_queues(&pollers.queue_snapshots());

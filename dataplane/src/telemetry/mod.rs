@@ -87,6 +87,11 @@ const DESCRIPTIONS: &[(&str, Kind, &str)] = &[
         "Frames the XDP steering program handled per port: redirected to a poller, passed to the kernel (by why), or dropped.",
     ),
     (
+        "dataplane_subinterface_rx_frames_total",
+        Kind::Counter(Unit::Count),
+        "Frames of each sub-interface (a tag stack on its port) the XDP steering program steered to the pollers.",
+    ),
+    (
         "dataplane_fib_prefixes",
         Kind::Gauge,
         "Prefixes in the forwarding table, by family.",
@@ -427,6 +432,18 @@ impl Publisher {
                     }
                 }
             }
+        }
+    }
+
+    /// Sets each sub-interface's frames steered to the pollers: (sub-interface, port, frames).
+    pub(crate) fn publish_subinterfaces(&self, per_subif: &[(&str, &str, u64)]) {
+        for (name, port, v) in per_subif {
+            counter!(
+                "dataplane_subinterface_rx_frames_total",
+                "subinterface" => name.to_string(),
+                "port" => port.to_string()
+            )
+            .absolute(*v);
         }
     }
 

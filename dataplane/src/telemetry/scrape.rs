@@ -131,8 +131,9 @@ pub struct PortRow {
     pub port: String,
     /// Frames redirected to a poller per second.
     pub redirected_ps: f64,
-    /// Frames passed to the kernel per second.
-    pub to_kernel_ps: f64,
+    /// Frames passed to the kernel per second (None for a sub-interface: its frames to the
+    /// kernel are its port's).
+    pub to_kernel_ps: Option<f64>,
 }
 
 fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
@@ -252,8 +253,39 @@ pub fn port_rows(before: &[Sample], after: &[Sample], secs: f64) -> Vec<PortRow>
                 .sum();
             PortRow {
                 redirected_ps: redirected / secs,
-                to_kernel_ps: passed / secs,
+                to_kernel_ps: Some(passed / secs),
                 port,
+            }
+        })
+        .chain(subinterface_rows(before, after, secs))
+        .collect()
+}
+
+/// A row per sub-interface (`name@port`): its frames steered to the pollers per second (its
+/// frames to the kernel are counted with its port's).
+fn subinterface_rows(before: &[Sample], after: &[Sample], secs: f64) -> Vec<PortRow> {
+    let n = "dataplane_subinterface_rx_frames_total";
+    let mut subifs: Vec<(String, String)> = after
+        .iter()
+        .filter(|s| s.name == n)
+        .filter_map(|s| {
+            Some((
+                s.labels.get("subinterface")?.clone(),
+                s.labels.get("port")?.clone(),
+            ))
+        })
+        .collect();
+    subifs.sort();
+    subifs.dedup();
+    subifs
+        .into_iter()
+        .map(|(name, port)| {
+            let labels = [("subinterface", name.as_str()), ("port", port.as_str())];
+            let d = (value(after, n, &labels) - value(before, n, &labels)).max(0.0);
+            PortRow {
+                port: format!("{name}@{port}"),
+                redirected_ps: d / secs,
+                to_kernel_ps: None,
             }
         })
         .collect()
@@ -296,9 +328,10 @@ pub fn render(pollers: &[PollerRow], ports: &[PortRow]) -> String {
         "port", "to pollers/s", "to kernel/s"
     ));
     for p in ports {
+        let to_kernel = p.to_kernel_ps.map_or("-".into(), |k| format!("{k:.0}"));
         s.push_str(&format!(
-            "{:<16} {:>14.0} {:>14.0}\n",
-            p.port, p.redirected_ps, p.to_kernel_ps
+            "{:<16} {:>14.0} {:>14}\n",
+            p.port, p.redirected_ps, to_kernel
         ));
     }
     s
@@ -318,7 +351,8 @@ mod tests {
         dataplane_drops_total{poller=\"0\",cpu=\"1\",reason=\"no_route\"} 10\n\
         dataplane_drops_total{poller=\"0\",cpu=\"1\",reason=\"bad_checksum\"} 0\n\
         dataplane_steer_frames_total{port=\"d0\",result=\"redirected\"} 100\n\
-        dataplane_steer_frames_total{port=\"d0\",result=\"pass_local\"} 5\n";
+        dataplane_steer_frames_total{port=\"d0\",result=\"pass_local\"} 5\n\
+        dataplane_subinterface_rx_frames_total{subinterface=\"d0.100\",port=\"d0\"} 100\n";
 
     #[test]
     fn rates_between_two_scrapes() {
@@ -337,7 +371,7 @@ mod tests {
             .replace("reason=\"bad_checksum\"} 0", "reason=\"bad_checksum\"} 40")
             .replace("pass_local\"} 5", "pass_local\"} 25");
         let (b, a) = (parse(BEFORE), parse(&after));
-        assert_eq!(b.len(), 10, "comments skipped");
+        assert_eq!(b.len(), 11, "comments skipped");
         let rows = poller_rows(&b, &a, 2.0);
         assert_eq!(rows.len(), 1);
         let r = &rows[0];
@@ -351,8 +385,18 @@ mod tests {
         assert!(r.busy_pct > 0.0);
         let ports = port_rows(&b, &a, 2.0);
         assert_eq!(ports[0].redirected_ps, 1000.0);
-        assert_eq!(ports[0].to_kernel_ps, 10.0);
+        assert_eq!(ports[0].to_kernel_ps, Some(10.0));
+        // The sub-interface after its port: its own frames to the pollers.
+        assert_eq!(ports[1].port, "d0.100@d0");
+        assert_eq!(ports[1].redirected_ps, 1000.0);
+        assert_eq!(ports[1].to_kernel_ps, None);
         let table = render(&rows, &ports);
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with("d0.100@d0") && l.ends_with(" -")),
+            "{table}"
+        );
         assert!(
             table.lines().nth(1).is_some_and(|l| l.starts_with("0 ")),
             "{table}"

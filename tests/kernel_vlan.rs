@@ -265,8 +265,8 @@ fn the_kernels_vlan_devices_are_routed_by_the_dataplane() {
         gen.send(&martian).expect("send");
     }
 
-    // The QinQ device deleted and made again while pings flow; a new device left to the
-    // kernel.
+    // The QinQ device deleted and made again while pings flow; a new device added, then
+    // routed through below.
     let gen_ns = t.gen_ns();
     let pinger = std::thread::spawn(move || {
         Command::new("ip")

@@ -350,3 +350,44 @@ fn a_sub_interface_follows_its_parents_link() {
         .collect();
     assert_eq!(after.len(), 15, "all three up again: {after:?}");
 }
+
+#[test]
+fn a_declared_sub_interface_answers_from_its_own_address() {
+    if !root_or_skip("vlan icmp source") {
+        return;
+    }
+    let bed = Bed::up("tsa", 1);
+    let t = &bed.0;
+    let dut = Dut::start(&bed, &vlan_config(t));
+    let gen = packet_socket(&t.gen_ns(), &t.gen_if());
+    // TTL 1 in on the VLAN and on the QinQ sub-interface of the ingress port: time exceeded
+    // back on each, from its own address (the config's; the control thread's reading of
+    // the kernel's addresses leaves them as they are).
+    let kinds = ingress_kinds();
+    for (k, (_, tags)) in kinds.iter().enumerate().skip(1) {
+        let expiring = udp_v4(&FrameSpec {
+            ttl: 1,
+            ..spec(3000 + k as u16)
+        });
+        for _ in 0..3 {
+            gen.send(&with_tags(tags, &expiring)).expect("send");
+        }
+    }
+    let back = capture_tagged(&gen, Duration::from_millis(500), Duration::from_secs(5));
+    for (k, (_, tags)) in kinds.iter().enumerate().skip(1) {
+        let on_it: Vec<Vec<u8>> = back
+            .iter()
+            .filter(|f| tag_stack(f).ok() == Some(*tags))
+            .cloned()
+            .collect();
+        let errors = icmp_errors(&untagged(&on_it));
+        let src = format!("10.10{k}.0.1");
+        assert_eq!(
+            errors.iter().filter(|e| e.ty == 11 && e.src == src).count(),
+            3,
+            "time exceeded from {src}: {errors:?}"
+        );
+    }
+    let s = dut.stop();
+    assert_eq!(drop_count(&s, DropReason::TtlExceeded), 6, "{s}");
+}

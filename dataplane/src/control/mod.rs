@@ -197,7 +197,18 @@ impl Control {
                 .filter_map(|(i, p)| Some((p?, u16::try_from(i).ok()?)))
                 .collect(),
             link_up: vec![None; spec.ports.len() + spec.config.subinterfaces.len()],
-            addrs: vec![Addrs::default(); spec.ports.len() + spec.config.subinterfaces.len()],
+            // A declared sub-interface's addresses are the config's (no kernel device
+            // reports them); the others' are read from the kernel.
+            addrs: vec![Addrs::default(); spec.ports.len()]
+                .into_iter()
+                .chain(spec.config.subinterfaces.iter().map(|s| {
+                    let mut a = Addrs::default();
+                    for (ip, len) in s.addresses.iter().filter(|_| s.ifindex.is_none()) {
+                        a.add(*ip, *len);
+                    }
+                    a
+                }))
+                .collect(),
             vlan_devs: HashMap::new(),
             left_vlans: std::collections::HashSet::new(),
             reading_addrs: false,
@@ -210,6 +221,18 @@ impl Control {
             foreign: Foreign::default(),
             resync_wanted: false,
         }
+    }
+
+    /// Whether interface `p`'s addresses are the kernel's: a port's, a kernel VLAN device's
+    /// (not a sub-interface declared in the config, whose addresses are the config's).
+    fn kernel_addresses(&self, p: usize) -> bool {
+        p.checked_sub(self.spec.ports.len()).is_none_or(|k| {
+            self.spec
+                .config
+                .subinterfaces
+                .get(k)
+                .is_some_and(|s| s.ifindex.is_some())
+        })
     }
 
     /// A problem worth an operator's attention (through `tracing`, at warn).
@@ -319,8 +342,12 @@ impl Control {
         }
         // The addresses are read afresh (one removed during an overrun is gone from the
         // dump, not notified), and published whole once read.
-        for a in &mut self.addrs {
-            *a = Addrs::default();
+        for p in 0..self.addrs.len() {
+            if self.kernel_addresses(p) {
+                if let Some(a) = self.addrs.get_mut(p) {
+                    *a = Addrs::default();
+                }
+            }
         }
         self.reading_addrs = true;
         let read = dump(&mut |events| {
@@ -343,7 +370,7 @@ impl Control {
         });
         self.reading_addrs = false;
         if read.is_ok() {
-            for p in 0..self.addrs.len() {
+            for p in (0..self.addrs.len()).filter(|p| self.kernel_addresses(*p)) {
                 self.publish_addrs(p);
             }
         }

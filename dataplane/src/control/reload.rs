@@ -62,6 +62,10 @@ impl Control {
             fresh.routes.len(),
             fresh.neighbours.len()
         ));
+        // The sub-interfaces stay as the run has them: the declared ones are the file's
+        // (`restart_needed` compared them), the kernel's VLAN devices are no part of it.
+        let mut fresh = fresh;
+        fresh.subinterfaces = std::mem::take(&mut self.spec.config.subinterfaces);
         self.spec.config = fresh;
     }
 }

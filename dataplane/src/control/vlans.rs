@@ -157,18 +157,7 @@ impl super::Control {
         if self.spec.rib.table().port(id).is_none() {
             return false;
         }
-        // Tag stripping is turned off at the start on the ports that carry sub-interfaces
-        // then; on another port a device that strips would hide these tags.
-        let port_name = self.spec.config.port_name(parent).to_string();
-        let strips = VLAN_STRIPPING.iter().find(|f| {
-            crate::sys::feature(&port_name, f).is_ok_and(|x| x.is_some_and(|x| x.active))
-        });
-        if let Some(f) = strips {
-            if self.left_vlans.insert(ifindex) {
-                self.note(format!(
-                    "VLAN device {name} on {port_name} is left to the kernel: {port_name} strips VLAN tags on receive ({f} on); restart the dataplane to forward for it"
-                ));
-            }
+        if self.port_strips(parent, ifindex, name) {
             return true;
         }
         let first_on_port = !self
@@ -203,9 +192,12 @@ impl super::Control {
         }));
         self.spec.port_addrs = Some(next.addresses().clone());
         shared.store(next);
-        // Every list again into the new forwarder's (one published since it was copied).
-        for p in 0..self.addrs.len() {
-            self.publish_addrs(p);
+        // Every list again into the new forwarder's (one published since it was copied);
+        // during a re-read, its end publishes them.
+        if !self.reading_addrs {
+            for p in 0..self.addrs.len() {
+                self.publish_addrs(p);
+            }
         }
         self.by_ifindex.insert(ifindex, id);
         let mut keys = vec![tags.key()];
@@ -267,7 +259,8 @@ impl super::Control {
                     .iter()
                     .position(|s| s.parent == parent && s.tags == tags)
                     .and_then(|k| u16::try_from(first + k).ok());
-                if let Some(id) = again {
+                if again.is_some() && self.port_strips(parent, ifindex, name) {
+                } else if let Some(id) = again {
                     self.by_ifindex.insert(ifindex, id);
                     self.note(format!(
                         "sub-interface {name} (ifindex {ifindex}) exists again: forwarded for"
@@ -281,15 +274,40 @@ impl super::Control {
                         .get(usize::from(parent))
                         .map(|p| p.name.as_str());
                     self.note(format!(
-                        "VLAN device {name} on {} is left to the kernel: no sub-interface slot is left (restart the dataplane to forward for it)",
-                        port.unwrap_or("?")
+                        "VLAN device {name} on {} is left to the kernel: no sub-interface can be added ({} slots for devices made during a run, all taken; slots are not reused); restart the dataplane to forward for it",
+                        port.unwrap_or("?"),
+                        ADDED_SLOTS
                     ));
                 }
             }
-            Carried::Left(why) if self.left_vlans.insert(ifindex) => {
-                self.note(format!("VLAN device {name} is left to the kernel: {why}"));
+            Carried::Left(why) => {
+                if self.left_vlans.insert(ifindex) {
+                    self.note(format!("VLAN device {name} is left to the kernel: {why}"));
+                }
             }
-            _ => {}
+            // Not on a port: its link events are for the ports' own handling (a port may
+            // itself be a VLAN device).
+            Carried::Elsewhere => return false,
+        }
+        true
+    }
+
+    /// Whether port `parent` strips VLAN tags on receive, which would hide the tags of the
+    /// VLAN device `name` (`ifindex`) from the dataplane: said once where it does. Stripping
+    /// is turned off at the start on the ports that carry sub-interfaces then; another
+    /// port, or one created again since (its driver's defaults), may strip.
+    fn port_strips(&mut self, parent: PortId, ifindex: u32, name: &str) -> bool {
+        let port_name = self.spec.config.port_name(parent).to_string();
+        let strips = VLAN_STRIPPING.iter().find(|f| {
+            crate::sys::feature(&port_name, f).is_ok_and(|x| x.is_some_and(|x| x.active))
+        });
+        let Some(f) = strips else {
+            return false;
+        };
+        if self.left_vlans.insert(ifindex) {
+            self.note(format!(
+                "VLAN device {name} on {port_name} is left to the kernel: {port_name} strips VLAN tags on receive ({f} on); restart the dataplane to forward for it"
+            ));
         }
         true
     }

@@ -65,7 +65,8 @@ pub struct Forwarder {
 /// The forwarder the pollers use, replaced whole by the control thread when an interface is
 /// added during the run (a kernel VLAN device that appeared): each poller takes the new one
 /// at its next pass through an `arc_swap::Cache` (one atomic load a pass while it is the
-/// same), and the old one goes when the last poller drops it.
+/// same), and the old one goes when the last poller drops it (freed on that poller's
+/// thread, between two passes: once per interface added, never per packet).
 pub type SharedForwarder = Arc<arc_swap::ArcSwap<Forwarder>>;
 
 impl std::fmt::Debug for Forwarder {

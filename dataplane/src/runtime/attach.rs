@@ -92,16 +92,13 @@ pub(super) fn apply_irq(
     Ok(())
 }
 
-/// Turns VLAN tag stripping off on every port that carries a sub-interface, journaled
-/// (restored at stop, or by `dataplane restore`); a port that strips and cannot stop is
-/// refused. A device that cannot say (no ethtool features) is taken as one that does not
-/// strip. (A kernel VLAN device made during the run on a port that strips is left to the
-/// kernel: [`crate::control::vlans::VLAN_STRIPPING`].)
-pub(super) fn vlan_stripping_off(
-    cfg: &Config,
-    journal: &mut SettingsJournal,
-    log: &mut impl FnMut(&str),
-) -> Result<(), RunError> {
+/// The (port, feature) pairs of VLAN tag stripping to turn off: each port that carries a
+/// sub-interface and strips now. A port that strips and cannot stop is refused. A device
+/// that cannot say (no ethtool features) is taken as one that does not strip. (A kernel
+/// VLAN device made during the run on a port that strips is left to the kernel:
+/// [`crate::control::vlans::VLAN_STRIPPING`].)
+pub(super) fn vlan_stripping(cfg: &Config) -> Result<Vec<(String, &'static str)>, RunError> {
+    let mut out = Vec::new();
     for (port, name) in cfg.interfaces.iter().enumerate() {
         if !cfg
             .subinterfaces
@@ -124,17 +121,30 @@ pub(super) fn vlan_stripping_off(
                     why: "the driver does not let it be turned off".into(),
                 });
             }
-            journal
-                .turn_off_feature(name, feature)
-                .map_err(|why| RunError::VlanStripping {
-                    ifname: name.clone(),
-                    feature,
-                    why,
-                })?;
-            log(&format!(
-                "vlan: {name} {feature} off while the dataplane forwards its sub-interfaces (on again at stop)"
-            ));
+            out.push((name.clone(), feature));
         }
+    }
+    Ok(out)
+}
+
+/// Turns off each of `stripping` ([`vlan_stripping`]), journaled first (restored at stop,
+/// or by `dataplane restore`).
+pub(super) fn vlan_stripping_off(
+    stripping: &[(String, &'static str)],
+    journal: &mut SettingsJournal,
+    log: &mut impl FnMut(&str),
+) -> Result<(), RunError> {
+    for (name, feature) in stripping {
+        journal
+            .turn_off_feature(name, feature)
+            .map_err(|why| RunError::VlanStripping {
+                ifname: name.clone(),
+                feature,
+                why,
+            })?;
+        log(&format!(
+            "vlan: {name} {feature} off while the dataplane forwards its sub-interfaces (on again at stop)"
+        ));
     }
     Ok(())
 }

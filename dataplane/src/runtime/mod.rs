@@ -307,7 +307,10 @@ fn check_phase(
 ) -> Result<Checked, RunError> {
     check_privileges(opts)?;
     let _ = sys::raise_memlock_limit();
-    let journaled = opts.apply_irq || cfg.rebalance.enabled || !cfg.subinterfaces.is_empty();
+    // Tag stripping to turn off: journaled only where there is some (a killed run's journal
+    // holds a restart back until `dataplane restore`).
+    let stripping = attach::vlan_stripping(cfg)?;
+    let journaled = opts.apply_irq || cfg.rebalance.enabled || !stripping.is_empty();
     let mut irq = match (journaled, &opts.journal) {
         (true, Some(path)) => SettingsJournal::journaled(path)?,
         _ => SettingsJournal::default(),
@@ -318,7 +321,7 @@ fn check_phase(
         log(l);
     }
     crate::rebalance::prepare(&mut tables, &mut irq, log);
-    let steering = attach::vlan_stripping_off(cfg, &mut irq, log)
+    let steering = attach::vlan_stripping_off(&stripping, &mut irq, log)
         .and_then(|()| attach::load_steering(cfg, &tables));
     match steering {
         Ok(steers) => Ok(Checked {

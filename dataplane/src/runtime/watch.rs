@@ -163,8 +163,6 @@ fn health_check(
     checks.increment(1);
 }
 
-/// Waits while the pollers forward, until the stop flag, the duration, or a poller ending
-/// early; logs a rate line every `opts.interval`.
 /// Takes the sub-interfaces the control thread reports: an added one's stack into its
 /// port's steering program, each one into `subifs` (for its counters).
 fn sub_interfaces(
@@ -188,6 +186,8 @@ fn sub_interfaces(
     }
 }
 
+/// Waits while the pollers forward, until the stop flag, the duration, or a poller ending
+/// early; logs a rate line every `opts.interval`.
 pub(super) fn watch(
     opts: &RunOptions,
     pollers: &Pollers,

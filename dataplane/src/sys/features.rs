@@ -12,8 +12,18 @@ const ETHTOOL_GFEATURES: u32 = 0x3a;
 const ETHTOOL_SFEATURES: u32 = 0x3b;
 const ETH_SS_FEATURES: u32 = 4;
 const ETH_GSTRING_LEN: usize = 32;
-/// More features than any kernel has (6.18: about 70).
+/// More features than any kernel has (6.18: about 70): a larger count is refused.
 const MAX_FEATURES: usize = 1024;
+
+/// `struct ethtool_sset_info` asking for one string set: its `data` has one count per set
+/// asked for.
+#[repr(C)]
+struct SsetInfo {
+    cmd: u32,
+    reserved: u32,
+    sset_mask: u64,
+    data: [u32; 1],
+}
 
 /// One feature of a device as `ETHTOOL_GFEATURES` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,29 +38,38 @@ pub(crate) struct Feature {
 /// feature calls take (`ETHTOOL_DEV_FEATURE_WORDS`: `ETHTOOL_SFEATURES` refuses any other
 /// size); None where the device's kernel has no feature of that name.
 fn feature_bit(ifname: &str, name: &str) -> Result<Option<(usize, usize)>, SyscallError> {
-    // struct ethtool_sset_info: cmd, reserved, sset_mask (u64), data[1 per set asked].
-    let mut info = [0u32; 5];
-    info[0] = ETHTOOL_GSSET_INFO;
-    info[2] = 1 << ETH_SS_FEATURES;
+    let mut info = SsetInfo {
+        cmd: ETHTOOL_GSSET_INFO,
+        reserved: 0,
+        sset_mask: 1 << ETH_SS_FEATURES,
+        data: [0],
+    };
     // SAFETY: `info` is a `struct ethtool_sset_info` with room for the one set asked for
-    // (the kernel writes one u32 per bit of sset_mask that it knows).
+    // (the kernel writes one u32 per bit of sset_mask that it knows, and clears the others).
     unsafe {
         ethtool(
             ifname,
-            info.as_mut_ptr().cast(),
+            (&mut info as *mut SsetInfo).cast(),
             "SIOCETHTOOL(ETHTOOL_GSSET_INFO)",
         )?
     };
-    let count = (info[4] as usize).min(MAX_FEATURES);
-    if info[2] & (1 << ETH_SS_FEATURES) == 0 || count == 0 {
+    let count = info.data[0] as usize;
+    if info.sset_mask & (1 << ETH_SS_FEATURES) == 0 || count == 0 {
         return Ok(None);
+    }
+    if count > MAX_FEATURES {
+        return Err(SyscallError {
+            call: "SIOCETHTOOL(ETHTOOL_GSSET_INFO): more features than expected",
+            io_error: std::io::Error::from_raw_os_error(libc::E2BIG),
+        });
     }
     // struct ethtool_gstrings: cmd, string_set, len, then len strings of 32 bytes.
     let mut buf = vec![0u32; 3 + count * ETH_GSTRING_LEN / 4];
     buf[0] = ETHTOOL_GSTRINGS;
     buf[1] = ETH_SS_FEATURES;
     buf[2] = count as u32;
-    // SAFETY: `buf` holds the header and `count` strings, as many as `len` asks for.
+    // SAFETY: `buf` holds the header and `count` strings: the kernel writes its own count of
+    // the set's strings, which ETHTOOL_GSSET_INFO just gave (the set is fixed at build).
     unsafe {
         ethtool(
             ifname,

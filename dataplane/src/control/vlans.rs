@@ -445,11 +445,10 @@ mod tests {
         assert_eq!(vlan_of(&m), None, "a veth is no VLAN device");
     }
 
-    #[test]
-    fn a_kernel_vlan_device_is_followed_deleted_and_found_again_by_its_tags() {
-        use super::super::netlink::NeighState;
-        use crate::config::SubInterface;
-        let sub = SubInterface {
+    /// An offline control with two ports (ifindex 2 and 3) and the kernel's VLAN device
+    /// `eth0.100` (ifindex 10, 802.1Q 100) on the first: interface 2.
+    fn with_vlan100() -> super::super::offline::Offline {
+        let sub = crate::config::SubInterface {
             name: "eth0.100".into(),
             parent: 0,
             tags: TagStack::one(Tag::dot1q(100)),
@@ -457,9 +456,14 @@ mod tests {
             addresses: Vec::new(),
             ifindex: Some(10),
         };
-        let mut o =
-            super::super::offline::Offline::with_vlans(&[("vt-p0", 2), ("vt-p1", 3)], vec![sub])
-                .expect("offline control");
+        super::super::offline::Offline::with_vlans(&[("vt-p0", 2), ("vt-p1", 3)], vec![sub])
+            .expect("offline control")
+    }
+
+    #[test]
+    fn a_kernel_vlan_device_is_followed_deleted_and_found_again_by_its_tags() {
+        use super::super::netlink::NeighState;
+        let mut o = with_vlan100();
         let dev = |ifindex: u32, tag: Tag, lower: u32, up: bool, add: bool| Event::Link {
             add,
             ifindex,
@@ -525,19 +529,8 @@ mod tests {
 
     #[test]
     fn a_vlan_device_made_during_the_run_is_the_next_interface() {
-        use crate::config::SubInterface;
         use std::net::IpAddr;
-        let sub = SubInterface {
-            name: "eth0.100".into(),
-            parent: 0,
-            tags: TagStack::one(Tag::dot1q(100)),
-            mtu: Some(1500),
-            addresses: Vec::new(),
-            ifindex: Some(10),
-        };
-        let mut o =
-            super::super::offline::Offline::with_vlans(&[("vt-p0", 2), ("vt-p1", 3)], vec![sub])
-                .expect("offline control");
+        let mut o = with_vlan100();
         let dev = |ifindex: u32, tag: Tag, lower: u32| Event::Link {
             add: true,
             ifindex,

@@ -58,6 +58,20 @@ fn vlan(n: &str, lower: &str, name: &str, proto: &str, id: u16, addr: Option<&st
     ns(n, &["ip", "link", "set", name, "up"]);
 }
 
+/// The DUT's QinQ device `v300` on `v200`, its MTU 4 bytes under the veth's (a veth takes
+/// frames of its MTU plus one tag).
+fn dut_qinq(t: &Testbed) {
+    vlan(
+        &t.dut_ns(),
+        "v200",
+        "v300",
+        "802.1Q",
+        300,
+        Some("10.201.0.1/24"),
+    );
+    ns(&t.dut_ns(), &["ip", "link", "set", "v300", "mtu", "1496"]);
+}
+
 /// The generator on VLAN 100 and the sink on QinQ 200/300, the DUT's kernel with a VLAN
 /// device on each port and forwarding on (so a frame the dataplane left to it would show in
 /// its counters).
@@ -83,14 +97,7 @@ fn vlans_up(t: &Testbed) {
         Some("10.100.0.1/24"),
     );
     vlan(&t.dut_ns(), &t.dut_out(), "v200", "802.1ad", 200, None);
-    vlan(
-        &t.dut_ns(),
-        "v200",
-        "v300",
-        "802.1Q",
-        300,
-        Some("10.201.0.1/24"),
-    );
+    dut_qinq(t);
     ns(&t.dut_ns(), &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
     vlan(&t.sink_ns(), &t.sink_if(), "v200", "802.1ad", 200, None);
     vlan(
@@ -106,17 +113,15 @@ fn vlans_up(t: &Testbed) {
         &["ip", "route", "add", "10.100.0.0/24", "via", DUT_QQ],
     );
     // A veth takes frames of its MTU plus one tag: two tags leave 4 bytes less for IP.
-    for n in [t.dut_ns(), t.sink_ns()] {
-        ns(&n, &["ip", "link", "set", "v300", "mtu", "1496"]);
-    }
+    ns(&t.sink_ns(), &["ip", "link", "set", "v300", "mtu", "1496"]);
 }
 
-/// Pings `dst` from the generator once a second until one answers (the neighbours on both
-/// sides resolve on the first tries), at most `max`.
-fn until_answered(t: &Testbed, dst: &str, max: Duration) -> bool {
+/// Pings `dst` from namespace `from` once a second until one answers (the neighbours on
+/// both sides resolve on the first tries), at most `max`.
+fn until_answered(from: &str, dst: &str, max: Duration) -> bool {
     let start = Instant::now();
     while start.elapsed() < max {
-        let out = ns_output(&t.gen_ns(), &["ping", "-c", "1", "-W", "1", dst]);
+        let out = ns_output(from, &["ping", "-c", "1", "-W", "1", dst]);
         if out.status.success() {
             return true;
         }
@@ -189,7 +194,7 @@ fn the_kernels_vlan_devices_are_routed_by_the_dataplane() {
     }
     let forwarded_before = kernel_forwarded(&t.dut_ns());
     assert!(
-        until_answered(t, SINK_QQ, Duration::from_secs(30)),
+        until_answered(&t.gen_ns(), SINK_QQ, Duration::from_secs(30)),
         "ping VLAN 100 -> QinQ 200/300: {:?}",
         dut.log_lines()
     );
@@ -274,7 +279,6 @@ fn the_kernels_vlan_devices_are_routed_by_the_dataplane() {
             .args(["-W", "1", SINK_QQ])
             .output()
     });
-    std::thread::sleep(Duration::from_millis(1500));
     ns(&t.dut_ns(), &["ip", "link", "del", "v300"]);
     assert!(
         dut.wait_log(
@@ -284,17 +288,15 @@ fn the_kernels_vlan_devices_are_routed_by_the_dataplane() {
         "{:?}",
         dut.log_lines()
     );
-    // Pings meet the gap (every 0.1 s).
-    std::thread::sleep(Duration::from_millis(500));
-    vlan(
-        &t.dut_ns(),
-        "v200",
-        "v300",
-        "802.1Q",
-        300,
-        Some("10.201.0.1/24"),
-    );
-    ns(&t.dut_ns(), &["ip", "link", "set", "v300", "mtu", "1496"]);
+    // The gap is met: a ping fails before the device is made again.
+    let gap = Instant::now();
+    let mut failed = false;
+    while !failed && gap.elapsed() < Duration::from_secs(10) {
+        let out = ns_output(&t.gen_ns(), &["ping", "-c", "1", "-W", "1", SINK_QQ]);
+        failed = !out.status.success();
+    }
+    assert!(failed, "a ping failed while v300 was gone");
+    dut_qinq(t);
     assert!(
         dut.wait_log("exists again: forwarded for", Duration::from_secs(10)),
         "{:?}",
@@ -319,7 +321,7 @@ fn the_kernels_vlan_devices_are_routed_by_the_dataplane() {
     let during = pinger.join().expect("pinger").expect("ping");
     let during = text(&during);
     assert!(during.contains("received"), "{during}");
-    if !until_answered(t, SINK_QQ, Duration::from_secs(30)) {
+    if !until_answered(&t.gen_ns(), SINK_QQ, Duration::from_secs(30)) {
         let tables = [
             text(&ns(&t.dut_ns(), &["ip", "-d", "link"])),
             text(&ns(&t.dut_ns(), &["ip", "route"])),
@@ -346,12 +348,7 @@ fn the_kernels_vlan_devices_are_routed_by_the_dataplane() {
         &t.sink_ns(),
         &["ip", "route", "add", "10.101.0.0/24", "via", DUT_QQ],
     );
-    let start = Instant::now();
-    let mut answered = false;
-    while !answered && start.elapsed() < Duration::from_secs(30) {
-        let out = ns_output(&t.sink_ns(), &["ping", "-c", "1", "-W", "1", "10.101.0.2"]);
-        answered = out.status.success();
-    }
+    let answered = until_answered(&t.sink_ns(), "10.101.0.2", Duration::from_secs(30));
     assert!(
         answered,
         "QinQ -> the added VLAN 101: {:?}",

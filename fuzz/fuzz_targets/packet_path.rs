@@ -315,7 +315,10 @@ fn one_pass_agrees(port: u16, frame: &[u8], stack: &TagStack) {
     let mut buf = vec![0u8; ROOM];
     buf.extend_from_slice(frame);
     let before = buf.clone();
-    let Some((out, start)) = sub.route_now_tagged(rt.v4(), port, &mut buf) else {
+    let tagged = sub
+        .tagged_port(port)
+        .expect("a port of a dataplane with sub-interfaces");
+    let Some((out, start)) = tagged.route_now(rt.v4(), &mut buf) else {
         assert_eq!(buf, before, "a frame the one pass leaves is unchanged");
         return;
     };

@@ -18,6 +18,7 @@ pub mod port_addrs;
 pub mod subif;
 
 pub use subif::SubIf;
+pub use subif::TaggedPort;
 
 /// What the forwarder knows of a port at start. Its MAC is fixed; its addresses are the
 /// first of [`Forwarder::addresses`], which the control thread then keeps up to date.

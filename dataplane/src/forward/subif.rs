@@ -7,19 +7,22 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::port_addrs::{Addrs, PortAddrs};
-use super::{Forwarder, Port};
+use super::{Forwarder, Ingress, Port};
 use crate::fib::mac_key;
 use crate::fib::V4Routes;
 use crate::packet::field::ipv4;
 use crate::packet::vlan::{self, Tag, TagStack};
 use crate::packet::{self, DropReason, ETH_HLEN, ETH_P_8021Q, ETH_P_IPV4, L3};
-use crate::types::PortId;
+use crate::types::{PortId, MAX_PORTS};
 
 /// Headroom the one-pass path of a port with sub-interfaces takes before each frame: room
 /// for the most tags an egress pushes.
 pub const ROOM: usize = vlan::MAX_TAGS * vlan::TAG_LEN;
 
-/// The bytes [`Forwarder::route_now_tagged`] reads and writes in its view: the headroom, the
+/// VLAN ids: every value of a tag's 12-bit field.
+const VIDS: usize = 1 << 12;
+
+/// The bytes [`TaggedPort::route_now`] reads and writes in its view: the headroom, the
 /// most tags, the Ethernet and IPv4 headers.
 const HEAD: usize = ROOM + 2 * vlan::TAG_LEN + ETH_HLEN + ipv4::HLEN;
 
@@ -42,21 +45,96 @@ pub(super) struct SubIfs {
     list: Vec<SubIf>,
     /// (parent << 32 | [`TagStack::key`], id), sorted.
     by_stack: Vec<(u64, PortId)>,
-    /// Per port, its single 802.1Q tags' sub-interfaces by VLAN id (id + 1; 0: none): the
-    /// one-pass path's lookup, one load. Empty for a port without any.
-    dot1q: Vec<Box<[u16]>>,
-    /// Per interface (ports, then sub-interfaces), how its frames leave: the one-pass
-    /// path's egress, one load.
-    egress: Vec<Egress>,
+    /// Per port, the interface a frame with one 802.1Q tag came in on, by VLAN id (id + 1;
+    /// 0: none; VLAN 0, a priority tag, is the port's own): the one-pass path's lookup, one
+    /// load at a masked index. One per port once any port has sub-interfaces.
+    dot1q: Vec<Box<[u16; VIDS]>>,
+    /// Per port, its two-tag stacks (the one-pass path's lookup; `by_stack` names them).
+    qinq: Vec<Stacks>,
+    /// By interface id (ports, then sub-interfaces; every id a next hop can name), how its
+    /// frames leave: the one-pass path's egress, one load. None without sub-interfaces.
+    egress: Option<Box<[Egress; MAX_PORTS]>>,
 }
 
-/// How a frame for one interface leaves: by which port, with which tags in front of its
-/// ethertype (`tags[..len]`, as they lie in the frame).
-#[derive(Debug, Clone, Copy, Default)]
+/// A port's two-tag stacks as the one-pass path looks them up: a set of the stacks' 8
+/// bytes as they lie in a frame (priority and drop-eligible bits masked), open addressing
+/// with linear probing in a table at most half full. 0 (no TPID) is an empty slot.
+#[derive(Debug, Default)]
+struct Stacks {
+    slots: Box<[u64]>,
+}
+
+impl Stacks {
+    /// The bytes of a stack that name it: both TPIDs and VIDs, little-endian.
+    const KEY: u64 = u64::from_le_bytes([0xff, 0xff, 0x0f, 0xff, 0xff, 0xff, 0x0f, 0xff]);
+
+    fn new(stacks: impl Iterator<Item = u64>) -> Stacks {
+        let keys: Vec<u64> = stacks.map(|k| k & Self::KEY).collect();
+        if keys.is_empty() {
+            return Stacks::default();
+        }
+        let mut slots = vec![0; (keys.len() * 2).next_power_of_two()].into_boxed_slice();
+        let mask = slots.len() - 1;
+        for k in keys {
+            let mut i = Self::home(k, mask);
+            while let Some(s) = slots.get_mut(i) {
+                if *s == 0 || *s == k {
+                    *s = k;
+                    break;
+                }
+                i = (i + 1) & mask;
+            }
+        }
+        Stacks { slots }
+    }
+
+    #[inline(always)]
+    fn home(key: u64, mask: usize) -> usize {
+        #[allow(clippy::cast_possible_truncation)] // the product's top bits, masked
+        let h = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize;
+        h & mask
+    }
+
+    /// Whether the stack whose first 8 bytes (little-endian) are `raw` is one of the port's.
+    #[inline(always)]
+    fn contains(&self, raw: u64) -> bool {
+        let key = raw & Self::KEY;
+        let mask = self.slots.len().wrapping_sub(1);
+        let mut i = Self::home(key, mask);
+        // At most every slot once; the table always has an empty one.
+        for _ in 0..self.slots.len() {
+            match self.slots.get(i) {
+                Some(&s) if s == key => return true,
+                Some(&s) if s != 0 => i = (i + 1) & mask,
+                _ => return false,
+            }
+        }
+        false
+    }
+}
+
+/// How a frame for one interface leaves: by which port, from which MAC, with which tags in
+/// front of its ethertype.
+#[derive(Debug, Clone, Copy)]
 struct Egress {
+    /// The port's MAC, as [`mac_key`] makes it.
+    src: u64,
+    /// The tags as they lie in the frame, at the end of these 8 bytes (`len` of them).
+    tail: [u8; 8],
     port: PortId,
+    /// Bytes of tags: 0, 4 or 8; [`Egress::NONE`] for an id that is no interface.
     len: u8,
-    tags: [u8; 8],
+}
+
+impl Egress {
+    /// `len` of an id that is no interface.
+    const NONE: u8 = u8::MAX;
+    const ABSENT: Egress = Egress {
+        src: 0,
+        tail: [0; 8],
+        port: 0,
+        len: Egress::NONE,
+    };
 }
 
 impl SubIfs {
@@ -73,26 +151,6 @@ impl SubIfs {
         let k = Self::key(port, tags);
         let at = self.by_stack.binary_search_by_key(&k, |(k, _)| *k).ok()?;
         self.by_stack.get(at).map(|(_, id)| *id)
-    }
-
-    /// [`SubIfs::ingress`] of a one-tag frame, its TPID and TCI as they lie in the frame.
-    #[inline(always)]
-    fn ingress_one(&self, port: PortId, tpid: [u8; 2], tci: [u8; 2]) -> Option<PortId> {
-        let vid = usize::from(u16::from_be_bytes(tci) & 0x0fff);
-        if tpid == ETH_P_8021Q.to_be_bytes() {
-            if vid == 0 {
-                return Some(port);
-            }
-            let id = *self.dot1q.get(usize::from(port))?.get(vid)?;
-            return id.checked_sub(1);
-        }
-        self.ingress(
-            port,
-            &TagStack::one(Tag {
-                tpid: u16::from_be_bytes(tpid),
-                tci: u16::from_be_bytes(tci),
-            }),
-        )
     }
 
     /// Sub-interface `id`, if it is one.
@@ -134,54 +192,15 @@ impl Forwarder {
             by_stack.push((SubIfs::key(s.parent, &s.tags), (first + k) as PortId));
         }
         by_stack.sort_unstable();
-        #[allow(clippy::cast_possible_truncation)] // ids are at most MAX_PORTS
-        let mut egress: Vec<Egress> = (0..first)
-            .map(|p| Egress {
-                port: p as PortId,
-                ..Egress::default()
-            })
-            .collect();
-        for s in &subifs {
-            let mut e = Egress {
-                port: s.parent,
-                ..Egress::default()
-            };
-            for (t, b) in s
-                .tags
-                .tags()
-                .iter()
-                .zip(e.tags.chunks_exact_mut(vlan::TAG_LEN))
-            {
-                b.copy_from_slice(&(u32::from(t.tpid) << 16 | u32::from(t.tci)).to_be_bytes());
-            }
-            #[allow(clippy::cast_possible_truncation)] // at most two tags' bytes
-            let len = s.tags.bytes() as u8;
-            e.len = len;
-            egress.push(e);
-        }
-        let mut dot1q: Vec<Box<[u16]>> = vec![Box::default(); first];
-        for (k, s) in subifs.iter().enumerate() {
-            let [t] = s.tags.tags() else { continue };
-            if t.tpid != ETH_P_8021Q {
-                continue;
-            }
-            if let Some(table) = dot1q.get_mut(usize::from(s.parent)) {
-                if table.is_empty() {
-                    *table = vec![0; 4096].into_boxed_slice();
-                }
-                if let Some(slot) = table.get_mut(usize::from(t.vid())) {
-                    #[allow(clippy::cast_possible_truncation)] // ids are at most MAX_PORTS
-                    let id = (first + k + 1) as u16;
-                    *slot = id;
-                }
-            }
-        }
+        let egress = egress_table(&self.port_macs, first, &subifs);
+        let (dot1q, qinq) = vlan_tables(first, &subifs);
         self.addrs = Arc::new(PortAddrs::new(addrs));
         self.subifs = SubIfs {
             first,
             list: subifs,
             by_stack,
             dot1q,
+            qinq,
             egress,
         };
         self
@@ -232,74 +251,195 @@ impl Forwarder {
         Ok((at, id))
     }
 
+    /// The one-pass path's tables for the frames received on `port` ([`TaggedPort`]), taken
+    /// once per burst. None without sub-interfaces (or for no port).
+    #[inline(always)]
+    pub fn tagged_port(&self, port: PortId) -> Option<TaggedPort<'_>> {
+        Some(TaggedPort {
+            ingress: self.ingress(port),
+            dot1q: self.subifs.dot1q.get(usize::from(port))?,
+            qinq: self.subifs.qinq.get(usize::from(port))?,
+            egress: self.subifs.egress.as_deref()?,
+        })
+    }
+
+    /// Where a frame for interface `out` leaves when `out` is a sub-interface: its parent
+    /// port, with its tags pushed in front. None for a port (or no interface).
+    pub(crate) fn tagged_egress(&self, out: PortId) -> Option<(PortId, &TagStack)> {
+        self.subifs.get(out).map(|s| (s.parent, &s.tags))
+    }
+}
+
+/// A tag as it is on the wire: TPID then TCI.
+fn wire(t: &Tag) -> [u8; vlan::TAG_LEN] {
+    (u32::from(t.tpid) << 16 | u32::from(t.tci)).to_be_bytes()
+}
+
+/// The one-pass path's egress table: for each port, its MAC and no tag; for each of
+/// `subifs` (ids `first..`), its parent's MAC and port and its tags right-aligned in `tail`.
+/// None without sub-interfaces.
+fn egress_table(
+    port_macs: &[u64],
+    first: usize,
+    subifs: &[SubIf],
+) -> Option<Box<[Egress; MAX_PORTS]>> {
+    if subifs.is_empty() {
+        return None;
+    }
+    let mut egress = vec![Egress::ABSENT; MAX_PORTS];
+    for (id, e) in egress.iter_mut().enumerate().take(first) {
+        #[allow(clippy::cast_possible_truncation)] // ids are at most MAX_PORTS
+        let port = id as PortId;
+        *e = Egress {
+            src: port_macs.get(id).copied().unwrap_or(0),
+            tail: [0; 8],
+            port,
+            len: 0,
+        };
+    }
+    for (s, e) in subifs.iter().zip(egress.iter_mut().skip(first)) {
+        let mut tail = [0; 8];
+        let bytes = s.tags.bytes();
+        for (t, b) in s.tags.tags().iter().zip(
+            tail.get_mut(8 - bytes.min(8)..)
+                .unwrap_or_default()
+                .chunks_exact_mut(vlan::TAG_LEN),
+        ) {
+            b.copy_from_slice(&wire(t));
+        }
+        *e = Egress {
+            src: port_macs.get(usize::from(s.parent)).copied().unwrap_or(0),
+            tail,
+            port: s.parent,
+            #[allow(clippy::cast_possible_truncation)] // at most two tags' bytes
+            len: bytes as u8,
+        };
+    }
+    egress.into_boxed_slice().try_into().ok()
+}
+
+/// Each of the `first` ports' ingress tables for the one-pass path: its 802.1Q VIDs (slot
+/// 0, the priority tag, the port itself) and its two-tag stacks. Both empty without
+/// sub-interfaces.
+fn vlan_tables(first: usize, subifs: &[SubIf]) -> (Vec<Box<[u16; VIDS]>>, Vec<Stacks>) {
+    if subifs.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    #[allow(clippy::cast_possible_truncation)] // ids are at most MAX_PORTS
+    let mut dot1q: Vec<Box<[u16; VIDS]>> = (0..first)
+        .map(|p| {
+            let mut t = Box::new([0u16; VIDS]);
+            if let Some(priority) = t.first_mut() {
+                *priority = p as u16 + 1;
+            }
+            t
+        })
+        .collect();
+    let raw = |s: &SubIf| {
+        let mut b = [0u8; 8];
+        for (t, c) in s.tags.tags().iter().zip(b.chunks_exact_mut(vlan::TAG_LEN)) {
+            c.copy_from_slice(&wire(t));
+        }
+        u64::from_le_bytes(b)
+    };
+    let qinq = (0..first)
+        .map(|p| {
+            Stacks::new(
+                subifs
+                    .iter()
+                    .filter(|s| usize::from(s.parent) == p && s.tags.tags().len() == 2)
+                    .map(raw),
+            )
+        })
+        .collect();
+    for (k, s) in subifs.iter().enumerate() {
+        let [t] = s.tags.tags() else { continue };
+        if t.tpid != ETH_P_8021Q || t.vid() == 0 {
+            continue;
+        }
+        if let Some(table) = dot1q.get_mut(usize::from(s.parent)) {
+            #[allow(clippy::cast_possible_truncation)] // ids are at most MAX_PORTS
+            let id = (first + k + 1) as u16;
+            if let Some(slot) = table.get_mut(usize::from(t.vid())) {
+                *slot = id;
+            }
+        }
+    }
+    (dot1q, qinq)
+}
+
+/// What the one-pass path of a port with sub-interfaces reads for each of its frames
+/// ([`Forwarder::tagged_port`]): the port's VLAN table and MAC check, the interfaces' egress,
+/// held in registers for a burst.
+#[derive(Clone, Copy)]
+pub struct TaggedPort<'a> {
+    /// The port's MAC check, its sub-interfaces' too (they take frames with its MAC).
+    ingress: Ingress,
+    dot1q: &'a [u16; VIDS],
+    qinq: &'a Stacks,
+    egress: &'a [Egress; MAX_PORTS],
+}
+
+impl TaggedPort<'_> {
     /// [`Forwarder::route_now`] for a port with sub-interfaces: an option-less IPv4 frame
     /// with no tag, one or two, forwarded whole in one pass. `buf` is the frame with
     /// [`ROOM`] bytes before it (the headroom its egress tags may grow into). The tags are
-    /// read at fixed offsets and name the ingress interface; the IPv4 header is checked,
-    /// routed and its TTL decremented in place; the Ethernet header is written anew in front
-    /// of it with the egress interface's tags (the ingress tags are not moved: every byte
-    /// before the IP header is rewritten). Returns the egress port and where the frame now
-    /// starts in `buf`; None leaves `buf` unchanged, for the general path (IPv6, options,
-    /// anything refused, an unknown stack).
+    /// read at fixed offsets and must name an interface of the port (the route is the same
+    /// whichever it is); the IPv4 header is checked, routed and its TTL decremented in
+    /// place; the Ethernet header is written anew in front of it with the egress
+    /// interface's tags (the ingress tags are not moved: every byte before the IP header is
+    /// rewritten). Returns the egress port and where the frame now starts in `buf`; None
+    /// leaves `buf` unchanged, for the general path (IPv6, options, anything refused, an
+    /// unknown stack).
     #[inline(always)]
-    pub fn route_now_tagged(
-        &self,
-        rt: V4Routes<'_>,
-        port: PortId,
-        buf: &mut [u8],
-    ) -> Option<(PortId, usize)> {
+    pub fn route_now(&self, rt: V4Routes<'_>, buf: &mut [u8]) -> Option<(PortId, usize)> {
+        let (head, _) = buf.split_first_chunk::<HEAD>()?;
         // The words after the MACs: an ethertype, or a tag's TPID and TCI, and so on.
-        let h = buf.get(ROOM + 12..ROOM + 22)?.first_chunk::<10>()?;
+        let h = head.get(ROOM + 12..ROOM + 22)?.first_chunk::<10>()?;
         let [a0, a1, b0, b1, c0, c1, d0, d1, e0, e1] = *h;
         let v4 = ETH_P_IPV4.to_be_bytes();
         if [a0, a1] == v4 {
-            self.route_tags::<0>(rt, port, buf)
-        } else if !vlan::is_tpid([a0, a1]) {
-            None
-        } else if [c0, c1] == v4 {
-            let ingress = self.subifs.ingress_one(port, [a0, a1], [b0, b1])?;
-            self.route_tags::<1>(rt, ingress, buf)
-        } else if vlan::is_tpid([c0, c1]) && [e0, e1] == v4 {
-            let tag = |tpid: [u8; 2], tci: [u8; 2]| Tag {
-                tpid: u16::from_be_bytes(tpid),
-                tci: u16::from_be_bytes(tci),
-            };
-            let stack = TagStack::two(tag([a0, a1], [b0, b1]), tag([c0, c1], [d0, d1]));
-            let ingress = self.subifs.ingress(port, &stack)?;
-            self.route_tags::<2>(rt, ingress, buf)
+            self.route_tags::<0>(rt, buf)
+        } else if [c0, c1] == v4 && [a0, a1] == ETH_P_8021Q.to_be_bytes() {
+            // One 802.1Q tag: its VID must be one of the port's interfaces.
+            let vid = usize::from(u16::from_be_bytes([b0, b1]) & 0x0fff);
+            if self.dot1q.get(vid).copied().unwrap_or(0) == 0 {
+                return None;
+            }
+            self.route_tags::<1>(rt, buf)
+        } else if [e0, e1] == v4
+            && self
+                .qinq
+                .contains(u64::from_le_bytes([a0, a1, b0, b1, c0, c1, d0, d1]))
+        {
+            self.route_tags::<2>(rt, buf)
         } else {
             None
         }
     }
 
-    /// [`Forwarder::route_now_tagged`] of a frame with `K` tags that came in on `ingress`:
-    /// every offset a constant.
+    /// [`TaggedPort::route_now`] of a frame with `K` tags that came in on one of the port's
+    /// interfaces: every offset a constant.
     #[inline(always)]
     fn route_tags<const K: usize>(
         &self,
         rt: V4Routes<'_>,
-        ingress: PortId,
         buf: &mut [u8],
     ) -> Option<(PortId, usize)> {
         // From `at` the frame is read as an untagged one: its last ethertype and IP header
         // where an untagged frame has them.
         let at = ROOM + K * vlan::TAG_LEN;
-        let plain_len = buf.len().checked_sub(at)?;
         let (head, _) = buf.split_first_chunk::<HEAD>()?;
+        // At least HEAD bytes: no wrap.
+        let ip_wire = buf.len().wrapping_sub(at + ETH_HLEN);
         let macs = head.get(ROOM..ROOM + 8)?.first_chunk::<8>()?;
-        if !self.ingress(ingress).accepts(macs) {
-            return None;
-        }
-        let plain = head.get(at..)?;
-        let ip = plain
-            .get(ETH_HLEN..ETH_HLEN + ipv4::HLEN)?
+        let ip = head
+            .get(at + ETH_HLEN..at + ETH_HLEN + ipv4::HLEN)?
             .first_chunk::<{ ipv4::HLEN }>()?;
-        if ip[ipv4::VER_IHL] != 0x45 {
+        if ip[ipv4::VER_IHL] != 0x45 || !self.ingress.accepts(macs) {
             return None;
         }
-        let Ok(L3::V4 { dst, len }) =
-            packet::parse_v4_plain::<false>(ip, plain_len.wrapping_sub(ETH_HLEN))
-        else {
+        let Ok(L3::V4 { dst, len }) = packet::parse_v4_plain::<false>(ip, ip_wire) else {
             return None;
         };
         // The flow hash reads the ports past the header: the whole frame from `at`.
@@ -309,36 +449,23 @@ impl Forwarder {
         if u32::from(len) > hop.mtu {
             return None;
         }
-        let e = *self.subifs.egress.get(usize::from(hop.port))?;
-        let src = self.port_macs.get(usize::from(e.port)).copied()?;
+        let e = self.egress.get(usize::from(hop.port))?;
+        if usize::from(e.len) > ROOM {
+            return None;
+        }
+        let start = at - usize::from(e.len);
         let (head, _) = buf.split_first_chunk_mut::<HEAD>()?;
         let ip = head
             .get_mut(at + ETH_HLEN..at + ETH_HLEN + ipv4::HLEN)?
             .first_chunk_mut::<{ ipv4::HLEN }>()?;
         packet::decrement_ttl_v4_header(ip);
-        // The new Ethernet header ends where the old one did: MACs, then the egress tags.
-        let start = match e.len {
-            0 => at,
-            4 => {
-                let t = head.get_mut(at + 8..at + 12)?;
-                t.copy_from_slice(e.tags.first_chunk::<4>()?);
-                at - 4
-            }
-            _ => {
-                let t = head.get_mut(at + 4..at + 12)?;
-                t.copy_from_slice(&e.tags);
-                at - 8
-            }
-        };
+        // The new Ethernet header ends where the old one did: the egress tags before the
+        // ethertype (the 8 bytes before it written whole; what lies before the tags is
+        // overwritten by the MACs), then the MACs in front of them.
+        head.get_mut(at + 4..at + 12)?.copy_from_slice(&e.tail);
         let macs = head.get_mut(start..start + 12)?.first_chunk_mut::<12>()?;
-        packet::set_macs(macs, hop.mac, src);
+        packet::set_macs(macs, hop.mac, e.src);
         Some((e.port, start))
-    }
-
-    /// Where a frame for interface `out` leaves when `out` is a sub-interface: its parent
-    /// port, with its tags pushed in front. None for a port (or no interface).
-    pub(crate) fn tagged_egress(&self, out: PortId) -> Option<(PortId, &TagStack)> {
-        self.subifs.get(out).map(|s| (s.parent, &s.tags))
     }
 }
 
@@ -400,6 +527,52 @@ mod tests {
         );
         assert_eq!(f.tagged_egress(1), None);
         assert_eq!(f.port(2).map(|p| p.mac), f.port(0).map(|p| p.mac));
+    }
+
+    /// A stack's 8 bytes as they lie in a frame, little-endian.
+    fn raw(tags: &TagStack) -> u64 {
+        let f = tagged(tags);
+        u64::from_le_bytes(f[12..20].try_into().unwrap())
+    }
+
+    #[test]
+    fn a_port_s_stacks_are_found_whatever_their_priority_bits_and_no_other_is() {
+        let stack = |outer: u16, inner: u16| TagStack::two(Tag::dot1ad(outer), Tag::dot1q(inner));
+        // Enough stacks to collide in the table; VIDs from 1 to 4095 both.
+        let known: Vec<TagStack> = (1..=300u16)
+            .map(|k| stack(k * 13 % 4095 + 1, k * 7 % 4095 + 1))
+            .collect();
+        let table = Stacks::new(known.iter().map(raw));
+        assert_eq!(table.slots.len(), 1024);
+        for s in &known {
+            assert!(table.contains(raw(s)), "{s:?}");
+            let [o, i] = [s.tags()[0], s.tags()[1]];
+            let marked = TagStack::two(
+                Tag {
+                    tci: o.tci | 0xe000,
+                    ..o
+                },
+                Tag {
+                    tci: i.tci | 0x1000,
+                    ..i
+                },
+            );
+            assert!(table.contains(raw(&marked)), "{marked:?}");
+            let other_tpid = TagStack::two(Tag::dot1q(o.vid()), i);
+            assert!(!table.contains(raw(&other_tpid)), "{other_tpid:?}");
+        }
+        let mut misses = 0;
+        for outer in 1..200u16 {
+            for inner in [1, 2, 3000, 4095] {
+                let s = stack(outer, inner);
+                if !known.contains(&s) {
+                    assert!(!table.contains(raw(&s)), "{s:?}");
+                    misses += 1;
+                }
+            }
+        }
+        assert!(misses > 700);
+        assert!(!Stacks::default().contains(raw(&known[0])), "an empty set");
     }
 
     #[test]

@@ -352,6 +352,11 @@ impl<Q: RingIo> Poller<Q> {
             .unwrap_or_default();
         let v4 = rt.v4();
         let port_macs = fwd.port_macs();
+        let tagged = if TAGGED {
+            fwd.tagged_port(in_port)
+        } else {
+            None
+        };
         let descs = burst.get(..n).unwrap_or_default();
         // Pass 0 (here, where the loop's values are already in registers), then the first
         // frames' route entries; in the loop, the route entry `ROUTE_AHEAD` frames ahead of
@@ -367,8 +372,9 @@ impl<Q: RingIo> Poller<Q> {
             if let Some(ahead) = descs.get(k + ROUTE_AHEAD) {
                 prefetch_route(area, v4, ahead);
             }
-            if TAGGED {
-                if let Some((out, addr, len)) = vlan::route_now_tagged(area, fwd, v4, in_port, d) {
+            if let Some(tp) = &tagged {
+                if let Some((out, addr, len)) = vlan::route_now_tagged(area, tp, v4, *frame_mask, d)
+                {
                     if !stage(stages, usize::from(out), addr, len) {
                         t.drop(DropReason::TxRingFull);
                         free.push(addr & *frame_mask);

@@ -8,37 +8,41 @@ use xdpilone::xdp::XdpDesc;
 use super::tally::Tally;
 use super::Stage;
 use crate::fib::{Routes, V4Routes};
-use crate::forward::{subif, Forwarder, Parsed};
+use crate::forward::{subif, Forwarder, Parsed, TaggedPort};
 use crate::packet::vlan::{self, TagStack};
 use crate::packet::DropReason;
 use crate::port::umem::{Area, FreeList};
 use crate::types::PortId;
 
-/// The one-pass path of a port with sub-interfaces ([`Forwarder::route_now_tagged`]) for
-/// the frame of `d` received on `port`, with the room before it that its egress tags may
-/// take: the egress port and the frame's new descriptor (addr, len), or None with the frame
-/// unchanged (also for a frame with less room before it than that: the general path's).
+/// The one-pass path of a port with sub-interfaces ([`TaggedPort::route_now`]) for the
+/// frame of `d`, with the room before it that its egress tags may take: the egress port and
+/// the frame's new descriptor (addr, len), or None with the frame unchanged (also for a
+/// frame with less room before it than that: the general path's). `frame_mask`: an address
+/// masked with it is its frame's base.
 #[inline(always)]
 #[allow(unsafe_code)]
 pub(super) fn route_now_tagged(
     area: &mut Area,
-    fwd: &Forwarder,
+    port: &TaggedPort<'_>,
     v4: V4Routes<'_>,
-    port: PortId,
+    frame_mask: u64,
     d: &XdpDesc,
 ) -> Option<(PortId, u64, u32)> {
     const ROOM: u64 = subif::ROOM as u64;
-    if d.addr & (u64::from(area.frame_size()) - 1) < ROOM {
+    #[allow(clippy::cast_possible_truncation)] // ROOM is 8
+    const ROOM_LEN: u32 = subif::ROOM as u32;
+    if d.addr & !frame_mask < ROOM {
         return None;
     }
-    let (addr, len) = (d.addr - ROOM, d.len.checked_add(u32::try_from(ROOM).ok()?)?);
+    let (addr, len) = (d.addr - ROOM, d.len.wrapping_add(ROOM_LEN));
     let off = area.check(addr, len)?;
     // SAFETY: a frame received in this burst, not yet staged or freed, and the bytes before
     // it in its own UMEM frame (at least ROOM of them, checked above); `Area::check` passed
     // for the whole just above.
     let buf = unsafe { area.checked_frame_mut(off, len) };
-    let (out, start) = fwd.route_now_tagged(v4, port, buf)?;
-    let start = u32::try_from(start).ok()?;
+    let (out, start) = port.route_now(v4, buf)?;
+    #[allow(clippy::cast_possible_truncation)] // at most ROOM + two tags' bytes
+    let start = start as u32;
     Some((out, addr + u64::from(start), len - start))
 }
 

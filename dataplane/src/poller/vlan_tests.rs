@@ -24,6 +24,9 @@ fn vlan100() -> TagStack {
 fn qinq() -> TagStack {
     TagStack::two(Tag::dot1ad(10), Tag::dot1q(20))
 }
+fn port0_qinq() -> TagStack {
+    TagStack::two(Tag::dot1ad(30), Tag::dot1q(40))
+}
 
 /// A forwarder with routes out of each kind of interface: 198.19/16 by port 1 untagged,
 /// 198.20/16 by the QinQ sub-interface, 198.21/16 back by VLAN 100 (2001:2:0:3::/64 too);
@@ -73,6 +76,12 @@ fn forwarder_with(mtu: u32, qinq_mtu: u32) -> Arc<Forwarder> {
             parent: 1,
             tags: qinq(),
             addresses: vec![("198.20.0.2".parse().unwrap(), 16)],
+        },
+        // Only ever an ingress: no route leaves by it.
+        SubIf {
+            parent: 0,
+            tags: port0_qinq(),
+            addresses: vec![],
         },
     ];
     Arc::new(
@@ -260,6 +269,37 @@ fn a_sub_interface_fragments_and_answers_with_its_tags_and_addresses() {
             "from the sub-interface's address"
         );
         assert_eq!(ip[20], 11, "time exceeded");
+    }
+}
+
+#[test]
+fn a_known_qinq_stack_is_routed_whatever_its_priority_bits_and_an_unknown_one_is_not() {
+    let to_qinq = v4_to("198.20.0.9");
+    let with_priority = TagStack::two(
+        Tag {
+            tpid: packet::ETH_P_8021AD,
+            tci: 0xb000 | 30,
+        },
+        Tag {
+            tpid: packet::ETH_P_8021Q,
+            tci: 0x7000 | 40,
+        },
+    );
+    let traffic = vec![
+        tagged(&port0_qinq(), &to_qinq),
+        tagged(&with_priority, &to_qinq),
+        tagged(&TagStack::two(Tag::dot1ad(30), Tag::dot1q(41)), &to_qinq),
+        tagged(&TagStack::two(Tag::dot1q(30), Tag::dot1q(40)), &to_qinq), // another TPID
+    ];
+    let (s, out, whole) = run(forwarder(1500), traffic, 400);
+    assert!(whole, "every UMEM frame accounted for");
+    assert_eq!(s.get(Counter::TxPackets), 200, "{s:?}");
+    assert_eq!(s.drop_count(DropReason::VlanTagged), 200);
+    assert!(!out[1].is_empty());
+    for f in &out[1] {
+        assert_eq!(tag_stack(f).unwrap(), qinq(), "{f:?}");
+        assert_eq!(f[8 + 14 + 8], 63, "TTL");
+        assert_eq!(packet::checksum(&f[8 + 14..8 + 34]), 0);
     }
 }
 

@@ -27,6 +27,7 @@ use crate::forward::{Forwarder, L2Egress, Parsed};
 use crate::packet::{self, DropReason};
 use crate::port::rings::{RingIo, XDP_PKT_CONTD};
 use crate::port::umem::{Area, FreeList};
+use crate::types::PortId;
 
 /// The frames of a burst left to be decided after the rest (IPv6 in l3fwd, every frame in
 /// drop mode) with their parse results ([`Forwarder::prepare`]), on the stack for that burst
@@ -36,6 +37,9 @@ use crate::port::umem::{Area, FreeList};
 struct Later<'r> {
     descs: ArrayVec<XdpDesc, MAX_BATCH>,
     parsed: ArrayVec<Result<Parsed<'r>, DropReason>, MAX_BATCH>,
+    /// The interface each frame came in on, where the port has sub-interfaces (pushed with
+    /// every frame, [`Later::push_from`]); empty for a port without: each came in on it.
+    ingress: ArrayVec<PortId, MAX_BATCH>,
     /// Whether any lookup walks the IPv6 trie.
     walks: bool,
 }
@@ -46,6 +50,7 @@ impl<'r> Later<'r> {
         Later {
             descs: ArrayVec::new(),
             parsed: ArrayVec::new(),
+            ingress: ArrayVec::new(),
             walks: false,
         }
     }
@@ -58,6 +63,29 @@ impl<'r> Later<'r> {
         self.walks |= parsed.as_ref().is_ok_and(Parsed::walks);
         if self.descs.try_push(d).is_ok() {
             let _ = self.parsed.try_push(parsed);
+        }
+    }
+
+    /// [`Later::push`] of a frame that came in on interface `ingress` (a port with
+    /// sub-interfaces: every frame of the burst is pushed with its interface).
+    #[inline(always)]
+    fn push_from(&mut self, d: XdpDesc, parsed: Result<Parsed<'r>, DropReason>, ingress: PortId) {
+        self.push(d, parsed);
+        let _ = self.ingress.try_push(ingress);
+    }
+
+    /// [`Later::push`] in a pass of `TAGGED` (see [`Poller::route_pass`]).
+    #[inline(always)]
+    fn keep<const TAGGED: bool>(
+        &mut self,
+        d: XdpDesc,
+        parsed: Result<Parsed<'r>, DropReason>,
+        ingress: PortId,
+    ) {
+        if TAGGED {
+            self.push_from(d, parsed, ingress);
+        } else {
+            self.push(d, parsed);
         }
     }
 }
@@ -144,48 +172,12 @@ struct Refusal<'a> {
 
 impl Refusal<'_> {
     /// A frame that does not leave by its route as it is: asks for its neighbour, fragments
-    /// it, turns it into an ICMP error sent back out of the ingress port, or drops it, counted
-    /// by reason. Its buffer is staged or back on the free list when this returns.
+    /// it, turns it into an ICMP error sent back out of the interface it came in on, or drops
+    /// it, counted by reason. Its buffer is staged or back on the free list when this
+    /// returns.
     #[cold]
     #[inline(never)]
     fn refused(
-        &mut self,
-        rt: Routes<'_>,
-        reason: DropReason,
-        p: &Result<Parsed, DropReason>,
-        d: &XdpDesc,
-        tally: &mut Tally,
-    ) {
-        if reason == DropReason::VlanTagged && self.fwd.has_subinterfaces() {
-            let t = vlan::decide_tagged(self.area, self.fwd, rt, self.in_port, d);
-            match t.verdict {
-                Ok((out, len)) => {
-                    let at = (t.desc.addr, len);
-                    if !stage(self.stages, usize::from(out), t.desc.addr, len)
-                        && !vlan::stage_tagged(self.area, self.stages, self.fwd, out, at)
-                    {
-                        drop_frame(
-                            self.area,
-                            self.free,
-                            self.frame_mask,
-                            DropReason::TxRingFull,
-                            &t.desc,
-                            tally,
-                        );
-                    }
-                }
-                Err(r) => {
-                    self.in_port = t.ingress;
-                    self.refuse(rt, r, &t.parsed, &t.desc, tally);
-                }
-            }
-            return;
-        }
-        self.refuse(rt, reason, p, d, tally);
-    }
-
-    /// [`Refusal::refused`] of an untagged frame (or one whose tags were popped).
-    fn refuse(
         &mut self,
         rt: Routes<'_>,
         reason: DropReason,
@@ -383,7 +375,7 @@ impl<Q: RingIo> Poller<Q> {
                 }
             }
             let Some(off) = area.check(d.addr, d.len) else {
-                later.push(*d, Err(DropReason::InvalidDescriptor));
+                later.keep::<TAGGED>(*d, Err(DropReason::InvalidDescriptor), in_port);
                 continue;
             };
             // SAFETY: as in pass 0; it is staged for TX or freed only after this view, and
@@ -401,7 +393,11 @@ impl<Q: RingIo> Poller<Q> {
                         free.push(d.addr & *frame_mask);
                     }
                 }
-                None => later.push(*d, fwd.prepare_routed(rt, ingress, frame)),
+                None if TAGGED && frame.first_chunk::<14>().is_some_and(vlan::is_tagged) => {
+                    let (d, id, parsed) = vlan::untag_and_prepare(fwd, rt, in_port, d, frame);
+                    later.push_from(d, parsed, id);
+                }
+                None => later.keep::<TAGGED>(*d, fwd.prepare_routed(rt, ingress, frame), in_port),
             }
         }
         bytes
@@ -504,7 +500,7 @@ impl<Q: RingIo> Poller<Q> {
         let stages = stages
             .get_mut(queue_base..queue_base + *ports)
             .unwrap_or_default();
-        for (d, p) in later.descs.iter().zip(later.parsed.iter()) {
+        for (k, (d, p)) in later.descs.iter().zip(later.parsed.iter()).enumerate() {
             let verdict = match *p {
                 Ok(parsed) => {
                     // Pass 1 parsed only frames whose descriptor `Area::check` passed, and its
@@ -545,7 +541,7 @@ impl<Q: RingIo> Poller<Q> {
                     last_resolve,
                     resolve: resolve.as_deref(),
                     frame_mask: *frame_mask,
-                    in_port,
+                    in_port: later.ingress.get(k).copied().unwrap_or(in_port),
                 }
                 .refused(rt, r, p, d, t),
             }

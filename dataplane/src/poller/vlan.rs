@@ -10,7 +10,7 @@ use super::Stage;
 use crate::fib::{Routes, V4Routes};
 use crate::forward::{subif, Forwarder, Parsed, TaggedPort};
 use crate::packet::vlan::{self, TagStack};
-use crate::packet::DropReason;
+use crate::packet::{self, DropReason};
 use crate::port::umem::{Area, FreeList};
 use crate::types::PortId;
 
@@ -46,7 +46,46 @@ pub(super) fn route_now_tagged(
     Some((out, addr + u64::from(start), len - start))
 }
 
-/// What became of a tagged frame pass 1 refused as `vlan_tagged` ([`decide_tagged`]).
+/// Whether a frame whose first bytes are `head` carries a tag (its ethertype is a TPID).
+#[inline(always)]
+pub(super) fn is_tagged(head: &[u8; packet::ETH_HLEN]) -> bool {
+    let [.., a, b] = *head;
+    vlan::is_tpid([a, b])
+}
+
+/// A tagged frame received on `port` that the one pass left (IPv6, IPv4 it refused): its
+/// tags popped in place and the untagged frame parsed as one of the interface they name,
+/// for pass 2 to decide with the burst's other frames (an IPv6 lookup walked with theirs).
+/// Returns the frame's descriptor now (past its tags once they are popped), the interface
+/// it came in on, and its parse: `vlan_tagged` for a stack no sub-interface of the port
+/// has, `truncated` for a frame that ends inside its tags (both leave the frame as it
+/// was).
+#[inline(never)]
+pub(super) fn untag_and_prepare<'r>(
+    fwd: &Forwarder,
+    rt: Routes<'r>,
+    port: PortId,
+    d: &XdpDesc,
+    frame: &mut [u8],
+) -> (XdpDesc, PortId, Result<Parsed<'r>, DropReason>) {
+    let (at, id) = match fwd.untag(port, frame) {
+        Ok(v) => v,
+        Err(r) => return (*d, port, Err(r)),
+    };
+    let Some(rest) = frame.get(at..) else {
+        return (*d, port, Err(DropReason::Truncated));
+    };
+    #[allow(clippy::cast_possible_truncation)] // at most two tags' bytes
+    let at = at as u32;
+    let desc = XdpDesc {
+        addr: d.addr + u64::from(at),
+        len: d.len - at,
+        options: 0,
+    };
+    (desc, id, fwd.prepare_routed(rt, fwd.ingress(id), rest))
+}
+
+/// What became of a tagged chain's first buffer ([`decide_tagged`]).
 pub(super) struct Tagged<'r> {
     /// The frame's descriptor now: past its tags once they were popped.
     pub(super) desc: XdpDesc,
@@ -58,11 +97,10 @@ pub(super) struct Tagged<'r> {
     pub(super) verdict: Result<(PortId, u32), DropReason>,
 }
 
-/// A frame received on `port` that pass 1 refused as `vlan_tagged`, where the forwarder has
-/// sub-interfaces: its tags popped, and the untagged frame left decided as one of the
-/// interface they name, rewritten in place (IPv6 lookups walked whole here). Off the
-/// untagged path: a tagged frame costs the frames around it nothing. Its descriptor was
-/// checked in pass 1.
+/// A tagged frame received on `port` and refused as `vlan_tagged` by a path that parses
+/// frames as they are (a chain's first buffer), where the forwarder has sub-interfaces:
+/// [`untag_and_prepare`], then decided and rewritten in place (its IPv6 lookup walked
+/// whole here).
 #[cold]
 #[inline(never)]
 #[allow(unsafe_code)]
@@ -73,43 +111,31 @@ pub(super) fn decide_tagged<'r>(
     port: PortId,
     d: &XdpDesc,
 ) -> Tagged<'r> {
-    let mut out = Tagged {
-        desc: *d,
-        ingress: port,
-        parsed: Err(DropReason::VlanTagged),
-        verdict: Err(DropReason::VlanTagged),
-    };
     let Some(off) = area.check(d.addr, d.len) else {
-        out.verdict = Err(DropReason::InvalidDescriptor);
-        return out;
+        return Tagged {
+            desc: *d,
+            ingress: port,
+            parsed: Err(DropReason::InvalidDescriptor),
+            verdict: Err(DropReason::InvalidDescriptor),
+        };
     };
     // SAFETY: a frame received in this burst and not yet staged or freed (the caller's);
     // `Area::check` passed for it just above.
     let frame = unsafe { area.checked_frame_mut(off, d.len) };
-    let (at, id) = match fwd.untag(port, frame) {
-        Ok(v) => v,
-        Err(r) => {
-            out.verdict = Err(r);
-            return out;
-        }
+    let (desc, ingress, parsed) = untag_and_prepare(fwd, rt, port, d, frame);
+    // The untagged frame: the last desc.len bytes of the received one.
+    let at = frame.len().saturating_sub(desc.len as usize);
+    let verdict = match (parsed, frame.get_mut(at..)) {
+        (Ok(p), Some(rest)) => fwd.finish(rt, ingress, p, rest).map(|e| (e, desc.len)),
+        (Ok(_), None) => Err(DropReason::Truncated),
+        (Err(r), _) => Err(r),
     };
-    let Some(rest) = frame.get_mut(at..) else {
-        return out;
-    };
-    #[allow(clippy::cast_possible_truncation)] // at most two tags' bytes
-    let at = at as u32;
-    out.desc = XdpDesc {
-        addr: d.addr + u64::from(at),
-        len: d.len - at,
-        options: 0,
-    };
-    out.ingress = id;
-    out.parsed = fwd.prepare_routed(rt, fwd.ingress(id), rest);
-    out.verdict = match out.parsed {
-        Ok(p) => fwd.finish(rt, id, p, rest).map(|e| (e, out.desc.len)),
-        Err(r) => Err(r),
-    };
-    out
+    Tagged {
+        desc,
+        ingress,
+        parsed,
+        verdict,
+    }
 }
 
 /// Stages the frame `(addr, len)` for sub-interface `out`: its tags pushed in front of it,

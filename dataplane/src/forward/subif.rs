@@ -56,36 +56,43 @@ pub(super) struct SubIfs {
     egress: Option<Box<[Egress; MAX_PORTS]>>,
 }
 
-/// A port's two-tag stacks as the one-pass path looks them up: a set of the stacks' 8
-/// bytes as they lie in a frame (priority and drop-eligible bits masked), open addressing
-/// with linear probing in a table at most half full. 0 (no TPID) is an empty slot.
+/// A port's two-tag stacks as the one-pass path looks them up: a map from the stacks' 8
+/// bytes as they lie in a frame (priority and drop-eligible bits masked) to the interface
+/// each names, open addressing with linear probing in a table at most half full. 0 (no
+/// TPID) is an empty slot.
 #[derive(Debug, Default)]
 struct Stacks {
     slots: Box<[u64]>,
+    /// The interface of the stack in the same slot.
+    ids: Box<[PortId]>,
 }
 
 impl Stacks {
     /// The bytes of a stack that name it: both TPIDs and VIDs, little-endian.
     const KEY: u64 = u64::from_le_bytes([0xff, 0xff, 0x0f, 0xff, 0xff, 0xff, 0x0f, 0xff]);
 
-    fn new(stacks: impl Iterator<Item = u64>) -> Stacks {
-        let keys: Vec<u64> = stacks.map(|k| k & Self::KEY).collect();
+    fn new(stacks: impl Iterator<Item = (u64, PortId)>) -> Stacks {
+        let keys: Vec<(u64, PortId)> = stacks.map(|(k, id)| (k & Self::KEY, id)).collect();
         if keys.is_empty() {
             return Stacks::default();
         }
         let mut slots = vec![0; (keys.len() * 2).next_power_of_two()].into_boxed_slice();
+        let mut ids = vec![0; slots.len()].into_boxed_slice();
         let mask = slots.len() - 1;
-        for k in keys {
+        for (k, id) in keys {
             let mut i = Self::home(k, mask);
             while let Some(s) = slots.get_mut(i) {
                 if *s == 0 || *s == k {
                     *s = k;
+                    if let Some(slot) = ids.get_mut(i) {
+                        *slot = id;
+                    }
                     break;
                 }
                 i = (i + 1) & mask;
             }
         }
-        Stacks { slots }
+        Stacks { slots, ids }
     }
 
     #[inline(always)]
@@ -95,21 +102,21 @@ impl Stacks {
         h & mask
     }
 
-    /// Whether the stack whose first 8 bytes (little-endian) are `raw` is one of the port's.
+    /// The interface of the port's stack whose first 8 bytes (little-endian) are `raw`.
     #[inline(always)]
-    fn contains(&self, raw: u64) -> bool {
+    fn get(&self, raw: u64) -> Option<PortId> {
         let key = raw & Self::KEY;
         let mask = self.slots.len().wrapping_sub(1);
         let mut i = Self::home(key, mask);
         // At most every slot once; the table always has an empty one.
         for _ in 0..self.slots.len() {
             match self.slots.get(i) {
-                Some(&s) if s == key => return true,
+                Some(&s) if s == key => return self.ids.get(i).copied(),
                 Some(&s) if s != 0 => i = (i + 1) & mask,
-                _ => return false,
+                _ => return None,
             }
         }
-        false
+        None
     }
 }
 
@@ -263,6 +270,16 @@ impl Forwarder {
         })
     }
 
+    /// Where a frame for sub-interface `out` leaves, as the one-pass path pushes its tags:
+    /// its parent port, the tags as they lie in a frame at the end of 8 bytes, and their
+    /// length (4 or 8). None for a port or no interface.
+    #[inline(always)]
+    pub(crate) fn egress_tags(&self, out: PortId) -> Option<(PortId, [u8; 8], usize)> {
+        let e = self.subifs.egress.as_deref()?.get(usize::from(out))?;
+        let len = usize::from(e.len);
+        (len != 0 && len <= ROOM).then_some((e.port, e.tail, len))
+    }
+
     /// Where a frame for interface `out` leaves when `out` is a sub-interface: its parent
     /// port, with its tags pushed in front. None for a port (or no interface).
     pub(crate) fn tagged_egress(&self, out: PortId) -> Option<(PortId, &TagStack)> {
@@ -347,8 +364,10 @@ fn vlan_tables(first: usize, subifs: &[SubIf]) -> (Vec<Box<[u16; VIDS]>>, Vec<St
             Stacks::new(
                 subifs
                     .iter()
-                    .filter(|s| usize::from(s.parent) == p && s.tags.tags().len() == 2)
-                    .map(raw),
+                    .enumerate()
+                    .filter(|(_, s)| usize::from(s.parent) == p && s.tags.tags().len() == 2)
+                    // Ids are at most MAX_PORTS.
+                    .map(|(k, s)| (raw(s), u16::try_from(first + k).unwrap_or(PortId::MAX))),
             )
         })
         .collect();
@@ -410,12 +429,39 @@ impl TaggedPort<'_> {
         } else if [e0, e1] == v4
             && self
                 .qinq
-                .contains(u64::from_le_bytes([a0, a1, b0, b1, c0, c1, d0, d1]))
+                .get(u64::from_le_bytes([a0, a1, b0, b1, c0, c1, d0, d1]))
+                .is_some()
         {
             self.route_tags::<2>(rt, buf)
         } else {
             None
         }
+    }
+
+    /// The interface a tagged `frame` received on the port came in on, and its tags' length,
+    /// for the stacks whose tags the one pass reads at fixed offsets: one 802.1Q tag (a VID
+    /// of the port's, or a priority tag: the port itself) or two tags of one of the port's
+    /// stacks, before an ethertype that is not a tag's. None for any other frame, for
+    /// [`Forwarder::untag`] to tell why.
+    #[inline(always)]
+    pub fn tagged_ingress(&self, frame: &[u8]) -> Option<(usize, PortId)> {
+        let h = frame.get(12..22)?.first_chunk::<10>()?;
+        let [a0, a1, b0, b1, c0, c1, d0, d1, e0, e1] = *h;
+        if vlan::is_tpid([c0, c1]) {
+            if vlan::is_tpid([e0, e1]) || !vlan::is_tpid([a0, a1]) {
+                return None;
+            }
+            let id = self
+                .qinq
+                .get(u64::from_le_bytes([a0, a1, b0, b1, c0, c1, d0, d1]))?;
+            return Some((2 * vlan::TAG_LEN, id));
+        }
+        if [a0, a1] != ETH_P_8021Q.to_be_bytes() {
+            return None;
+        }
+        let vid = usize::from(u16::from_be_bytes([b0, b1]) & 0x0fff);
+        let id = self.dot1q.get(vid).copied().unwrap_or(0).checked_sub(1)?;
+        Some((vlan::TAG_LEN, id))
     }
 
     /// [`TaggedPort::route_now`] of a frame with `K` tags that came in on one of the port's
@@ -536,16 +582,16 @@ mod tests {
     }
 
     #[test]
-    fn a_port_s_stacks_are_found_whatever_their_priority_bits_and_no_other_is() {
+    fn a_port_s_stacks_name_their_interface_whatever_their_priority_bits_and_no_other_is_found() {
         let stack = |outer: u16, inner: u16| TagStack::two(Tag::dot1ad(outer), Tag::dot1q(inner));
         // Enough stacks to collide in the table; VIDs from 1 to 4095 both.
         let known: Vec<TagStack> = (1..=300u16)
             .map(|k| stack(k * 13 % 4095 + 1, k * 7 % 4095 + 1))
             .collect();
-        let table = Stacks::new(known.iter().map(raw));
+        let table = Stacks::new(known.iter().zip(10..).map(|(s, id)| (raw(s), id)));
         assert_eq!(table.slots.len(), 1024);
-        for s in &known {
-            assert!(table.contains(raw(s)), "{s:?}");
+        for (s, id) in known.iter().zip(10..) {
+            assert_eq!(table.get(raw(s)), Some(id), "{s:?}");
             let [o, i] = [s.tags()[0], s.tags()[1]];
             let marked = TagStack::two(
                 Tag {
@@ -557,22 +603,22 @@ mod tests {
                     ..i
                 },
             );
-            assert!(table.contains(raw(&marked)), "{marked:?}");
+            assert_eq!(table.get(raw(&marked)), Some(id), "{marked:?}");
             let other_tpid = TagStack::two(Tag::dot1q(o.vid()), i);
-            assert!(!table.contains(raw(&other_tpid)), "{other_tpid:?}");
+            assert_eq!(table.get(raw(&other_tpid)), None, "{other_tpid:?}");
         }
         let mut misses = 0;
         for outer in 1..200u16 {
             for inner in [1, 2, 3000, 4095] {
                 let s = stack(outer, inner);
                 if !known.contains(&s) {
-                    assert!(!table.contains(raw(&s)), "{s:?}");
+                    assert_eq!(table.get(raw(&s)), None, "{s:?}");
                     misses += 1;
                 }
             }
         }
         assert!(misses > 700);
-        assert!(!Stacks::default().contains(raw(&known[0])), "an empty set");
+        assert_eq!(Stacks::default().get(raw(&known[0])), None, "an empty set");
     }
 
     #[test]

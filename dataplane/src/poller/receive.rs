@@ -394,7 +394,11 @@ impl<Q: RingIo> Poller<Q> {
                     }
                 }
                 None if TAGGED && frame.first_chunk::<14>().is_some_and(vlan::is_tagged) => {
-                    let (d, id, parsed) = vlan::untag_and_prepare(fwd, rt, in_port, d, frame);
+                    let (d, id, parsed) =
+                        match tagged.as_ref().and_then(|tp| tp.tagged_ingress(frame)) {
+                            Some(tags) => vlan::pop_and_prepare(fwd, rt, ingress, d, frame, tags),
+                            None => vlan::untag_and_prepare(fwd, rt, in_port, d, frame),
+                        };
                     later.push_from(d, parsed, id);
                 }
                 None => later.keep::<TAGGED>(*d, fwd.prepare_routed(rt, ingress, frame), in_port),

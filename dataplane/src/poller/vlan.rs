@@ -8,7 +8,7 @@ use xdpilone::xdp::XdpDesc;
 use super::tally::Tally;
 use super::Stage;
 use crate::fib::{Routes, V4Routes};
-use crate::forward::{subif, Forwarder, Parsed, TaggedPort};
+use crate::forward::{subif, Forwarder, Ingress, Parsed, TaggedPort};
 use crate::packet::vlan::{self, TagStack};
 use crate::packet::{self, DropReason};
 use crate::port::umem::{Area, FreeList};
@@ -51,6 +51,37 @@ pub(super) fn route_now_tagged(
 pub(super) fn is_tagged(head: &[u8; packet::ETH_HLEN]) -> bool {
     let [.., a, b] = *head;
     vlan::is_tpid([a, b])
+}
+
+/// A tagged frame that the one pass left (IPv6, IPv4 it refused), whose stack names
+/// interface `id` in its first `at` bytes ([`TaggedPort::tagged_ingress`]): its tags popped
+/// (the MACs moved over them) and the untagged frame parsed as [`untag_and_prepare`] does.
+#[inline(always)]
+pub(super) fn pop_and_prepare<'r>(
+    fwd: &Forwarder,
+    rt: Routes<'r>,
+    ingress: Ingress,
+    d: &XdpDesc,
+    frame: &mut [u8],
+    (at, id): (usize, PortId),
+) -> (XdpDesc, PortId, Result<Parsed<'r>, DropReason>) {
+    let popped = frame
+        .first_chunk::<12>()
+        .copied()
+        .zip(frame.get_mut(at..).and_then(|f| f.first_chunk_mut::<12>()));
+    let Some((macs, to)) = popped else {
+        return (*d, id, Err(DropReason::Truncated));
+    };
+    *to = macs;
+    let rest = frame.get(at..).unwrap_or_default();
+    #[allow(clippy::cast_possible_truncation)] // at most two tags' bytes
+    let at = at as u32;
+    let desc = XdpDesc {
+        addr: d.addr + u64::from(at),
+        len: d.len - at,
+        options: 0,
+    };
+    (desc, id, fwd.prepare_routed(rt, ingress, rest))
 }
 
 /// A tagged frame received on `port` that the one pass left (IPv6, IPv4 it refused): its
@@ -150,14 +181,49 @@ pub(super) fn stage_tagged(
     out: PortId,
     (addr, len): (u64, u32),
 ) -> bool {
-    let Some((parent, tags)) = fwd.tagged_egress(out) else {
-        return false;
+    let pushed = match fwd.egress_tags(out) {
+        Some((parent, tail, n)) => push_tail(area, (addr, len), &tail, n).map(|d| (parent, d)),
+        None => fwd
+            .tagged_egress(out)
+            .and_then(|(parent, tags)| Some((parent, push_in_headroom(area, (addr, len), tags)?))),
     };
-    push_in_headroom(area, (addr, len), tags).is_some_and(|(addr, len)| {
+    pushed.is_some_and(|(parent, (addr, len))| {
         stages
             .get_mut(usize::from(parent))
             .is_some_and(|s| s.push(addr, len))
     })
+}
+
+/// [`push_in_headroom`] of a sub-interface's tags as [`Forwarder::egress_tags`] has them:
+/// the last `n` bytes of `tail` (4 or 8), each copy of a fixed size. None, with nothing
+/// written, where the room before the frame is too small or the frame is shorter than
+/// its MACs and ethertype.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn push_tail(
+    area: &mut Area,
+    (addr, len): (u64, u32),
+    tail: &[u8; 8],
+    n: usize,
+) -> Option<(u64, u32)> {
+    const MAX: usize = vlan::MAX_TAGS * vlan::TAG_LEN;
+    let n32 = u32::try_from(n).ok().filter(|_| n <= MAX)?;
+    let headroom = addr & (u64::from(area.frame_size()) - 1);
+    if headroom < u64::from(n32) {
+        return None;
+    }
+    let (addr, len) = (addr - u64::from(n32), len.checked_add(n32)?);
+    let off = area.check(addr, len)?;
+    // SAFETY: as in `push_in_headroom`: the frame is the caller's and the bytes before it are
+    // its own frame's headroom, which `Area::check` just confirmed.
+    let buf = unsafe { area.checked_frame_mut(off, len) };
+    // The MACs (at `n` now) move to the front; the tags end where the MACs did, before the
+    // ethertype; the 8 bytes written for them begin inside the old MACs, already read.
+    let (head, _) = buf.split_first_chunk_mut::<{ MAX + packet::ETH_HLEN - 2 }>()?;
+    let macs = *head.get(n..n + 12)?.first_chunk::<12>()?;
+    head.get_mut(n + 4..n + 12)?.copy_from_slice(tail);
+    head.get_mut(..12)?.copy_from_slice(&macs);
+    Some((addr, len))
 }
 
 /// Pushes `tags` in front of the frame `(addr, len)`, into the room before it in its UMEM

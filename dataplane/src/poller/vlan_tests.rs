@@ -77,11 +77,11 @@ fn forwarder_with(mtu: u32, qinq_mtu: u32) -> Arc<Forwarder> {
             tags: qinq(),
             addresses: vec![("198.20.0.2".parse().unwrap(), 16)],
         },
-        // Only ever an ingress: no route leaves by it.
+        // No route leaves by it: its frames are only ICMP errors.
         SubIf {
             parent: 0,
             tags: port0_qinq(),
-            addresses: vec![],
+            addresses: vec![("2001:2:0:30::2".parse().unwrap(), 64)],
         },
     ];
     Arc::new(
@@ -300,6 +300,53 @@ fn a_known_qinq_stack_is_routed_whatever_its_priority_bits_and_an_unknown_one_is
         assert_eq!(tag_stack(f).unwrap(), qinq(), "{f:?}");
         assert_eq!(f[8 + 14 + 8], 63, "TTL");
         assert_eq!(packet::checksum(&f[8 + 14..8 + 34]), 0);
+    }
+}
+
+#[test]
+fn ipv6_under_a_qinq_stack_is_routed_and_answered_from_the_interface_the_stack_names() {
+    let v6 = |ttl| {
+        udp_v6(&FrameSpec {
+            dst6: "2001:2:0:3::9".parse().unwrap(),
+            ttl,
+            ..FrameSpec::default()
+        })
+    };
+    let with_priority = TagStack::two(
+        Tag {
+            tpid: packet::ETH_P_8021AD,
+            tci: 0x2000 | 30,
+        },
+        Tag {
+            tpid: packet::ETH_P_8021Q,
+            tci: 0xe000 | 40,
+        },
+    );
+    let traffic = vec![
+        tagged(&with_priority, &v6(64)),
+        tagged(&port0_qinq(), &v6(1)),
+        tagged(&TagStack::two(Tag::dot1ad(31), Tag::dot1q(40)), &v6(64)),
+    ];
+    let (s, out, whole) = run(forwarder(1500), traffic, 300);
+    assert!(whole, "every UMEM frame accounted for");
+    assert_eq!(s.drop_count(DropReason::VlanTagged), 100, "{s:?}");
+    assert_eq!(s.drop_count(DropReason::TtlExceeded), 100, "{s:?}");
+    assert_eq!(s.get(Counter::IcmpSent), 100, "{s:?}");
+    assert_eq!((out[0].len(), out[1].len()), (100, 100));
+    // Forwarded out of port 1's QinQ sub-interface, hop limit 63.
+    for f in &out[1] {
+        assert_eq!(tag_stack(f).unwrap(), qinq(), "{f:?}");
+        assert_eq!(&f[..6], &[2, 0, 0, 0, 9, 3]);
+        assert_eq!(f[8 + 14 + 7], 63, "hop limit");
+    }
+    // Time exceeded back under the stack it came in with, from that interface's address.
+    let from: std::net::Ipv6Addr = "2001:2:0:30::2".parse().unwrap();
+    for e in &out[0] {
+        assert_eq!(tag_stack(e).unwrap(), port0_qinq(), "{e:?}");
+        let ip = &e[8 + packet::ETH_HLEN..];
+        assert_eq!(ip[6], 58, "ICMPv6");
+        assert_eq!(ip[8..24], from.octets(), "from the sub-interface's address");
+        assert_eq!(ip[40], 3, "time exceeded");
     }
 }
 

@@ -62,9 +62,8 @@ pub(super) struct SubIfs {
 /// TPID) is an empty slot.
 #[derive(Debug, Default)]
 struct Stacks {
-    slots: Box<[u64]>,
-    /// The interface of the stack in the same slot.
-    ids: Box<[PortId]>,
+    /// Each stack's key and the interface it names.
+    slots: Box<[(u64, PortId)]>,
 }
 
 impl Stacks {
@@ -76,23 +75,19 @@ impl Stacks {
         if keys.is_empty() {
             return Stacks::default();
         }
-        let mut slots = vec![0; (keys.len() * 2).next_power_of_two()].into_boxed_slice();
-        let mut ids = vec![0; slots.len()].into_boxed_slice();
+        let mut slots = vec![(0, 0); (keys.len() * 2).next_power_of_two()].into_boxed_slice();
         let mask = slots.len() - 1;
         for (k, id) in keys {
             let mut i = Self::home(k, mask);
             while let Some(s) = slots.get_mut(i) {
-                if *s == 0 || *s == k {
-                    *s = k;
-                    if let Some(slot) = ids.get_mut(i) {
-                        *slot = id;
-                    }
+                if s.0 == 0 || s.0 == k {
+                    *s = (k, id);
                     break;
                 }
                 i = (i + 1) & mask;
             }
         }
-        Stacks { slots, ids }
+        Stacks { slots }
     }
 
     #[inline(always)]
@@ -111,8 +106,8 @@ impl Stacks {
         // At most every slot once; the table always has an empty one.
         for _ in 0..self.slots.len() {
             match self.slots.get(i) {
-                Some(&s) if s == key => return self.ids.get(i).copied(),
-                Some(&s) if s != 0 => i = (i + 1) & mask,
+                Some(&(s, id)) if s == key => return Some(id),
+                Some(&(s, _)) if s != 0 => i = (i + 1) & mask,
                 _ => return None,
             }
         }

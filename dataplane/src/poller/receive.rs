@@ -523,7 +523,9 @@ impl<Q: RingIo> Poller<Q> {
             };
             match verdict {
                 Ok((out, len)) => {
-                    if !stage(stages, usize::from(out), d.addr, len) {
+                    if !stage(stages, usize::from(out), d.addr, len)
+                        && !vlan::stage_tail(area, stages, fwd, out, (d.addr, len))
+                    {
                         vlan::not_staged(
                             area,
                             free,

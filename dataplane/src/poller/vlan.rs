@@ -181,17 +181,37 @@ pub(super) fn stage_tagged(
     out: PortId,
     (addr, len): (u64, u32),
 ) -> bool {
-    let pushed = match fwd.egress_tags(out) {
-        Some((parent, tail, n)) => push_tail(area, (addr, len), &tail, n).map(|d| (parent, d)),
-        None => fwd
-            .tagged_egress(out)
-            .and_then(|(parent, tags)| Some((parent, push_in_headroom(area, (addr, len), tags)?))),
+    if stage_tail(area, stages, fwd, out, (addr, len)) {
+        return true;
+    }
+    let Some((parent, tags)) = fwd.tagged_egress(out) else {
+        return false;
     };
-    pushed.is_some_and(|(parent, (addr, len))| {
+    push_in_headroom(area, (addr, len), tags).is_some_and(|(addr, len)| {
         stages
             .get_mut(usize::from(parent))
             .is_some_and(|s| s.push(addr, len))
     })
+}
+
+/// [`stage_tagged`] where the forwarder's egress table has `out`'s tags
+/// ([`Forwarder::egress_tags`]), pushed by [`push_tail`]: false, with nothing written, for
+/// any other interface, a frame with too little room before it, or a full stage.
+#[inline(always)]
+pub(super) fn stage_tail(
+    area: &mut Area,
+    stages: &mut [Stage],
+    fwd: &Forwarder,
+    out: PortId,
+    (addr, len): (u64, u32),
+) -> bool {
+    let Some((parent, tail, n)) = fwd.egress_tags(out) else {
+        return false;
+    };
+    let Some(stage) = stages.get_mut(usize::from(parent)) else {
+        return false;
+    };
+    push_tail(area, (addr, len), &tail, n).is_some_and(|(addr, len)| stage.push(addr, len))
 }
 
 /// [`push_in_headroom`] of a sub-interface's tags as [`Forwarder::egress_tags`] has them:

@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use super::xsk_tx::XskSender;
-use super::{flow_frames, Limits, SendError, Template};
+use super::{Limits, SendError, Template};
 use crate::bpf::Gen;
 use crate::sys;
 
@@ -55,7 +55,8 @@ pub(crate) fn flat_out(
     Ok(gen.count())
 }
 
-/// AF_XDP TX from queue 0, one UMEM frame per flow; counts completions.
+/// AF_XDP TX from queue 0, each frame numbered as the live-frames program numbers it;
+/// counts completions.
 pub(crate) fn xsk_flat_out(
     template: &Template,
     iface: &str,
@@ -63,7 +64,7 @@ pub(crate) fn xsk_flat_out(
 ) -> Result<u64, SendError> {
     let ifindex = sys::if_index(iface)?;
     let start = Instant::now();
-    let mut tx = XskSender::open(iface, ifindex, 0, &flow_frames(template))?;
+    let mut tx = XskSender::open(iface, ifindex, 0, template)?;
     let mut done = 0u64;
     while done < limits.count && start.elapsed() < limits.duration && !limits.stopped() {
         let chunk = (limits.count - done).min(XSK_CHUNK);

@@ -74,10 +74,3 @@ pub fn send(
         Strategy::Paced(rate) => paced::send(template, iface, rate, limits),
     }
 }
-
-/// One frame per flow, in flow order (what the AF_XDP and paced senders cycle through).
-fn flow_frames(template: &Template) -> Vec<Vec<u8>> {
-    (0..u64::from(template.flows))
-        .map(|k| template.expected(k))
-        .collect()
-}

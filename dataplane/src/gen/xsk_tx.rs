@@ -1,15 +1,17 @@
 //! The generator's AF_XDP TX path: the fallback for kernels without XDP live frames
 //! (BPF_F_TEST_XDP_LIVE_FRAMES, Linux 5.18+), and `dataplane gen --xsk`.
 //!
-//! One socket on (interface, queue) with its own small UMEM. Every flow's frame is written once
-//! into its own UMEM frame; sending puts descriptors of those frames on the TX ring, cycling
-//! through the flows, and kicks the kernel. The frames are never written again, so a frame can
-//! go out again as soon as its previous send completed. Counted as sent: what the kernel
-//! completed.
+//! One socket on (interface, queue) with its own UMEM of as many frames as the TX ring has
+//! entries. The `n`-th frame sent is the template's `n`-th ([`Template::number`]: its
+//! flow's source port, for IPv4 its number in the flow in the IP ID), as the live-frames
+//! program sends it, so the sink's reordering count reads the same either way. Each is
+//! written into a UMEM frame off a free list just before it goes on the TX ring; a frame
+//! the kernel completed is back on the list. Counted as sent: what the kernel completed.
 use std::time::{Duration, Instant};
 
 use xdpilone::xdp::XdpDesc;
 
+use super::Template;
 use crate::port::umem::Area;
 use crate::port::xsk::{self, RingSizes, SocketSpec, Sockets, XskError};
 use crate::sys::SyscallError;
@@ -38,46 +40,34 @@ pub enum XskGenError {
     Socket(#[from] XskError),
 }
 
-/// A bound AF_XDP socket that sends a fixed set of frames. Field order is drop order: the
+/// A bound AF_XDP socket that sends a template's frames. Field order is drop order: the
 /// socket goes before the memory it points into.
 pub(crate) struct XskSender {
     sockets: Sockets,
-    _area: Area,
-    descs: Vec<XdpDesc>,
-    next: usize,
+    area: Area,
+    template: Template,
+    /// UMEM frames in no ring: written next, then put on the TX ring.
+    free: Vec<u64>,
+    /// The number of the next frame sent.
+    next: u64,
     in_flight: u32,
 }
 
 impl XskSender {
-    /// Binds to `ifname`/`queue` and writes `frames` (one per flow) into the UMEM.
+    /// Binds to `ifname`/`queue` with a UMEM for `template`'s frames.
     pub(crate) fn open(
         ifname: &str,
         ifindex: u32,
         queue: u32,
-        frames: &[Vec<u8>],
+        template: &Template,
     ) -> Result<XskSender, XskGenError> {
-        if frames.is_empty() {
+        if template.flows == 0 || template.frame.is_empty() {
             return Err(XskGenError::NoFrames);
         }
-        if let Some(f) = frames.iter().find(|f| f.len() > FRAME_SIZE as usize) {
-            return Err(XskGenError::TooBig(f.len()));
+        if template.frame.len() > FRAME_SIZE as usize {
+            return Err(XskGenError::TooBig(template.frame.len()));
         }
-        let count = frames.len() as u32;
-        let mut area = Area::new(count, FRAME_SIZE, None, false)?;
-        let mut descs = Vec::with_capacity(frames.len());
-        for (i, f) in frames.iter().enumerate() {
-            let off = i * FRAME_SIZE as usize;
-            #[allow(unsafe_code)]
-            // SAFETY: the area was just mapped and no socket is bound to it yet, so the kernel
-            // cannot read or write any of its frames.
-            let frame = unsafe { area.frame_mut(off, f.len() as u32) };
-            frame.copy_from_slice(f);
-            descs.push(XdpDesc {
-                addr: off as u64,
-                len: f.len() as u32,
-                options: 0,
-            });
-        }
+        let area = Area::new(RING, FRAME_SIZE, None, false)?;
         let sockets = xsk::open(
             &area,
             &[SocketSpec {
@@ -96,47 +86,77 @@ impl XskSender {
         )?;
         Ok(XskSender {
             sockets,
-            _area: area,
-            descs,
+            area,
+            template: template.clone(),
+            free: (0..u64::from(RING))
+                .rev()
+                .map(|k| k * u64::from(FRAME_SIZE))
+                .collect(),
             next: 0,
             in_flight: 0,
         })
     }
 
-    /// Sends `n` frames (cycling through the flows) as fast as the kernel takes them, or until
-    /// `deadline`; waits for the last completions. Returns the frames the kernel completed.
+    /// Sends the next `n` frames as fast as the kernel takes them, or until `deadline`;
+    /// waits for the last completions. Returns the frames the kernel completed.
     pub(crate) fn send(&mut self, n: u64, deadline: Instant) -> u64 {
-        let Some(q) = self.sockets.queues.first_mut() else {
+        let XskSender {
+            sockets,
+            area,
+            template,
+            free,
+            next,
+            in_flight,
+        } = self;
+        let Some(q) = sockets.queues.first_mut() else {
             return 0;
         };
+        let len = template.frame.len();
+        let mut batch: Vec<XdpDesc> = Vec::with_capacity(BURST as usize);
         let (mut queued, mut done) = (0u64, 0u64);
         let drain_until = deadline + Duration::from_secs(1);
         loop {
             let mut c = q.fq_cq.complete(RING);
-            while c.read().is_some() {
+            while let Some(addr) = c.read() {
                 done += 1;
-                self.in_flight = self.in_flight.saturating_sub(1);
+                *in_flight = in_flight.saturating_sub(1);
+                free.push(addr - addr % u64::from(FRAME_SIZE));
             }
             c.release();
             let now = Instant::now();
             if queued < n && now < deadline {
-                let room = (RING - self.in_flight)
-                    .min(BURST)
-                    .min((n - queued).min(u64::from(BURST)) as u32);
-                if room > 0 {
-                    let mut w = q.tx.transmit(room);
-                    let descs = &self.descs;
-                    let start = self.next;
-                    let got = w.insert(
-                        (0..room as usize)
-                            .filter_map(|k| descs.get((start + k) % descs.len()).copied()),
-                    );
-                    w.commit();
-                    self.next = (start + got as usize) % descs.len();
-                    queued += u64::from(got);
-                    self.in_flight += got;
+                batch.clear();
+                let want = (n - queued).min(u64::from(BURST));
+                while (batch.len() as u64) < want {
+                    let Some(addr) = free.pop() else { break };
+                    #[allow(unsafe_code)]
+                    // SAFETY: a frame off the free list is in no ring (never put on one, or
+                    // its send completed), so the kernel neither reads nor writes it.
+                    let frame = unsafe { area.frame_mut(addr as usize, len as u32) };
+                    if frame.len() != len {
+                        free.push(addr);
+                        break;
+                    }
+                    frame.copy_from_slice(&template.frame);
+                    template.number(*next + batch.len() as u64, frame);
+                    batch.push(XdpDesc {
+                        addr,
+                        len: len as u32,
+                        options: 0,
+                    });
                 }
-            } else if self.in_flight == 0 || now >= drain_until {
+                if !batch.is_empty() {
+                    let mut w = q.tx.transmit(batch.len() as u32);
+                    let got = w.insert(batch.iter().copied());
+                    w.commit();
+                    // Frames the ring did not take go back on the list; their numbers are
+                    // written again next time.
+                    free.extend(batch.iter().skip(got as usize).rev().map(|d| d.addr));
+                    *next += u64::from(got);
+                    queued += u64::from(got);
+                    *in_flight += got;
+                }
+            } else if *in_flight == 0 || now >= drain_until {
                 return done;
             }
             if q.tx.needs_wakeup() {

@@ -53,6 +53,18 @@ pub(super) fn is_tagged(head: &[u8; packet::ETH_HLEN]) -> bool {
     vlan::is_tpid([a, b])
 }
 
+/// The descriptor of the frame of `d` past its first `at` bytes (its popped tags).
+#[inline(always)]
+fn past(d: &XdpDesc, at: usize) -> XdpDesc {
+    #[allow(clippy::cast_possible_truncation)] // at most two tags' bytes
+    let at = at as u32;
+    XdpDesc {
+        addr: d.addr + u64::from(at),
+        len: d.len - at,
+        options: 0,
+    }
+}
+
 /// A tagged frame that the one pass left (IPv6, IPv4 it refused), whose stack names
 /// interface `id` in its first `at` bytes ([`TaggedPort::tagged_ingress`]): its tags popped
 /// (the MACs moved over them) and the untagged frame parsed as [`untag_and_prepare`] does.
@@ -74,14 +86,7 @@ pub(super) fn pop_and_prepare<'r>(
     };
     *to = macs;
     let rest = frame.get(at..).unwrap_or_default();
-    #[allow(clippy::cast_possible_truncation)] // at most two tags' bytes
-    let at = at as u32;
-    let desc = XdpDesc {
-        addr: d.addr + u64::from(at),
-        len: d.len - at,
-        options: 0,
-    };
-    (desc, id, fwd.prepare_routed(rt, ingress, rest))
+    (past(d, at), id, fwd.prepare_routed(rt, ingress, rest))
 }
 
 /// A tagged frame received on `port` that the one pass left (IPv6, IPv4 it refused): its
@@ -106,14 +111,11 @@ pub(super) fn untag_and_prepare<'r>(
     let Some(rest) = frame.get(at..) else {
         return (*d, port, Err(DropReason::Truncated));
     };
-    #[allow(clippy::cast_possible_truncation)] // at most two tags' bytes
-    let at = at as u32;
-    let desc = XdpDesc {
-        addr: d.addr + u64::from(at),
-        len: d.len - at,
-        options: 0,
-    };
-    (desc, id, fwd.prepare_routed(rt, fwd.ingress(id), rest))
+    (
+        past(d, at),
+        id,
+        fwd.prepare_routed(rt, fwd.ingress(id), rest),
+    )
 }
 
 /// What became of a tagged chain's first buffer ([`decide_tagged`]).
@@ -219,7 +221,6 @@ pub(super) fn stage_tail(
 /// written, where the room before the frame is too small or the frame is shorter than
 /// its MACs and ethertype.
 #[inline(always)]
-#[allow(unsafe_code)]
 fn push_tail(
     area: &mut Area,
     (addr, len): (u64, u32),
@@ -228,15 +229,7 @@ fn push_tail(
 ) -> Option<(u64, u32)> {
     const MAX: usize = vlan::MAX_TAGS * vlan::TAG_LEN;
     let n32 = u32::try_from(n).ok().filter(|_| n <= MAX)?;
-    let headroom = addr & (u64::from(area.frame_size()) - 1);
-    if headroom < u64::from(n32) {
-        return None;
-    }
-    let (addr, len) = (addr - u64::from(n32), len.checked_add(n32)?);
-    let off = area.check(addr, len)?;
-    // SAFETY: as in `push_in_headroom`: the frame is the caller's and the bytes before it are
-    // its own frame's headroom, which `Area::check` just confirmed.
-    let buf = unsafe { area.checked_frame_mut(off, len) };
+    let (addr, len, buf) = grown(area, (addr, len), n32)?;
     // The MACs (at `n` now) move to the front; the tags end where the MACs did, before the
     // ethertype; the 8 bytes written for them begin inside the old MACs, already read.
     let (head, _) = buf.split_first_chunk_mut::<{ MAX + packet::ETH_HLEN - 2 }>()?;
@@ -246,17 +239,13 @@ fn push_tail(
     Some((addr, len))
 }
 
-/// Pushes `tags` in front of the frame `(addr, len)`, into the room before it in its UMEM
-/// frame: the tagged frame's descriptor, or None (nothing written) when that room is too
-/// small. The frame must be the caller's (received in this burst, or built in a frame off
-/// the free list, and not yet staged or freed).
+/// The frame `(addr, len)` grown by `n` bytes into the room before it in its UMEM frame:
+/// its new descriptor and a view of it, or None where that room is too small. The frame
+/// must be the caller's (received in this burst, or built in a frame off the free list, and
+/// not yet staged or freed).
+#[inline(always)]
 #[allow(unsafe_code)]
-pub(super) fn push_in_headroom(
-    area: &mut Area,
-    (addr, len): (u64, u32),
-    tags: &TagStack,
-) -> Option<(u64, u32)> {
-    let n = u32::try_from(tags.bytes()).ok()?;
+fn grown(area: &mut Area, (addr, len): (u64, u32), n: u32) -> Option<(u64, u32, &mut [u8])> {
     let headroom = addr & (u64::from(area.frame_size()) - 1);
     if headroom < u64::from(n) {
         return None;
@@ -267,6 +256,19 @@ pub(super) fn push_in_headroom(
     // frame's headroom (the same frame: `addr` did not go below the frame's base), which
     // `Area::check` just confirmed.
     let buf = unsafe { area.checked_frame_mut(off, len) };
+    Some((addr, len, buf))
+}
+
+/// Pushes `tags` in front of the frame `(addr, len)`, into the room before it in its UMEM
+/// frame: the tagged frame's descriptor, or None (nothing written) when that room is too
+/// small. The frame must be the caller's (received in this burst, or built in a frame off
+/// the free list, and not yet staged or freed).
+pub(super) fn push_in_headroom(
+    area: &mut Area,
+    (addr, len): (u64, u32),
+    tags: &TagStack,
+) -> Option<(u64, u32)> {
+    let (addr, len, buf) = grown(area, (addr, len), u32::try_from(tags.bytes()).ok()?)?;
     vlan::push_tags(buf, tags)?;
     Some((addr, len))
 }

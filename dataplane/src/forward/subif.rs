@@ -15,8 +15,8 @@ use crate::packet::vlan::{self, Tag, TagStack};
 use crate::packet::{self, DropReason, ETH_HLEN, ETH_P_8021Q, ETH_P_IPV4, L3};
 use crate::types::{PortId, MAX_PORTS};
 
-/// Headroom the one-pass path of a port with sub-interfaces takes before each frame: room
-/// for the most tags an egress pushes.
+/// Headroom the one-pass path of a forwarder with sub-interfaces takes before each frame
+/// (on every port): room for the most tags an egress pushes.
 pub const ROOM: usize = vlan::MAX_TAGS * vlan::TAG_LEN;
 
 /// VLAN ids: every value of a tag's 12-bit field.

@@ -80,6 +80,12 @@ struct Stage {
 }
 
 impl Stage {
+    /// Whether the stage takes no more frames.
+    #[inline(always)]
+    fn is_full(&self) -> bool {
+        self.len >= MAX_BATCH
+    }
+
     /// Puts a single-buffer frame on the stage; false when it is full.
     #[inline(always)]
     fn push(&mut self, addr: u64, len: u32) -> bool {

@@ -37,8 +37,8 @@ use crate::types::PortId;
 struct Later<'r> {
     descs: ArrayVec<XdpDesc, MAX_BATCH>,
     parsed: ArrayVec<Result<Parsed<'r>, DropReason>, MAX_BATCH>,
-    /// The interface each frame came in on, where the port has sub-interfaces (pushed with
-    /// every frame, [`Later::push_from`]); empty for a port without: each came in on it.
+    /// The interface each frame came in on, where the forwarder has sub-interfaces (pushed
+    /// with every frame, [`Later::push_from`]); empty without: each came in on the port.
     ingress: ArrayVec<PortId, MAX_BATCH>,
     /// Whether any lookup walks the IPv6 trie.
     walks: bool,
@@ -66,8 +66,8 @@ impl<'r> Later<'r> {
         }
     }
 
-    /// [`Later::push`] of a frame that came in on interface `ingress` (a port with
-    /// sub-interfaces: every frame of the burst is pushed with its interface).
+    /// [`Later::push`] of a frame that came in on interface `ingress` (where the forwarder
+    /// has sub-interfaces, every frame of the burst is pushed with its interface).
     #[inline(always)]
     fn push_from(&mut self, d: XdpDesc, parsed: Result<Parsed<'r>, DropReason>, ingress: PortId) {
         self.push(d, parsed);
@@ -314,9 +314,11 @@ impl<Q: RingIo> Poller<Q> {
 
     /// Pass 1 in l3fwd: each IPv4 frame forwarded whole (checked, routed, rewritten,
     /// staged); every other frame, refused ones included, parsed into `later`, to be decided
-    /// after with its reason. Returns the burst's bytes. `TAGGED`: the port has
-    /// sub-interfaces, and its frames with their tags are forwarded in the one pass too
-    /// ([`vlan::route_now_tagged`]); a port without keeps the untagged path's code alone.
+    /// after with its reason. Returns the burst's bytes. `TAGGED`: the forwarder has
+    /// sub-interfaces (on any port), and every port's frames are forwarded in the one pass
+    /// with their tags or none ([`vlan::route_now_tagged`], which needs
+    /// [`crate::forward::subif::ROOM`] bytes before the frame: AF_XDP leaves 256); without,
+    /// the untagged path's code alone.
     #[inline(always)]
     fn route_pass<'r, const TAGGED: bool>(
         &mut self,
@@ -508,12 +510,13 @@ impl<Q: RingIo> Poller<Q> {
             let verdict = match *p {
                 Ok(parsed) => {
                     // Pass 1 parsed only frames whose descriptor `Area::check` passed, and its
-                    // offset is the address.
+                    // offset is the address; a frame whose tags pass 1 popped is the end of
+                    // such a frame (`addr + at`, `len - at`), inside the range checked.
                     #[allow(clippy::cast_possible_truncation)] // checked: below the area's length
                     let off = d.addr as usize;
                     // SAFETY: as in pass 0, it is staged for TX or freed only after this view;
-                    // `Area::check` passed for this (addr, len) in pass 1, and the area has
-                    // not changed since.
+                    // `Area::check` passed in pass 1 for this (addr, len) or for the received
+                    // frame it ends (its tags popped), and the area has not changed since.
                     let frame = unsafe { area.checked_frame_mut(off, d.len) };
                     fwd.finish(rt, in_port, parsed, frame)
                         // The view is d.len bytes long (a u32), and finish keeps its length.

@@ -1,5 +1,6 @@
-//! The poller's side of sub-interfaces, off the untagged path: a tagged frame's tags popped
-//! and the frame decided as one of the sub-interface it came in on; a frame for a
+//! The poller's side of sub-interfaces, taken where the forwarder has any: the one pass over
+//! frames with their tags; a tagged frame's tags popped and the frame decided as one of
+//! the sub-interface it came in on; a frame for a
 //! sub-interface staged on its parent port with its tags pushed in front, into the headroom
 //! every received frame has (the kernel's 256 bytes before the packet).
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
@@ -183,8 +184,8 @@ pub(super) fn stage_tagged(
     out: PortId,
     (addr, len): (u64, u32),
 ) -> bool {
-    if stage_tail(area, stages, fwd, out, (addr, len)) {
-        return true;
+    if fwd.egress_tags(out).is_some() {
+        return stage_tail(area, stages, fwd, out, (addr, len));
     }
     let Some((parent, tags)) = fwd.tagged_egress(out) else {
         return false;
@@ -210,7 +211,7 @@ pub(super) fn stage_tail(
     let Some((parent, tail, n)) = fwd.egress_tags(out) else {
         return false;
     };
-    let Some(stage) = stages.get_mut(usize::from(parent)) else {
+    let Some(stage) = stages.get_mut(usize::from(parent)).filter(|s| !s.is_full()) else {
         return false;
     };
     push_tail(area, (addr, len), &tail, n).is_some_and(|(addr, len)| stage.push(addr, len))
@@ -218,8 +219,8 @@ pub(super) fn stage_tail(
 
 /// [`push_in_headroom`] of a sub-interface's tags as [`Forwarder::egress_tags`] has them:
 /// the last `n` bytes of `tail` (4 or 8), each copy of a fixed size. None, with nothing
-/// written, where the room before the frame is too small or the frame is shorter than
-/// its MACs and ethertype.
+/// written, where the room before the frame is too small or the frame with its tags is
+/// shorter than 20 bytes (every frame a poller forwards or answers with is longer).
 #[inline(always)]
 fn push_tail(
     area: &mut Area,

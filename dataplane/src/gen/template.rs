@@ -215,15 +215,18 @@ impl Template {
     /// source port) and, for IPv4, its number in the flow `n / flows` in the IP ID, which
     /// the sink's reordering count reads.
     pub(crate) fn write(&self, n: u64, f: &mut Vec<u8>) {
-        f.clear();
-        f.extend_from_slice(&self.frame);
-        self.number(n, f);
+        f.resize(self.frame.len(), 0);
+        self.write_into(n, f);
     }
 
-    /// [`Template::write`] into `f`, a copy of the template's frame: its flow's source port
-    /// and, for IPv4, its number in the flow, both checksums following.
-    pub(crate) fn number(&self, n: u64, f: &mut [u8]) {
+    /// [`Template::write`] into `f`, exactly as long as the template's frame (nothing
+    /// written otherwise).
+    pub(crate) fn write_into(&self, n: u64, f: &mut [u8]) {
         use crate::packet::field::{eth, ipv4};
+        if f.len() != self.frame.len() {
+            return;
+        }
+        f.copy_from_slice(&self.frame);
         let flows = u64::from(self.flows);
         if let Some(base) = self.ip_id() {
             let id = base.wrapping_add((n / flows) as u16);

@@ -2,7 +2,7 @@
 //! (BPF_F_TEST_XDP_LIVE_FRAMES, Linux 5.18+), and `dataplane gen --xsk`.
 //!
 //! One socket on (interface, queue) with its own UMEM of as many frames as the TX ring has
-//! entries. The `n`-th frame sent is the template's `n`-th ([`Template::number`]: its
+//! entries. The `n`-th frame sent is the template's `n`-th ([`Template::write_into`]: its
 //! flow's source port, for IPv4 its number in the flow in the IP ID), as the live-frames
 //! program sends it, so the sink's reordering count reads the same either way. Each is
 //! written into a UMEM frame off a free list just before it goes on the TX ring; a frame
@@ -137,8 +137,7 @@ impl XskSender {
                         free.push(addr);
                         break;
                     }
-                    frame.copy_from_slice(&template.frame);
-                    template.number(*next + batch.len() as u64, frame);
+                    template.write_into(*next + batch.len() as u64, frame);
                     batch.push(XdpDesc {
                         addr,
                         len: len as u32,

@@ -27,6 +27,20 @@ fn qinq() -> TagStack {
 fn port0_qinq() -> TagStack {
     TagStack::two(Tag::dot1ad(30), Tag::dot1q(40))
 }
+/// [`port0_qinq`] with priority and drop-eligible bits `outer` and `inner` set in its tags.
+fn port0_qinq_marked(outer: u16, inner: u16) -> TagStack {
+    let [o, i] = [Tag::dot1ad(30), Tag::dot1q(40)];
+    TagStack::two(
+        Tag {
+            tci: o.tci | outer,
+            ..o
+        },
+        Tag {
+            tci: i.tci | inner,
+            ..i
+        },
+    )
+}
 
 /// A forwarder with routes out of each kind of interface: 198.19/16 by port 1 untagged,
 /// 198.20/16 by the QinQ sub-interface, 198.21/16 back by VLAN 100 (2001:2:0:3::/64 too);
@@ -275,16 +289,7 @@ fn a_sub_interface_fragments_and_answers_with_its_tags_and_addresses() {
 #[test]
 fn a_known_qinq_stack_is_routed_whatever_its_priority_bits_and_an_unknown_one_is_not() {
     let to_qinq = v4_to("198.20.0.9");
-    let with_priority = TagStack::two(
-        Tag {
-            tpid: packet::ETH_P_8021AD,
-            tci: 0xb000 | 30,
-        },
-        Tag {
-            tpid: packet::ETH_P_8021Q,
-            tci: 0x7000 | 40,
-        },
-    );
+    let with_priority = port0_qinq_marked(0xb000, 0x7000);
     let traffic = vec![
         tagged(&port0_qinq(), &to_qinq),
         tagged(&with_priority, &to_qinq),
@@ -312,16 +317,7 @@ fn ipv6_under_a_qinq_stack_is_routed_and_answered_from_the_interface_the_stack_n
             ..FrameSpec::default()
         })
     };
-    let with_priority = TagStack::two(
-        Tag {
-            tpid: packet::ETH_P_8021AD,
-            tci: 0x2000 | 30,
-        },
-        Tag {
-            tpid: packet::ETH_P_8021Q,
-            tci: 0xe000 | 40,
-        },
-    );
+    let with_priority = port0_qinq_marked(0x2000, 0xe000);
     let traffic = vec![
         tagged(&with_priority, &v6(64)),
         tagged(&port0_qinq(), &v6(1)),

@@ -625,3 +625,61 @@ fn a_load_over_the_target_is_spread_even_in_buckets_too_small_to_balance() {
     assert!(seen.loaded_pollers() >= 2, "{:?}", seen.offered);
     assert!(seen.offered.iter().all(|&l| l <= 0.7), "{:?}", seen.offered);
 }
+
+#[test]
+fn a_poller_that_did_not_run_for_a_period_moves_nothing_and_a_lasting_rise_counts() {
+    // Light load, 1.3% of each poller. Poller 3's thread then does not run for most of one
+    // period (a guest's vCPU descheduled mid-burst): busy 30% of it, a third of its packets
+    // taken, the rest offered and waiting. Taken at once, that cost (75x) puts poller 3 near
+    // a whole core and its buckets move.
+    let mut nic = SimNic::one_port(4, 128, CAP);
+    let traffic = Traffic::light(0, 256, 2.0);
+    let mut b = balancer(&nic, Settings::default());
+    let trace = run(&mut nic, &mut b, &traffic, 5);
+    assert!(
+        trace.iter().all(|t| t.2 == 0),
+        "an even light load: {trace:?}"
+    );
+    let mut seen = nic.period(&traffic);
+    let normal = seen.pollers[3];
+    seen.pollers[3].busy = 0.3;
+    seen.pollers[3].packets = normal.packets / 3;
+    let d = b.step(&seen.buckets, &seen.pollers, SECOND);
+    assert!(d.moves.is_empty(), "one period's stall moved {:?}", d.moves);
+    let cost = normal.busy / normal.packets as f64;
+    let rate = seen.buckets[0]
+        .iter()
+        .zip(&nic.tables[0])
+        .filter(|(_, &q)| q == 3)
+        .map(|(&n, _)| n as f64)
+        .sum::<f64>();
+    // The sample counts as twice the cost: 0.2 * 2 + 0.8 = 1.2 times it.
+    assert!(
+        (d.demand_before[3] - rate * cost * 1.2).abs() < 1e-9,
+        "{} against {}",
+        d.demand_before[3],
+        rate * cost
+    );
+    // The next period is as before: nothing moves.
+    let seen = nic.period(&traffic);
+    assert!(b
+        .step(&seen.buckets, &seen.pollers, SECOND)
+        .moves
+        .is_empty());
+    // A rise that lasts: 4x the cost two periods in a row is taken at the second.
+    let mut seen = nic.period(&traffic);
+    seen.pollers[3].busy *= 4.0;
+    let d = b.step(&seen.buckets, &seen.pollers, SECOND);
+    assert!(
+        d.demand_before[3] < 2.0 * rate * cost,
+        "{:?}",
+        d.demand_before
+    );
+    let d = b.step(&seen.buckets, &seen.pollers, SECOND);
+    assert!(
+        (d.demand_before[3] - 4.0 * rate * cost).abs() < 1e-9,
+        "{} against {}",
+        d.demand_before[3],
+        4.0 * rate * cost
+    );
+}

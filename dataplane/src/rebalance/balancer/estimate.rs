@@ -47,18 +47,27 @@ impl Balancer {
                 .get(p)
                 .filter(|l| l.packets > 0 && l.busy > 0.0)
                 .map(|l| l.busy.min(1.0) / (l.packets as f64 / secs));
-            if let Some(x) = own {
+            let Some(x) = own else { continue };
+            let rose = self.cost_rose.get_mut(p);
+            *c = Some(c.map_or(x, |prev| {
                 // Smoothed against noise; but a cost off by more than 2x from the smoothed
                 // one is no noise (the start of a run, or a poller whose batches changed):
-                // taken at once, or the balancer would go on trusting a stale load.
-                *c = Some(c.map_or(x, |prev| {
-                    if x > 2.0 * prev || x < prev / 2.0 {
-                        x
-                    } else {
-                        a * x + (1.0 - a) * prev
-                    }
-                }));
-            }
+                // taken at once, or the balancer would go on trusting a stale load. A fall
+                // is taken at the first period. A rise only at the second in a row: one
+                // period's rise is as often a poller thread that was not running (a guest's
+                // vCPU descheduled mid-burst counts as busy and takes few packets), and a
+                // cost taken from it moves that poller's buckets for nothing.
+                let twice = x > 2.0 * prev;
+                let confirmed = twice && rose.as_deref().copied().unwrap_or(true);
+                if let Some(r) = rose {
+                    *r = twice;
+                }
+                if confirmed || x < prev / 2.0 {
+                    x
+                } else {
+                    a * x.min(2.0 * prev) + (1.0 - a) * prev
+                }
+            }));
         }
         let known: Vec<f64> = self.cost.iter().flatten().copied().collect();
         let fallback = if known.is_empty() {

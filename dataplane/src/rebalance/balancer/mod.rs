@@ -14,8 +14,11 @@
 //! - A poller's demand is the sum of its buckets'. Every step works on those estimates, as
 //!   if the moves it makes carried their demand along (the next period measures again).
 //! - Per-packet costs are smoothed over periods (`smoothing`, the newest period's weight):
-//!   busy shares are noisy, and a move made on noise is undone by the next. A cost more
-//!   than 2x off the smoothed one is taken at once: that is a change, not noise. Bucket rates
+//!   busy shares are noisy, and a move made on noise is undone by the next. A cost less
+//!   than half the smoothed one is taken at once, one more than twice it at its second
+//!   period in a row: that is a change, not noise (one period's rise is as often a poller
+//!   thread that did not run, busy with few packets taken); a single rise counts as twice
+//!   the smoothed cost. Bucket rates
 //!   are exact packet counts: balancing takes this period's as they are (a flow that ended
 //!   weighs nothing at once); scaling and the heavy-bucket report take them held (a rise
 //!   at once, a fall by half each period: a lull is not a reason to pack, and a heavy flow's
@@ -71,6 +74,8 @@ pub struct Balancer {
     engaged: Vec<bool>,
     /// Each poller's smoothed cost per packet (share of a core), once it has taken packets.
     cost: Vec<Option<f64>>,
+    /// Whether each poller's last cost sample was over twice its smoothed cost.
+    cost_rose: Vec<bool>,
     /// Each bucket's smoothed packets per second.
     rate: Vec<Vec<f64>>,
 }
@@ -140,6 +145,7 @@ impl Balancer {
         }
         Ok(Balancer {
             cost: vec![None; pollers],
+            cost_rose: vec![false; pollers],
             rate: tables.iter().map(|t| vec![0.0; t.len()]).collect(),
             cooldown: tables.iter().map(|t| vec![0; t.len()]).collect(),
             heavy: tables.iter().map(|t| vec![false; t.len()]).collect(),

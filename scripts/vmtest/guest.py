@@ -916,12 +916,13 @@ def rss_test(ctl, dp, ports, rate, seconds, device_hash=True, name=None, extra="
         # ones everywhere; its moves come from queue 0's poller.
         ctl.send(f"KEY {rss_key(ports[0])}")
         table0, log_at = rss_table(ports[0]), len(open(err_path).read())
-        heavy, moved_from, m = skew(ctl, ports[0], err_path, log_at, "rss-skew", seconds)
+        heavy, moved_from, m, steps_seen = skew(ctl, ports[0], err_path, log_at, "rss-skew", seconds)
         on = sorted({table0[b] for b in heavy})
         moves = m.get(("dataplane_rebalance_moves_total", ()), 0)
         ctl.check(f"{name}: the balancer answered the skew, moving buckets off the loaded queue's poller",
                   on == [0] and moves > 0 and moved_from[:1] == [0] and 2 * moved_from.count(0) >= len(moved_from),
-                  f"{moves:.0f} moves; heavy buckets {heavy} on queues {on}; moved from queues {moved_from}")
+                  f"{moves:.0f} moves; heavy buckets {heavy} on queues {on}; moved from queues {moved_from}; "
+                  f"the first steps that moved: {steps_seen[:2]}")
         # Then the host's LOAD_FLOWS flows (wire.py), counted apart (the counters' rise over
         # the load): their buckets by the Toeplitz hash of the port's key (this guest's own
         # computation) must be exactly the buckets counted: the device's hash, or the
@@ -1027,7 +1028,8 @@ def skew(ctl, port, err_path, log_at, tag, seconds, below=None):
     in buckets the default table gives queue 0 (each its own bucket), 256 light flows at 500
     frames/s in all.
     Waits for the phase; returns (the heavy buckets, the source queue of each move of
-    `port` logged after `log_at`, the metrics after the rebalancer's next two steps)."""
+    `port` logged after `log_at`, the metrics after the rebalancer's next two steps, the
+    logged steps that moved)."""
     ctl.send(f"SCHEDULE {tag} {seconds} 1000 500 1 0 64" + (f" {below}" if below is not None else ""))
     heavy = [int(b) for b in ctl.recv(60).split()[1].split(",")]
     collected(ctl, tag, [0])
@@ -1037,7 +1039,9 @@ def skew(ctl, port, err_path, log_at, tag, seconds, below=None):
         time.sleep(0.1)
     log = open(err_path).read()[log_at:]
     moved_from = [int(q) for q in re.findall(rf"{re.escape(port)}:\d+ q(\d+)->q\d+", log)]
-    return heavy, moved_from, scrape()
+    # The steps that moved, with the pollers' busy shares they were made on (for a failure).
+    steps_seen = [l.split("predicted; ", 1)[-1] for l in log.splitlines() if "bucket(s) moved" in l]
+    return heavy, moved_from, scrape(), steps_seen
 
 
 def rss_key(port):

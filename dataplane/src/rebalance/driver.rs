@@ -347,15 +347,21 @@ impl Rebalancer {
                     )
                 })
                 .collect();
+            // What the step saw, so that a move can be told from the period it was made on.
+            let seen: Vec<String> = loads
+                .iter()
+                .map(|l| format!("{:.3}/{}", l.busy, l.packets))
+                .collect();
             log(&format!(
-                "rebalance: {} bucket(s) moved ({:?}): max/mean {:.2} -> {:.2} predicted; {} poller(s) engaged; {}{}",
+                "rebalance: {} bucket(s) moved ({:?}): max/mean {:.2} -> {:.2} predicted; {} poller(s) engaged; {}{}; pollers' busy share/packets: {}",
                 d.moves.len(),
                 d.moves.first().map(|m| m.why),
                 d.imbalance_before,
                 d.imbalance_after,
                 d.engaged,
                 whys.join(" "),
-                if d.moves.len() > 8 { " ..." } else { "" }
+                if d.moves.len() > 8 { " ..." } else { "" },
+                seen.join(" ")
             ));
         }
     }

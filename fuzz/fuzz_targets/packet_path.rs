@@ -7,11 +7,14 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 
 use dataplane::forward::subif::ROOM;
-use dataplane::forward::{Forwarder, SubIf};
+use dataplane::forward::Forwarder;
 use dataplane::packet::icmp::icmpv6_checksum;
-use dataplane::packet::vlan::{pop_tags, push_tags, tag_stack, Tag, TagStack};
+use dataplane::packet::vlan::{pop_tags, push_tags, tag_stack, TagStack};
 use dataplane::packet::{checksum, dont_fragment_v4, frag, DropReason};
-use dataplane::testkit::corpus::{testbed_forwarder, FrameRecipe, PORT0_MAC};
+use dataplane::testkit::corpus::{
+    subif_qinq, subif_vlan100, testbed_forwarder, testbed_forwarder_with_subifs, FrameRecipe,
+    PORT0_MAC,
+};
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -39,10 +42,13 @@ struct Input {
 
 fn addr(v6: bool, pick: u8, any: u128) -> u128 {
     let v4 = |a: [u8; 4]| u128::from(u32::from_be_bytes(a));
-    match (v6, pick % 5) {
+    match (v6, pick % 7) {
         (false, 0) => v4([198, 18, 0, 1]),
         (false, 1) => v4([198, 19, 0, 1]),
         (false, 2) => v4([198, 51, 100, 9]),
+        // Out of the sub-interfaces, where there are some (no route otherwise).
+        (false, 3) => v4([198, 21, 0, 9]),
+        (false, 4) => v4([198, 20, 0, 9]),
         (true, 0) => 0x2001_0002_0000_0000_0000_0000_0000_0001,
         (true, 1) => 0x2001_0002_0000_0001_0000_0000_0000_0001,
         (true, 2) => 0x2001_0db8_0077_0000_0000_0000_0000_0009,
@@ -53,27 +59,28 @@ fn addr(v6: bool, pick: u8, any: u128) -> u128 {
 
 /// Built once: the IPv4 table alone is a 64 MiB mapping.
 static FORWARDER: std::sync::OnceLock<Forwarder> = std::sync::OnceLock::new();
-/// The same with sub-interfaces on port 0: VLAN 100 (interface 2) and QinQ 200/300 (3).
+/// The same with sub-interfaces on port 0, routes out of each: VLAN 100 (interface 2,
+/// 198.21.0.0/16) and QinQ 200/300 (3, 198.20.0.0/16).
 static WITH_SUBIFS: std::sync::OnceLock<Forwarder> = std::sync::OnceLock::new();
 
 fn vlan100() -> TagStack {
-    TagStack::one(Tag::dot1q(100))
+    subif_vlan100()
 }
 
 fn qinq() -> TagStack {
-    TagStack::two(Tag::dot1ad(200), Tag::dot1q(300))
+    subif_qinq()
 }
 
-fn with_subifs() -> Forwarder {
-    let sub = |tags| SubIf {
-        parent: 0,
-        tags,
-        addresses: Vec::new(),
-    };
-    testbed_forwarder().with_subinterfaces(vec![sub(vlan100()), sub(qinq())])
+/// The port and tags interface `out` of [`testbed_forwarder_with_subifs`] sends with.
+fn egress_of(out: u16) -> (u16, TagStack) {
+    match out {
+        2 => (0, vlan100()),
+        3 => (0, qinq()),
+        port => (port, TagStack::UNTAGGED),
+    }
 }
 
-/// The interface a stack received on `port` names in [`with_subifs`], if any.
+/// The interface a stack received on `port` names in [`testbed_forwarder_with_subifs`], if any.
 fn named(port: u16, stack: &TagStack) -> Option<u16> {
     if stack.tags().is_empty() || stack.priority_only() {
         return Some(port);
@@ -308,7 +315,7 @@ fn one_pass_agrees(port: u16, frame: &[u8], stack: &TagStack) {
     if port > 1 {
         return;
     }
-    let sub = WITH_SUBIFS.get_or_init(with_subifs);
+    let sub = WITH_SUBIFS.get_or_init(testbed_forwarder_with_subifs);
     let mut reader = sub.table().reader(0).expect("reader slot 0");
     let online = reader.online();
     let rt = online.routes();
@@ -326,10 +333,16 @@ fn one_pass_agrees(port: u16, frame: &[u8], stack: &TagStack) {
     let mut plain = frame.to_vec();
     let at = pop_tags(&mut plain, stack).expect("pops");
     let mut general = plain[at..].to_vec();
+    let interface = sub.process(rt, ingress, &mut general);
+    let (port_out, tags) = egress_of(interface.unwrap_or(u16::MAX));
+    assert_eq!(interface.map(|_| port_out), Ok(out), "same egress port");
+    // The general path leaves the egress tags to the poller's second pass: pushed here.
+    let mut pushed = vec![0u8; tags.bytes()];
+    pushed.extend_from_slice(&general);
+    push_tags(&mut pushed, &tags).expect("the egress tags push");
     assert_eq!(
-        sub.process(rt, ingress, &mut general),
-        Ok(out),
-        "same egress"
+        &buf[start..],
+        &pushed[..],
+        "same frame out, with the egress interface's tags"
     );
-    assert_eq!(&buf[start..], &general[..], "same frame out");
 }

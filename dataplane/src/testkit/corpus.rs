@@ -7,9 +7,10 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::fib::{build_table, Neighbour, Route};
-use crate::forward::{Forwarder, Port};
+use crate::forward::{Forwarder, Port, SubIf};
 use crate::packet::build::{udp_v4, udp_v6, FrameSpec};
 use crate::packet::field::{ipv4, ipv6};
+use crate::packet::vlan::{Tag, TagStack};
 use crate::packet::{checksum, ETH_HLEN, IPV6_HLEN};
 use crate::types::{MacAddr, Mode};
 
@@ -22,39 +23,84 @@ pub const GEN_MAC: MacAddr = [2, 0, 0, 0, 0, 1];
 /// 1280); routes to the sink's networks with neighbours, and one more of each family
 /// (198.51.100.0/24, 2001:db8:77::/64) whose next hop has none.
 pub fn testbed_forwarder() -> Forwarder {
+    dut(false)
+}
+
+/// The sub-interface of [`testbed_forwarder_with_subifs`] with id 2: VLAN 100 on port 0.
+pub fn subif_vlan100() -> TagStack {
+    TagStack::one(Tag::dot1q(100))
+}
+
+/// The sub-interface of [`testbed_forwarder_with_subifs`] with id 3: QinQ 200/300 on port 0.
+pub fn subif_qinq() -> TagStack {
+    TagStack::two(Tag::dot1ad(200), Tag::dot1q(300))
+}
+
+/// [`testbed_forwarder`] with two sub-interfaces on port 0, each with a route out of it:
+/// [`subif_vlan100`] (interface 2, MTU 1500: 198.21.0.0/16 by 198.21.0.1) and
+/// [`subif_qinq`] (interface 3, MTU 1400: 198.20.0.0/16 by 198.20.0.1), neighbours known.
+pub fn testbed_forwarder_with_subifs() -> Forwarder {
+    let sub = |tags, address: [u8; 4]| SubIf {
+        parent: 0,
+        tags,
+        addresses: vec![(IpAddr::V4(Ipv4Addr::from(address)), 16)],
+    };
+    dut(true).with_subinterfaces(vec![
+        sub(subif_vlan100(), [198, 21, 0, 2]),
+        sub(subif_qinq(), [198, 20, 0, 2]),
+    ])
+}
+
+fn dut(subifs: bool) -> Forwarder {
     let v4 = |a, b, c, d| IpAddr::V4(Ipv4Addr::new(a, b, c, d));
     let v6 = |segments: [u16; 8]| IpAddr::V6(Ipv6Addr::from(segments));
-    let route = |prefix, len, via| Route {
+    let route = |prefix, len, via, port| Route {
         prefix,
         len,
         via: vec![via],
-        port: 1,
+        port,
     };
     let sink4 = v4(198, 19, 0, 1);
     let sink6 = v6([0x2001, 2, 0, 1, 0, 0, 0, 1]);
-    let routes = vec![
-        route(v4(198, 19, 0, 0), 16, sink4),
-        route(v6([0x2001, 2, 0, 1, 0, 0, 0, 0]), 64, sink6),
-        route(v4(198, 51, 100, 0), 24, v4(198, 19, 0, 77)),
+    let mut routes = vec![
+        route(v4(198, 19, 0, 0), 16, sink4, 1),
+        route(v6([0x2001, 2, 0, 1, 0, 0, 0, 0]), 64, sink6, 1),
+        route(v4(198, 51, 100, 0), 24, v4(198, 19, 0, 77), 1),
         route(
             v6([0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 0]),
             64,
             v6([0x2001, 2, 0, 1, 0, 0, 0, 0x77]),
+            1,
         ),
     ];
-    let neighbours: Vec<Neighbour> = [sink4, sink6]
+    let mut neighbours = vec![(sink4, 1), (sink6, 1)];
+    if subifs {
+        let vlan_hop = v4(198, 21, 0, 1);
+        let qinq_hop = v4(198, 20, 0, 1);
+        routes.push(route(v4(198, 21, 0, 0), 16, vlan_hop, 2));
+        routes.push(route(v4(198, 20, 0, 0), 16, qinq_hop, 3));
+        neighbours.extend([(vlan_hop, 2), (qinq_hop, 3)]);
+    }
+    let neighbours: Vec<Neighbour> = neighbours
         .into_iter()
-        .map(|ip| Neighbour {
+        .map(|(ip, port)| Neighbour {
             ip,
-            mac: [2, 0, 0, 0, 1, 1],
-            port: 1,
+            mac: [2, 0, 0, 0, port as u8, 1],
+            port,
         })
         .collect();
     let port1_mac = [2, 0, 0, 0, 1, 2];
-    let mut rib = build_table(&routes, &neighbours, 2, 1)
+    let interfaces = if subifs { 4 } else { 2 };
+    let mut rib = build_table(&routes, &neighbours, interfaces, 1)
         .unwrap_or_else(|e| unreachable!("the testbed's table is valid: {e}"));
     rib.writer().set_port(0, 1500, true);
     rib.writer().set_port(1, 1280, true);
+    if subifs {
+        rib.writer().set_port(2, 1500, true);
+        rib.writer().set_port(3, 1400, true);
+        rib.writer().set_tagged(2);
+        rib.writer().set_tagged(3);
+    }
     let ports = vec![
         Port {
             mac: PORT0_MAC,

@@ -429,6 +429,7 @@ pub(crate) fn poller_loads(
             PollerLoad {
                 busy: (d.get(Counter::BusyCycles) as f64 / span.max(1) as f64).clamp(0.0, 1.0),
                 packets: d.get(Counter::RxPackets),
+                batches: d.get(Counter::Batches),
                 alive: shown > 0 && !finished.get(p).copied().unwrap_or(false),
             }
         })

@@ -67,6 +67,9 @@ pub struct PollerLoad {
     pub busy: f64,
     /// Packets it took from its RX rings in the period.
     pub packets: u64,
+    /// The non-empty RX bursts it took them in (`packets / batches`: how full its bursts
+    /// were, so how much of its cost per packet is per burst).
+    pub batches: u64,
     /// False when it has stopped taking frames (exited, or stuck): its buckets must leave.
     pub alive: bool,
 }

@@ -191,6 +191,8 @@ impl SimNic {
             pollers.push(PollerLoad {
                 busy: taken / cap,
                 packets: taken.round() as u64,
+                // Bursts of 32: the simulated pollers' cost is per packet alone.
+                batches: (taken / 32.0).ceil() as u64,
                 alive: !stalled,
             });
             share.push(off / cap);

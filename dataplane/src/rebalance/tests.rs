@@ -396,9 +396,11 @@ proptest! {
     /// The same with pollers of unequal capacity (a slower core, a sibling thread): a
     /// bucket moved onto a slower poller weighs more there, and the step still never raises
     /// the largest load as the next period measures it. Every poller takes packets from the
-    /// first period (light flows in every bucket), so its cost per packet is known: a poller
-    /// that never took a packet is priced at the others' mean, which the claim does not
-    /// cover.
+    /// first period (light flows of 16 packets in every bucket: its bursts at least half
+    /// as full as any other's), so its cost per packet is known: a poller that never took
+    /// a packet is priced at the others' mean, and one whose bursts held under half as many
+    /// packets as the giver's at most at the giver's cost (`priced`), which the claim does
+    /// not cover.
     #[test]
     fn a_step_never_makes_the_max_load_worse_on_unequal_pollers(
         (mut nic, traffic, queues) in nic_and_traffic(),
@@ -410,10 +412,11 @@ proptest! {
             }
         }
         // Light flows in every bucket: every owned poller takes packets in the first period,
-        // so its cost is known and the claim is checked in every case.
+        // in bursts over half full, so its cost is known and the claim is checked in every
+        // case.
         let traffic = traffic.and(Traffic {
             flows: (0..nic.tables[0].len() as u32)
-                .map(|b| super::sim::Flow { port: 0, hash: b, rate: 1.0 })
+                .map(|b| super::sim::Flow { port: 0, hash: b, rate: 16.0 })
                 .collect(),
         });
         let mut b = balancer(&nic, Settings::default());
@@ -558,6 +561,7 @@ fn a_cost_more_than_twice_off_is_taken_at_once_and_noise_is_smoothed() {
             super::balancer::PollerLoad {
                 busy: 0.0,
                 packets: 0,
+                batches: 0,
                 alive: true,
             };
             4
@@ -565,6 +569,7 @@ fn a_cost_more_than_twice_off_is_taken_at_once_and_noise_is_smoothed() {
         v[0] = super::balancer::PollerLoad {
             busy,
             packets: 1000,
+            batches: 32,
             alive: true,
         };
         v
@@ -681,5 +686,70 @@ fn a_poller_that_did_not_run_for_a_period_moves_nothing_and_a_lasting_rise_count
         "{} against {}",
         d.demand_before[3],
         4.0 * rate * cost
+    );
+}
+
+#[test]
+fn a_poller_woken_for_every_packet_takes_a_bucket_at_the_givers_cost() {
+    // Poller 0 takes 9000 packets in bursts of 32 (0.9 of a core: buckets of 6000 and 3000
+    // packets); pollers 1 to 3 take 10 packets each, one a burst, at 0.06 of a core: sixty
+    // times poller 0's cost per packet, most of it per burst. Priced at that, the 3000-packet
+    // bucket would weigh 18 cores there and nothing would move.
+    let nic = SimNic::one_port(4, 128, CAP);
+    let mut b = balancer(&nic, Settings::default());
+    let on = |q: u32| -> Vec<usize> {
+        nic.tables[0]
+            .iter()
+            .enumerate()
+            .filter(|(_, &x)| x == q)
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let mut buckets = vec![vec![0u64; 128]];
+    let zero = on(0);
+    buckets[0][zero[0]] = 6000;
+    buckets[0][zero[1]] = 3000;
+    for q in 1..4 {
+        buckets[0][on(q)[0]] = 10;
+    }
+    let light = super::balancer::PollerLoad {
+        busy: 0.06,
+        packets: 10,
+        batches: 10,
+        alive: true,
+    };
+    let mut loads = vec![light; 4];
+    loads[0] = super::balancer::PollerLoad {
+        busy: 0.9,
+        packets: 9000,
+        batches: 9000 / 32,
+        alive: true,
+    };
+    let d = b.step(&buckets, &loads, SECOND);
+    assert!(
+        d.moves
+            .iter()
+            .any(|m| m.from == 0 && m.bucket as usize == zero[1]),
+        "{:?}",
+        d.moves
+    );
+    // Where the receivers' bursts were over half as full as the giver's (20 packets in
+    // one), their cost per packet is theirs: slower pollers, where the bucket does not fit.
+    let mut b = balancer(&nic, Settings::default());
+    for q in 1..4 {
+        buckets[0][on(q)[0]] = 20;
+    }
+    let slow = super::balancer::PollerLoad {
+        busy: 0.12,
+        packets: 20,
+        batches: 1,
+        alive: true,
+    };
+    loads[1..].fill(slow);
+    let d = b.step(&buckets, &loads, SECOND);
+    assert!(
+        d.moves.iter().all(|m| m.bucket as usize != zero[1]),
+        "{:?}",
+        d.moves
     );
 }

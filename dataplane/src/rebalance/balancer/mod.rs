@@ -76,6 +76,8 @@ pub struct Balancer {
     cost: Vec<Option<f64>>,
     /// Whether each poller's last cost sample was over twice its smoothed cost.
     cost_rose: Vec<bool>,
+    /// Each poller's packets per non-empty RX burst, in the last period it took any.
+    burst: Vec<f64>,
     /// Each bucket's smoothed packets per second.
     rate: Vec<Vec<f64>>,
 }
@@ -146,6 +148,7 @@ impl Balancer {
         Ok(Balancer {
             cost: vec![None; pollers],
             cost_rose: vec![false; pollers],
+            burst: vec![0.0; pollers],
             rate: tables.iter().map(|t| vec![0.0; t.len()]).collect(),
             cooldown: tables.iter().map(|t| vec![0; t.len()]).collect(),
             heavy: tables.iter().map(|t| vec![false; t.len()]).collect(),

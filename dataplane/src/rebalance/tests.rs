@@ -712,19 +712,14 @@ fn a_poller_woken_for_every_packet_takes_a_bucket_at_the_givers_cost() {
     for q in 1..4 {
         buckets[0][on(q)[0]] = 10;
     }
-    let light = super::balancer::PollerLoad {
-        busy: 0.06,
-        packets: 10,
-        batches: 10,
+    let load = |busy, packets, batches| super::balancer::PollerLoad {
+        busy,
+        packets,
+        batches,
         alive: true,
     };
-    let mut loads = vec![light; 4];
-    loads[0] = super::balancer::PollerLoad {
-        busy: 0.9,
-        packets: 9000,
-        batches: 9000 / 32,
-        alive: true,
-    };
+    let mut loads = vec![load(0.06, 10, 10); 4];
+    loads[0] = load(0.9, 9000, 9000 / 32);
     let d = b.step(&buckets, &loads, SECOND);
     assert!(
         d.moves
@@ -739,13 +734,7 @@ fn a_poller_woken_for_every_packet_takes_a_bucket_at_the_givers_cost() {
     for q in 1..4 {
         buckets[0][on(q)[0]] = 20;
     }
-    let slow = super::balancer::PollerLoad {
-        busy: 0.12,
-        packets: 20,
-        batches: 1,
-        alive: true,
-    };
-    loads[1..].fill(slow);
+    loads[1..].fill(load(0.12, 20, 1));
     let d = b.step(&buckets, &loads, SECOND);
     assert!(
         d.moves.iter().all(|m| m.bucket as usize != zero[1]),

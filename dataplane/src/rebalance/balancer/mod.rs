@@ -42,6 +42,7 @@
 //!    and the maximum never rises, and, unless that poller is over its capacity (or `target_load`, when scaling), not
 //!    smaller than a quarter of `min_gap` (a move must be worth its reordering).
 //!    It stops at half the threshold (hysteresis), after `max_moves`, or when no bucket fits.
+//!    A poller that took a bucket in the step gives none in it.
 //! 4. **Heavy buckets:** a bucket whose demand alone is over `heavy` of a core cannot be
 //!    carried by any poller and cannot be split without reordering its flows: it is reported
 //!    once and never moved (moving it only moves the overload).

@@ -201,8 +201,19 @@ impl Balancer {
             let mut by_load = engaged.clone();
             by_load.sort_by(|&a, &b| cmp_f64(load_of(loads, b), load_of(loads, a)));
             let floor = self.settings.min_gap;
+            // A poller that took a bucket in this step gives none in it: its load is then
+            // an estimate of what it will carry (the bucket priced at a cost measured
+            // without it), and relieving it on that estimate moves its own buckets for
+            // what the next period will measure.
+            let received = |p: usize| {
+                moves
+                    .iter()
+                    .any(|m| self.layout.poller_of(m.port, m.to) == Some(p))
+            };
             by_load.retain(|&p| {
-                load_of(loads, p) > mean * (1.0 + bar) && load_of(loads, p) - mean > floor
+                load_of(loads, p) > mean * (1.0 + bar)
+                    && load_of(loads, p) - mean > floor
+                    && !received(p)
             });
             let mut moved = false;
             for &from in &by_load {

@@ -576,32 +576,19 @@ fn a_cost_more_than_twice_off_is_taken_at_once_and_noise_is_smoothed() {
         .position(|&q| q == 0)
         .expect("a bucket on queue 0");
     buckets[0][b0] = 1000;
-    let load = |busy: f64| {
-        let mut v = vec![
-            super::balancer::PollerLoad {
-                busy: 0.0,
-                packets: 0,
-                batches: 0,
-                alive: true,
-            };
-            4
-        ];
-        v[0] = super::balancer::PollerLoad {
-            busy,
-            packets: 1000,
-            batches: 32,
-            alive: true,
-        };
+    let poller_0_at = |busy: f64| {
+        let mut v = vec![load(0.0, 0, 0); 4];
+        v[0] = load(busy, 1000, 32);
         v
     };
-    let _ = b.step(&buckets, &load(0.4), SECOND);
-    let d = b.step(&buckets, &load(0.1), SECOND);
+    let _ = b.step(&buckets, &poller_0_at(0.4), SECOND);
+    let d = b.step(&buckets, &poller_0_at(0.1), SECOND);
     assert!(
         (d.demand_before[0] - 0.1).abs() < 1e-9,
         "{:?}",
         d.demand_before
     );
-    let d = b.step(&buckets, &load(0.13), SECOND);
+    let d = b.step(&buckets, &poller_0_at(0.13), SECOND);
     let smoothed = 0.2 * 0.13 + 0.8 * 0.1;
     assert!(
         (d.demand_before[0] - smoothed).abs() < 1e-9,

@@ -44,18 +44,11 @@ impl Balancer {
         // Cost per packet (share of a core): the poller's own where it took packets (kept
         // from before where it took none this period); where it never did, the mean of the
         // others (a just engaged poller).
-        for (b, l) in self.burst.iter_mut().zip(pollers) {
-            if l.packets > 0 && l.batches > 0 {
-                *b = l.packets as f64 / l.batches as f64;
+        for ((c, rose), l) in self.cost.iter_mut().zip(&mut self.cost_rose).zip(pollers) {
+            if l.packets == 0 || l.busy <= 0.0 {
+                continue;
             }
-        }
-        for (p, c) in self.cost.iter_mut().enumerate() {
-            let own = pollers
-                .get(p)
-                .filter(|l| l.packets > 0 && l.busy > 0.0)
-                .map(|l| l.busy.min(1.0) / (l.packets as f64 / secs));
-            let Some(x) = own else { continue };
-            let rose = self.cost_rose.get_mut(p);
+            let x = l.busy.min(1.0) / (l.packets as f64 / secs);
             *c = Some(c.map_or(x, |prev| {
                 // Smoothed against noise; but a cost off by more than 2x from the smoothed
                 // one is no noise (the start of a run, or a poller whose batches changed):
@@ -65,16 +58,20 @@ impl Balancer {
                 // vCPU descheduled mid-burst counts as busy and takes few packets), and a
                 // cost taken from it moves that poller's buckets for nothing.
                 let twice = x > 2.0 * prev;
-                let confirmed = twice && rose.as_deref().copied().unwrap_or(true);
-                if let Some(r) = rose {
-                    *r = twice;
-                }
+                let confirmed = twice && *rose;
+                *rose = twice;
                 if confirmed || x < prev / 2.0 {
                     x
                 } else {
                     a * x.min(2.0 * prev) + (1.0 - a) * prev
                 }
             }));
+        }
+        // How full each poller's bursts were, for pricing a move onto it ([`priced`]).
+        for (b, l) in self.burst.iter_mut().zip(pollers) {
+            if l.packets > 0 && l.batches > 0 {
+                *b = l.packets as f64 / l.batches as f64;
+            }
         }
         let known: Vec<f64> = self.cost.iter().flatten().copied().collect();
         let fallback = if known.is_empty() {

@@ -820,7 +820,7 @@ fn failed_resolution_answers_unreachable_and_foreign_routes_go_to_the_kernel() {
     }
     let bed = Bed::up("tfr", 1);
     let t = &bed.0;
-    let dut = Dut::start(&bed, &kernel_config(t));
+    let mut dut = Dut::start(&bed, &kernel_config(t));
     // An interface the dataplane does not own, and a route out of it.
     dut_ip(
         t,
@@ -830,6 +830,21 @@ fn failed_resolution_answers_unreachable_and_foreign_routes_go_to_the_kernel() {
     dut_ip(t, &["link", "set", "fx1", "up"]);
     dut_ip(t, &["addr", "add", "192.0.2.1/24", "dev", "fx0"]);
     dut_ip(t, &["route", "add", "203.0.113.0/24", "via", "192.0.2.2"]);
+    // The table learns the route before the steering maps do (they are set at the main
+    // loop's next turn); a packet in between is dropped as `foreign_route`, so wait for them.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !dut
+        .log_lines()
+        .iter()
+        .any(|l| l.contains("passed to the kernel") && l.contains(" 203.0.113.0/24"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the foreign route never reached the steering maps: {:?}",
+            dut.log_lines()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // A gateway nobody answers for, resolved quickly: one probe, 100 ms.
     let dev = t.dut_out();
     for (knob, v) in [

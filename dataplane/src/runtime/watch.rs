@@ -48,6 +48,7 @@ impl ForeignMaps {
         use crate::control::foreign::SteerRoute;
         let mut changed = false;
         let mut passed = 0usize;
+        let mut named = String::new();
         while let Ok(c) = rx.try_recv() {
             let (prefix, len, pass) = match c {
                 SteerRoute::Pass(p, l) => (p, l, Some(true)),
@@ -63,13 +64,23 @@ impl ForeignMaps {
                 Some(p) => self.entries.insert((prefix, len), p),
                 None => self.entries.remove(&(prefix, len)),
             };
-            passed += usize::from(pass == Some(true));
+            if pass == Some(true) {
+                passed += 1;
+                if passed <= 4 {
+                    named.push_str(&format!(" {prefix}/{len}"));
+                }
+            }
             changed = true;
         }
         if passed > 0 {
             let n = self.entries.values().filter(|p| **p).count();
+            let more = if passed > 4 {
+                format!(" and {} more", passed - 4)
+            } else {
+                String::new()
+            };
             log(&format!(
-                "{passed} route(s) leaving by an interface the dataplane does not own: passed to the kernel ({n} such prefixes now)"
+                "{passed} route(s) leaving by an interface the dataplane does not own:{named}{more}: passed to the kernel ({n} such prefixes now)"
             ));
         }
         let on = self.entries.values().any(|p| *p);

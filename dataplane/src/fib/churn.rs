@@ -410,11 +410,20 @@ fn burst_v6(
     let from = versions.done.load(Acquire);
     let mut walks: Vec<(u128, dir::Walk<'_>)> =
         burst.iter().map(|(d, _)| (*d, rt.walk())).collect();
-    for _ in 0..MAX_LEVELS {
-        let more = rt.step_all_v6(walks.iter_mut().map(|(d, w)| (*d, w)));
-        std::thread::yield_now();
-        if !more {
-            break;
+    if rng.gen_bool(0.5) {
+        for _ in 0..MAX_LEVELS {
+            let more = rt.step_all_v6(walks.iter_mut().map(|(d, w)| (*d, w)));
+            std::thread::yield_now();
+            if !more {
+                break;
+            }
+        }
+    } else {
+        // Walked together to their ends, as the one pass takes them.
+        let (keys, mut lanes): (Vec<u128>, Vec<dir::Walk<'_>>) = walks.iter().copied().unzip();
+        rt.walk_all_v6(&keys, &mut lanes);
+        for ((_, w), l) in walks.iter_mut().zip(lanes) {
+            *w = l;
         }
     }
     for ((dst, walk), &(_, flow)) in walks.into_iter().zip(&burst) {

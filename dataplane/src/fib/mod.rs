@@ -424,6 +424,13 @@ impl<'a> Routes<'a> {
         self.table.v6.step_all(lanes)
     }
 
+    /// The IPv6 lookups of `keys` begun with [`Routes::walk`] under this token
+    /// (`walks[i]` for `keys[i]`), each taken to its end ([`dir::Dir::walk_all`]).
+    #[inline(always)]
+    pub(crate) fn walk_all_v6(&self, keys: &[u128], walks: &mut [dir::Walk<'a>]) {
+        self.table.v6.walk_all(keys, walks);
+    }
+
     /// [`Routes::route_v6`] for a lookup begun with [`Routes::walk`] under this token and
     /// taken on with [`Routes::step_all_v6`].
     #[inline(always)]

@@ -14,6 +14,7 @@ use port_addrs::{Addrs, PortAddrs};
 
 mod fragment;
 mod icmp_error;
+mod one_pass_v6;
 pub mod port_addrs;
 pub mod subif;
 

@@ -12,6 +12,7 @@ pub(crate) mod field;
 pub mod frag;
 pub mod icmp;
 mod v4;
+mod v6;
 pub mod vlan;
 
 pub use drop_reason::DropReason;
@@ -20,6 +21,7 @@ use v4::parse_v4;
 #[cfg(test)]
 use v4::parse_v4_general;
 pub(crate) use v4::parse_v4_plain;
+pub(crate) use v6::{is_v6_frame, parse_v6_plain, v6_destination_hint, V6_HINT_LEN};
 
 /// Ethernet header length (no VLAN tag).
 pub(crate) const ETH_HLEN: usize = field::eth::HLEN;
@@ -175,7 +177,7 @@ pub(crate) fn link_local_v6(a: u128) -> bool {
 
 /// IPv6 next-header values that are extension headers (RFC 8200 4, RFC 7045).
 #[inline(always)]
-fn is_ipv6_ext(next: u8) -> bool {
+pub(super) fn is_ipv6_ext(next: u8) -> bool {
     matches!(
         next,
         0 | 43 | 44 | 50 | 51 | 60 | 135 | 139 | 140 | 253 | 254

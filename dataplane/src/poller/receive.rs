@@ -2,9 +2,11 @@
 //! misses overlap: prefetch the frames' headers (pass 0, l2fwd and l3fwd). Bounce and l2fwd
 //! stage every frame in one pass. l3fwd forwards each IPv4 frame whole, checked, routed, rewritten and
 //! staged, with nothing kept for later, while loading the route entries and headers of the
-//! frames a few ahead (pass 1); every other frame, refused ones included, is parsed into
-//! `Later`, its IPv6 lookups walked a trie level at a time across the burst, and decided
-//! after (pass 2), every outcome but forwarding through one cold function.
+//! frames a few ahead (pass 1). IPv6 frames likewise, once the burst's IPv6 lookups have been
+//! walked together, a trie level at a time (`V6Lanes`, begun at the first IPv6 frame). Every
+//! other frame, refused ones included, is parsed into `Later`, its IPv6 lookups walked the
+//! same way, and decided after (pass 2), every outcome but forwarding through one cold
+//! function.
 //!
 //! The frame views (`Area::frame`, `frame_mut`) are `unsafe`: each one below is of a
 //! descriptor just read from the RX ring, so the frame is this poller's until it is staged for
@@ -13,87 +15,44 @@
 #![allow(unsafe_code)] // the frame views, as said above
 use std::net::IpAddr;
 
-use arrayvec::ArrayVec;
 use crossbeam_queue::ArrayQueue;
 use xdpilone::xdp::XdpDesc;
 
 use super::icmp::{icmp_reply, IcmpReply};
+use super::later::Later;
 use super::ratelimit::TokenBucket;
+use super::rest::route_rest;
 use super::stats::Counter;
 pub(super) use super::tally::Tally;
-use super::{frag, vlan, Poller, Stage, MAX_BATCH};
+use super::{frag, vlan, Poller, Stage};
 use crate::fib::{Routes, V4Routes};
 use crate::forward::{Forwarder, L2Egress, Parsed};
 use crate::packet::{self, DropReason};
 use crate::port::rings::{RingIo, XDP_PKT_CONTD};
 use crate::port::umem::{Area, FreeList};
-use crate::types::PortId;
-
-/// The frames of a burst left to be decided after the rest (IPv6 in l3fwd, every frame in
-/// drop mode) with their parse results ([`Forwarder::prepare`]), on the stack for that burst
-/// only: each holds a route lookup begun under the burst's online token (`'r`), so none can
-/// be kept past a quiescent state (the borrow checker refuses it). Not initialised until
-/// pushed.
-struct Later<'r> {
-    descs: ArrayVec<XdpDesc, MAX_BATCH>,
-    parsed: ArrayVec<Result<Parsed<'r>, DropReason>, MAX_BATCH>,
-    /// The interface each frame came in on, where the forwarder has sub-interfaces (pushed
-    /// with every frame, [`Later::push_from`]); empty without: each came in on the port.
-    ingress: ArrayVec<PortId, MAX_BATCH>,
-    /// Whether any lookup walks the IPv6 trie.
-    walks: bool,
-}
-
-impl<'r> Later<'r> {
-    #[inline(always)]
-    fn new() -> Self {
-        Later {
-            descs: ArrayVec::new(),
-            parsed: ArrayVec::new(),
-            ingress: ArrayVec::new(),
-            walks: false,
-        }
-    }
-
-    /// Keeps a frame for later. Never full: a burst holds at most `MAX_BATCH` descriptors,
-    /// the capacity. (Were it full, the frame would be neither staged nor freed, a leak:
-    /// hence the lengths are the same constant.)
-    #[inline(always)]
-    fn push(&mut self, d: XdpDesc, parsed: Result<Parsed<'r>, DropReason>) {
-        self.walks |= parsed.as_ref().is_ok_and(Parsed::walks);
-        if self.descs.try_push(d).is_ok() {
-            let _ = self.parsed.try_push(parsed);
-        }
-    }
-
-    /// [`Later::push`] of a frame that came in on interface `ingress` (where the forwarder
-    /// has sub-interfaces, every frame of the burst is pushed with its interface).
-    #[inline(always)]
-    fn push_from(&mut self, d: XdpDesc, parsed: Result<Parsed<'r>, DropReason>, ingress: PortId) {
-        self.push(d, parsed);
-        let _ = self.ingress.try_push(ingress);
-    }
-
-    /// [`Later::push`] in a pass of `TAGGED` (see [`Poller::route_pass`]).
-    #[inline(always)]
-    fn keep<const TAGGED: bool>(
-        &mut self,
-        d: XdpDesc,
-        parsed: Result<Parsed<'r>, DropReason>,
-        ingress: PortId,
-    ) {
-        if TAGGED {
-            self.push_from(d, parsed, ingress);
-        } else {
-            self.push(d, parsed);
-        }
-    }
-}
 
 /// Puts a descriptor on the stage of egress socket `at`; false when that stage is full.
 #[inline(always)]
 fn stage(stages: &mut [Stage], at: usize, addr: u64, len: u32) -> bool {
     stages.get_mut(at).is_some_and(|s| s.push(addr, len))
+}
+
+/// Stages a frame forwarded out of socket `out`; where that stage is full, drops it (counted)
+/// and frees its buffer.
+#[inline(always)]
+pub(super) fn stage_or_drop(
+    stages: &mut [Stage],
+    out: u16,
+    addr: u64,
+    len: u32,
+    free: &mut FreeList,
+    frame_mask: u64,
+    t: &mut Tally,
+) {
+    if !stage(stages, usize::from(out), addr, len) {
+        t.drop(DropReason::TxRingFull);
+        free.push(addr & frame_mask);
+    }
 }
 
 /// Drops a frame that calls for no ICMP error: counted by `reason`, its buffer back on the
@@ -132,12 +91,12 @@ fn refuse_l2(
 /// How many frames ahead of the one the l3fwd pass decides it starts loading a route entry
 /// (and twice as far, a header): about a memory latency's worth of frames (some 200 ns on
 /// these VMs against 25-30 ns a frame), fewer than a burst.
-const ROUTE_AHEAD: usize = 8;
+pub(super) const ROUTE_AHEAD: usize = 8;
 
 /// Starts loading the first-level route entry of the IPv4 destination frame `d` seems to
 /// carry (a hint: its first bytes read unchecked beyond the area's bounds).
 #[inline(always)]
-fn prefetch_route(area: &Area, v4: V4Routes<'_>, d: &XdpDesc) {
+pub(super) fn prefetch_route(area: &Area, v4: V4Routes<'_>, d: &XdpDesc) {
     // SAFETY: a frame received in this burst, not yet handed on (the pass's own frames).
     let head = unsafe { area.peek::<{ packet::V4_HINT_LEN }>(d.addr) };
     if let Some(dst) = head.and_then(packet::v4_destination_hint) {
@@ -361,6 +320,8 @@ impl<Q: RingIo> Poller<Q> {
             prefetch_route(area, v4, d);
         }
         let mut bytes = 0u64;
+        // The burst's first IPv6 frame, where the one pass goes on in `route_rest`.
+        let mut v6_from = usize::MAX;
         for (k, d) in descs.iter().enumerate() {
             bytes += u64::from(d.len);
             if let Some(ahead) = descs.get(k + ROUTE_AHEAD) {
@@ -369,10 +330,7 @@ impl<Q: RingIo> Poller<Q> {
             if let Some(tp) = &tagged {
                 if let Some((out, addr, len)) = vlan::route_now_tagged(area, tp, v4, *frame_mask, d)
                 {
-                    if !stage(stages, usize::from(out), addr, len) {
-                        t.drop(DropReason::TxRingFull);
-                        free.push(addr & *frame_mask);
-                    }
+                    stage_or_drop(stages, out, addr, len, free, *frame_mask, t);
                     continue;
                 }
             }
@@ -389,12 +347,7 @@ impl<Q: RingIo> Poller<Q> {
                 Forwarder::route_now(v4, ingress, port_macs, frame)
             };
             match now {
-                Some(out) => {
-                    if !stage(stages, usize::from(out), d.addr, d.len) {
-                        t.drop(DropReason::TxRingFull);
-                        free.push(d.addr & *frame_mask);
-                    }
-                }
+                Some(out) => stage_or_drop(stages, out, d.addr, d.len, free, *frame_mask, t),
                 None if TAGGED && frame.first_chunk::<14>().is_some_and(vlan::is_tagged) => {
                     let (d, id, parsed) =
                         match tagged.as_ref().and_then(|tp| tp.tagged_ingress(frame)) {
@@ -403,8 +356,16 @@ impl<Q: RingIo> Poller<Q> {
                         };
                     later.push_from(d, parsed, id);
                 }
+                None if !TAGGED && packet::is_v6_frame(frame) => {
+                    v6_from = k;
+                    break;
+                }
                 None => later.keep::<TAGGED>(*d, fwd.prepare_routed(rt, ingress, frame), in_port),
             }
+        }
+        if v6_from != usize::MAX {
+            let ctx = (&mut *area, &mut *free, stages, *frame_mask);
+            bytes += route_rest(ctx, fwd, rt, ingress, descs, v6_from, later, t);
         }
         bytes
     }

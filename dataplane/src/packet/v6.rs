@@ -1,0 +1,67 @@
+//! The one-pass IPv6 path's header checks: a fixed 40-byte header without extension headers,
+//! nearly every transit packet, checked straight-line. Anything else (an extension header, a
+//! packet to drop or to answer) is left to [`super::parse_l3`], which gives it its reason.
+use super::field::{eth, ipv6};
+use super::{is_ipv6_ext, ETH_HLEN, ETH_P_IPV6};
+#[cfg(doc)]
+use super::{link_local_v6, martian_v6};
+
+/// The first bytes of a frame [`v6_destination_hint`] reads.
+pub(crate) const V6_HINT_LEN: usize = ETH_HLEN + ipv6::HLEN;
+
+/// The destination of the IPv6 packet a frame's first bytes seem to carry, unchecked: for
+/// starting its route lookup, never to route by.
+#[inline(always)]
+pub(crate) fn v6_destination_hint(h: &[u8; V6_HINT_LEN]) -> Option<u128> {
+    let (eth, ip) = h.split_first_chunk::<ETH_HLEN>()?;
+    if eth.get(eth::ETHERTYPE..)? != ETH_P_IPV6.to_be_bytes() {
+        return None;
+    }
+    let dst = ip.last_chunk::<16>()?;
+    Some(u128::from_be_bytes(*dst))
+}
+
+/// Whether a frame is IPv6 by its ethertype and holds at least [`V6_HINT_LEN`] bytes: one
+/// the one pass gives a lane of the burst's IPv6 lookups.
+#[inline(always)]
+pub(crate) fn is_v6_frame(frame: &[u8]) -> bool {
+    frame.len() >= V6_HINT_LEN
+        && frame.get(eth::ETHERTYPE..eth::ETHERTYPE + 2) == Some(&ETH_P_IPV6.to_be_bytes()[..])
+}
+
+/// Whether an address's first 64 bits put it outside every range a router refuses to
+/// forward from or to ([`martian_v6`], [`link_local_v6`]: those all have the first 64 bits
+/// zero, ff00::/8 or fe80::/10), so its checks need not look further. An address they leave
+/// out (::/64 holds a few unicast ones) is decided by the general parse.
+#[inline(always)]
+fn plain_prefix(a: &[u8; 16]) -> bool {
+    let hi = u64::from_be_bytes(a.first_chunk::<8>().copied().unwrap_or_default());
+    hi != 0 && hi >> 56 != 0xff && hi >> 54 != 0xfe80 >> 6
+}
+
+/// The checks of an IPv6 header whose packet the one pass may forward as it is, in a frame
+/// `ip_wire` bytes long from this header on: version 6, the payload inside the frame, no
+/// extension header, a hop limit above 1, no martian or link-local address. Returns the
+/// destination and the packet's length; None for anything else, which [`super::parse_l3`]
+/// then decides (the same verdict where it forwards: `the_plain_v6_parse_agrees_with_the_general_one`).
+#[inline(always)]
+pub(crate) fn parse_v6_plain(hdr: &[u8; ipv6::HLEN], ip_wire: usize) -> Option<(u128, u32)> {
+    let payload = u16::from_be_bytes([hdr[ipv6::PAYLOAD_LEN], hdr[ipv6::PAYLOAD_LEN + 1]]);
+    let len = ipv6::HLEN + usize::from(payload);
+    if hdr[ipv6::VER_TC_FLOW] >> 4 != 6
+        || len > ip_wire
+        || is_ipv6_ext(hdr[ipv6::NEXT_HEADER])
+        || hdr[ipv6::HOP_LIMIT] <= 1
+    {
+        return None;
+    }
+    let (_, addrs) = hdr.split_last_chunk::<32>()?;
+    let (src, dst) = addrs.split_first_chunk::<16>()?;
+    let dst = dst.first_chunk::<16>()?;
+    if !plain_prefix(src) || !plain_prefix(dst) {
+        return None;
+    }
+    let dst = u128::from_be_bytes(*dst);
+    #[allow(clippy::cast_possible_truncation)] // 40 + a u16 fits a u32
+    Some((dst, len as u32))
+}

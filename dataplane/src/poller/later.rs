@@ -1,0 +1,144 @@
+//! What a burst's one pass keeps on the stack besides the frames it forwards: the frames left
+//! for pass 2 with their parse results ([`Later`]), and the burst's IPv6 route lookups,
+//! walked together before the one pass forwards their frames ([`V6Lanes`]).
+#![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
+#![allow(unsafe_code)] // the frames' first bytes read for a hint (`Area::peek`)
+use arrayvec::ArrayVec;
+use xdpilone::xdp::XdpDesc;
+
+use super::MAX_BATCH;
+use crate::fib::dir::Walk;
+use crate::fib::Routes;
+use crate::forward::Parsed;
+use crate::packet::{self, DropReason};
+use crate::port::umem::Area;
+use crate::types::PortId;
+
+/// The frames of a burst left to be decided after the rest (IPv6 in l3fwd, every frame in
+/// drop mode) with their parse results ([`Forwarder::prepare`]), on the stack for that burst
+/// only: each holds a route lookup begun under the burst's online token (`'r`), so none can
+/// be kept past a quiescent state (the borrow checker refuses it). Not initialised until
+/// pushed.
+pub(super) struct Later<'r> {
+    pub(super) descs: ArrayVec<XdpDesc, MAX_BATCH>,
+    pub(super) parsed: ArrayVec<Result<Parsed<'r>, DropReason>, MAX_BATCH>,
+    /// The interface each frame came in on, where the forwarder has sub-interfaces (pushed
+    /// with every frame, [`Later::push_from`]); empty without: each came in on the port.
+    pub(super) ingress: ArrayVec<PortId, MAX_BATCH>,
+    /// Whether any lookup walks the IPv6 trie.
+    pub(super) walks: bool,
+}
+
+impl<'r> Later<'r> {
+    #[inline(always)]
+    pub(super) fn new() -> Self {
+        Later {
+            descs: ArrayVec::new(),
+            parsed: ArrayVec::new(),
+            ingress: ArrayVec::new(),
+            walks: false,
+        }
+    }
+
+    /// Keeps a frame for later. Never full: a burst holds at most `MAX_BATCH` descriptors,
+    /// the capacity. (Were it full, the frame would be neither staged nor freed, a leak:
+    /// hence the lengths are the same constant.)
+    #[inline(always)]
+    pub(super) fn push(&mut self, d: XdpDesc, parsed: Result<Parsed<'r>, DropReason>) {
+        self.walks |= parsed.as_ref().is_ok_and(Parsed::walks);
+        if self.descs.try_push(d).is_ok() {
+            let _ = self.parsed.try_push(parsed);
+        }
+    }
+
+    /// [`Later::push`] of a frame that came in on interface `ingress` (where the forwarder
+    /// has sub-interfaces, every frame of the burst is pushed with its interface).
+    #[inline(always)]
+    pub(super) fn push_from(
+        &mut self,
+        d: XdpDesc,
+        parsed: Result<Parsed<'r>, DropReason>,
+        ingress: PortId,
+    ) {
+        self.push(d, parsed);
+        let _ = self.ingress.try_push(ingress);
+    }
+
+    /// [`Later::push`] in a pass of `TAGGED` (see [`Poller::route_pass`]).
+    #[inline(always)]
+    pub(super) fn keep<const TAGGED: bool>(
+        &mut self,
+        d: XdpDesc,
+        parsed: Result<Parsed<'r>, DropReason>,
+        ingress: PortId,
+    ) {
+        if TAGGED {
+            self.push_from(d, parsed, ingress);
+        } else {
+            self.push(d, parsed);
+        }
+    }
+}
+
+/// The IPv6 lookups of a burst's one pass: begun, when its first IPv6 frame comes up
+/// (`receive::route_rest`), for it and every IPv6 frame after it, and walked a trie level at a time across them all, so
+/// their misses overlap (an IPv6 /48 is four dependent loads). The one pass then takes them
+/// in the frames' order ([`V6Lanes::take`]); each is checked against its frame's destination
+/// where it is used, so a lane taken out of turn costs a frame the one pass, never a wrong
+/// route. On the stack for the burst only: each walk is tied to the burst's online token.
+pub(super) struct V6Lanes<'r> {
+    keys: ArrayVec<u128, MAX_BATCH>,
+    walks: ArrayVec<Walk<'r>, MAX_BATCH>,
+    taken: usize,
+}
+
+/// Whether a frame is one [`V6Lanes::begin`] gives a lane: at least its hint's length, IPv6
+/// by its ethertype (as the one pass asks of a frame whose descriptor `Area::check` passed);
+/// its destination, read for the walk only.
+#[inline(always)]
+pub(super) fn v6_lane_key(area: &Area, d: &XdpDesc) -> Option<u128> {
+    if (d.len as usize) < packet::V6_HINT_LEN {
+        return None;
+    }
+    // SAFETY: a frame received in this burst and not yet handed on (the one pass takes its
+    // lanes before it stages or frees the frames they are for).
+    let head = unsafe { area.peek::<{ packet::V6_HINT_LEN }>(d.addr) }?;
+    packet::v6_destination_hint(head)
+}
+
+impl<'r> V6Lanes<'r> {
+    #[inline(always)]
+    pub(super) fn new() -> Self {
+        V6Lanes {
+            keys: ArrayVec::new(),
+            walks: ArrayVec::new(),
+            taken: 0,
+        }
+    }
+
+    /// Begins a lookup for each IPv6 frame of `descs` (the rest of the burst) and walks them
+    /// all to their last level.
+    #[inline(never)]
+    pub(super) fn begin(&mut self, area: &Area, rt: Routes<'r>, descs: &[XdpDesc]) {
+        for d in descs {
+            if let Some(key) = v6_lane_key(area, d) {
+                rt.prefetch_v6(key);
+                // Never full: one lane per descriptor of a burst, at most MAX_BATCH.
+                if self.keys.try_push(key).is_ok() {
+                    let _ = self.walks.try_push(rt.walk());
+                }
+            }
+        }
+        rt.walk_all_v6(&self.keys, &mut self.walks);
+    }
+
+    /// The next lane, in the order [`V6Lanes::begin`] gave them: its destination and its
+    /// walk.
+    #[inline(always)]
+    pub(super) fn take(&mut self) -> Option<(u128, Walk<'r>)> {
+        let key = self.keys.get(self.taken).copied()?;
+        let walk = self.walks.get(self.taken).copied()?;
+        self.taken += 1;
+        Some((key, walk))
+    }
+}

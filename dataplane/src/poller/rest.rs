@@ -1,0 +1,65 @@
+//! The one pass of an l3fwd burst from its first IPv6 frame on ([`route_rest`]): entered
+//! once per burst that has one, so the loop of IPv4-only bursts never carries its work.
+#![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
+#![allow(unsafe_code)] // the frame views, as in `receive`
+use xdpilone::xdp::XdpDesc;
+
+use super::later::{Later, V6Lanes};
+use super::receive::{prefetch_route, stage_or_drop, Tally, ROUTE_AHEAD};
+use super::Stage;
+use crate::fib::Routes;
+use crate::forward::{Forwarder, Ingress};
+use crate::packet::{self, DropReason};
+use crate::port::umem::{Area, FreeList};
+
+/// The one pass from the burst's first IPv6 frame, `descs[first]`, on: the burst's IPv6
+/// lookups walked together ([`V6Lanes`]), then each frame forwarded whole (IPv4 as before,
+/// IPv6 by its lane) or parsed into `later`. Returns the bytes of the frames after `first`.
+/// Out of line, entered once per burst: the loop of IPv4-only bursts keeps its registers
+/// (with the IPv6 frame's work inlined in it, it spilled them: 6 more instructions per IPv4
+/// packet).
+#[inline(never)]
+#[allow(clippy::too_many_arguments)] // the one pass's state, borrowed apart
+pub(super) fn route_rest<'r>(
+    (area, free, stages, frame_mask): (&mut Area, &mut FreeList, &mut [Stage], u64),
+    fwd: &Forwarder,
+    rt: Routes<'r>,
+    ingress: Ingress,
+    descs: &[XdpDesc],
+    first: usize,
+    later: &mut Later<'r>,
+    t: &mut Tally,
+) -> u64 {
+    let v4 = rt.v4();
+    let port_macs = fwd.port_macs();
+    let mut lanes = V6Lanes::new();
+    lanes.begin(area, rt, descs.get(first..).unwrap_or_default());
+    let mut bytes = 0u64;
+    for (k, d) in descs.iter().enumerate().skip(first) {
+        if k > first {
+            bytes += u64::from(d.len);
+        }
+        if let Some(ahead) = descs.get(k + ROUTE_AHEAD) {
+            prefetch_route(area, v4, ahead);
+        }
+        let Some(off) = area.check(d.addr, d.len) else {
+            later.push(*d, Err(DropReason::InvalidDescriptor));
+            continue;
+        };
+        // SAFETY: a frame of this burst not yet handed on (staged or freed only after this
+        // view), and `Area::check` passed for this (addr, len) just above.
+        let frame = unsafe { area.checked_frame_mut(off, d.len) };
+        let now = if packet::is_v6_frame(frame) {
+            lanes.take().and_then(|(key, walk)| {
+                Forwarder::route_now_v6(rt, ingress, port_macs, frame, key, walk)
+            })
+        } else {
+            Forwarder::route_now(v4, ingress, port_macs, frame)
+        };
+        match now {
+            Some(out) => stage_or_drop(stages, out, d.addr, d.len, free, frame_mask, t),
+            None => later.push(*d, fwd.prepare_routed(rt, ingress, frame)),
+        }
+    }
+    bytes
+}

@@ -208,7 +208,7 @@ pub(crate) struct Hop {
     pub mac: u64,
     /// The egress port's MTU.
     pub mtu: u32,
-    /// The MTU the one-pass IPv4 path checks against: the port's, or 0 for a sub-interface
+    /// The MTU the one-pass paths (IPv4 and IPv6) check against: the port's, or 0 for a sub-interface
     /// (its frames need a tag pushed), so that path leaves them to the general one without a
     /// test of its own.
     pub one_pass_mtu: u32,

@@ -9,7 +9,8 @@ use crate::types::PortId;
 
 impl Forwarder {
     /// An IPv6 frame forwarded whole in l3fwd, its route lookup begun with [`Routes::walk`]
-    /// for destination `walked` and taken on across the burst ([`Routes::step_all_v6`]):
+    /// for destination `walked` and taken to its end with the burst's others
+    /// ([`Routes::walk_all_v6`]):
     /// the egress port, the frame rewritten. None: the frame is unchanged, to be decided by
     /// `prepare` and `finish`, which give every other outcome its reason (an extension
     /// header, anything refused, a walk begun for another destination).

@@ -43,7 +43,7 @@ fn plain_prefix(a: &[u8; 16]) -> bool {
 /// `ip_wire` bytes long from this header on: version 6, the payload inside the frame, no
 /// extension header, a hop limit above 1, no martian or link-local address. Returns the
 /// destination and the packet's length; None for anything else, which [`super::parse_l3`]
-/// then decides (the same verdict where it forwards: `the_plain_v6_parse_agrees_with_the_general_one`).
+/// then decides (the same verdict where it forwards: `forward::one_pass_v6`'s test).
 #[inline(always)]
 pub(crate) fn parse_v6_plain(hdr: &[u8; ipv6::HLEN], ip_wire: usize) -> Option<(u128, u32)> {
     let payload = u16::from_be_bytes([hdr[ipv6::PAYLOAD_LEN], hdr[ipv6::PAYLOAD_LEN + 1]]);

@@ -2,7 +2,7 @@
 //! for pass 2 with their parse results ([`Later`]), and the burst's IPv6 route lookups,
 //! walked together before the one pass forwards their frames ([`V6Lanes`]).
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
-#![allow(unsafe_code)] // the frames' first bytes read for a hint (`Area::peek`)
+#![allow(unsafe_code)] // the frames' first bytes read for the lanes' keys
 use arrayvec::ArrayVec;
 use xdpilone::xdp::XdpDesc;
 
@@ -81,7 +81,7 @@ impl<'r> Later<'r> {
 }
 
 /// The IPv6 lookups of a burst's one pass: begun, when its first IPv6 frame comes up
-/// (`receive::route_rest`), for it and every IPv6 frame after it, and walked a trie level at a time across them all, so
+/// (`rest::route_rest`), for it and every IPv6 frame after it, and walked a trie level at a time across them all, so
 /// their misses overlap (an IPv6 /48 is four dependent loads). The one pass then takes them
 /// in the frames' order ([`V6Lanes::take`]); each is checked against its frame's destination
 /// where it is used, so a lane taken out of turn costs a frame the one pass, never a wrong
@@ -92,18 +92,18 @@ pub(super) struct V6Lanes<'r> {
     taken: usize,
 }
 
-/// Whether a frame is one [`V6Lanes::begin`] gives a lane: at least its hint's length, IPv6
-/// by its ethertype (as the one pass asks of a frame whose descriptor `Area::check` passed);
-/// its destination, read for the walk only.
+/// Whether a frame is one [`V6Lanes::begin`] gives a lane: inside the area (`Area::check`, so
+/// the bytes read are this frame's), at least its hint's length, IPv6 by its ethertype: what
+/// `route_rest` asks of a frame before it takes a lane. Its destination, read for the walk
+/// only.
 #[inline(always)]
 pub(super) fn v6_lane_key(area: &Area, d: &XdpDesc) -> Option<u128> {
-    if (d.len as usize) < packet::V6_HINT_LEN {
-        return None;
-    }
-    // SAFETY: a frame received in this burst and not yet handed on (the one pass takes its
-    // lanes before it stages or frees the frames they are for).
-    let head = unsafe { area.peek::<{ packet::V6_HINT_LEN }>(d.addr) }?;
-    packet::v6_destination_hint(head)
+    let off = area.check(d.addr, d.len)?;
+    // SAFETY: the descriptor's frame, inside one frame of the area (`Area::check` just
+    // above), received in this burst and not yet handed on: the one pass begins its lanes
+    // before it stages or frees any frame they are for, and writes none while this view lives.
+    let frame = unsafe { area.frame(off, d.len) };
+    packet::v6_destination_hint(frame.first_chunk()?)
 }
 
 impl<'r> V6Lanes<'r> {

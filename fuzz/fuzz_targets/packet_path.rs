@@ -11,6 +11,7 @@ use dataplane::forward::Forwarder;
 use dataplane::packet::icmp::icmpv6_checksum;
 use dataplane::packet::vlan::{pop_tags, push_tags, tag_stack, TagStack};
 use dataplane::packet::{checksum, dont_fragment_v4, frag, DropReason};
+use dataplane::testkit::one_pass;
 use dataplane::testkit::corpus::{
     subif_qinq, subif_vlan100, testbed_forwarder, testbed_forwarder_with_subifs, FrameRecipe,
     PORT0_MAC,
@@ -174,6 +175,17 @@ fuzz_target!(|input: Input| {
     let mut reader = fwd.table().reader(0).expect("reader slot 0");
     let online = reader.online();
     let rt = online.routes();
+    // The untagged one pass (IPv4 and IPv6): what it forwards, the general path forwards
+    // out of the same port to the same bytes; what it leaves, it leaves unchanged.
+    let mut one = frame.clone();
+    match one_pass(fwd, rt, port, &mut one) {
+        Some(out) => {
+            let mut general = frame.clone();
+            assert_eq!(fwd.process(rt, port, &mut general), Ok(out), "same egress port");
+            assert_eq!(one, general, "same frame out of the one pass");
+        }
+        None => assert_eq!(one, frame, "a frame the one pass leaves is unchanged"),
+    }
     let mut out = frame.clone();
     let v6 = frame.get(12..14) == Some(&[0x86, 0xdd][..]);
     match fwd.process(rt, port, &mut out) {

@@ -155,11 +155,13 @@ mod tests {
                         });
                         let mtu_small = frame.len().saturating_sub(eth::HLEN) > mtu as usize;
                         if verdict.is_ok() && walked == dst && !ext && !mtu_small {
-                            // Only ::/64 unicast is the general path's alone.
-                            let src = &frame[eth::HLEN + 8..eth::HLEN + 16];
-                            let d = &frame[eth::HLEN + 24..eth::HLEN + 32];
+                            // Only ::/64 and fec0::/10 unicast are the general path's alone.
+                            let alone = |at: usize| {
+                                let a = &frame[eth::HLEN + at..eth::HLEN + at + 8];
+                                a == [0; 8] || (a[0] == 0xfe && a[1] & 0xc0 == 0xc0)
+                            };
                             assert!(
-                                src == [0; 8] || d == [0; 8],
+                                alone(8) || alone(24),
                                 "forwarded by the general path only: {frame:02x?}"
                             );
                         }

@@ -31,12 +31,14 @@ pub(crate) fn is_v6_frame(frame: &[u8]) -> bool {
 
 /// Whether an address's first 64 bits put it outside every range a router refuses to
 /// forward from or to ([`martian_v6`], [`link_local_v6`]: those all have the first 64 bits
-/// zero, ff00::/8 or fe80::/10), so its checks need not look further. An address they leave
-/// out (::/64 holds a few unicast ones) is decided by the general parse.
+/// zero, or lie in fe80::/10 or ff00::/8), so its checks need not look further: one
+/// comparison, the first 64 bits between 0:0:0:1:: and fe7f:ffff:ffff:ffff::. An address it
+/// leaves out (a few unicast ones in ::/64, the deprecated site-local fec0::/10) is decided
+/// by the general parse.
 #[inline(always)]
 fn plain_prefix(a: &[u8; 16]) -> bool {
     let hi = u64::from_be_bytes(a.first_chunk::<8>().copied().unwrap_or_default());
-    hi != 0 && hi >> 56 != 0xff && hi >> 54 != 0xfe80 >> 6
+    hi.wrapping_sub(1) < 0xfe80_0000_0000_0000 - 1
 }
 
 /// The checks of an IPv6 header whose packet the one pass may forward as it is, in a frame

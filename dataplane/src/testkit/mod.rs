@@ -4,6 +4,35 @@
 //!
 //! - [`corpus`]: frame recipes that reach every check of the per-packet path, and the testbed
 //!   DUT's forwarder that decides them.
+//! - [`one_pass`]: the poller's one-pass path on one frame, for the fuzzer to hold to the
+//!   general one.
 //! - The control plane's oracles live beside the code they check: `control::model` (the
 //!   kernel's state, brute force) and `control::offline` (the control thread without sockets).
 pub mod corpus;
+
+use crate::fib::Routes;
+use crate::forward::Forwarder;
+use crate::types::PortId;
+
+/// The one pass of a port without sub-interfaces on one frame, as the poller takes it: IPv4
+/// by `Forwarder::route_now`, IPv6 by `Forwarder::route_now_v6` with its lookup walked as
+/// a burst's are (`Routes::walk_all_v6`). The egress port, the frame rewritten; None: the
+/// frame is left to the general path (`Forwarder::process`), unchanged.
+pub fn one_pass(
+    fwd: &Forwarder,
+    rt: Routes<'_>,
+    in_port: PortId,
+    frame: &mut [u8],
+) -> Option<PortId> {
+    let ingress = fwd.ingress(in_port);
+    if let Some(out) = Forwarder::route_now(rt.v4(), ingress, fwd.port_macs(), frame) {
+        return Some(out);
+    }
+    if !crate::packet::is_v6_frame(frame) {
+        return None;
+    }
+    let key = crate::packet::v6_destination_hint(frame.first_chunk()?)?;
+    let mut walk = rt.walk();
+    rt.walk_all_v6(&[key], std::slice::from_mut(&mut walk));
+    Forwarder::route_now_v6(rt, ingress, fwd.port_macs(), frame, key, walk)
+}

@@ -110,9 +110,6 @@ impl Walk<'_> {
     }
 }
 
-/// Lookups [`Dir::walk_all`] follows at once.
-const WALK_LANES: usize = 256;
-
 /// The trie the pollers read: `BITS`-bit keys, a first level of `2^FIRST` entries, groups of
 /// `2^STRIDE`.
 pub(crate) struct Dir<const FIRST: u32, const STRIDE: u32, const BITS: u32> {
@@ -215,64 +212,46 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     }
 
     /// Every lookup of `keys` taken to its end, `walks[i]` (fresh, from [`Walk::begin`]) for
-    /// `keys[i]`: [`Dir::step`] a level at a time across them, so their misses overlap, each
-    /// round visiting only the lookups with another level to come. Each walk is then where
+    /// `keys[i]`: [`Dir::step`] a level at a time across them, so their misses overlap. Each walk is then where
     /// [`Dir::finish`] ends it at once.
     #[inline(always)]
     pub(crate) fn walk_all<K: Key>(&self, keys: &[K], walks: &mut [Walk<'_>]) {
         let (top, groups) = (self.top.get(), self.groups.get());
-        // The lanes with another level to come (indices into this chunk).
-        let mut active = [0u16; WALK_LANES];
-        for (keys, walks) in keys.chunks(WALK_LANES).zip(walks.chunks_mut(WALK_LANES)) {
-            let mut m = 0usize;
-            for (i, (key, w)) in keys.iter().zip(walks.iter_mut()).enumerate() {
-                w.entry = top
-                    .get(key.field(BITS - FIRST, FIRST))
-                    .map_or(0, |e| e.load(Acquire));
-                w.end = FIRST;
-                if w.entry & EXT != 0 && FIRST < BITS {
+        let mut more = false;
+        for (key, w) in keys.iter().zip(walks.iter_mut()) {
+            w.entry = top
+                .get(key.field(BITS - FIRST, FIRST))
+                .map_or(0, |e| e.load(Acquire));
+            w.end = FIRST;
+            if w.entry & EXT != 0 && FIRST < BITS {
+                w.next = (((w.entry & !EXT) as usize) << STRIDE)
+                    | key.field(BITS - FIRST - STRIDE, STRIDE);
+                if let Some(e) = groups.get(w.next) {
+                    crate::sys::prefetch(e);
+                }
+                more = true;
+            }
+        }
+        // Every lookup still going is at the round's depth, `end`; one that reached a leaf
+        // is passed over.
+        let mut end = FIRST;
+        while more && end < BITS {
+            end += STRIDE;
+            more = false;
+            for (key, w) in keys.iter().zip(walks.iter_mut()) {
+                if w.entry & EXT == 0 {
+                    continue;
+                }
+                w.entry = groups.get(w.next).map_or(0, |e| e.load(Acquire));
+                w.end = end;
+                if w.entry & EXT != 0 && end < BITS {
                     w.next = (((w.entry & !EXT) as usize) << STRIDE)
-                        | key.field(BITS - FIRST - STRIDE, STRIDE);
+                        | key.field(BITS - end - STRIDE, STRIDE);
                     if let Some(e) = groups.get(w.next) {
                         crate::sys::prefetch(e);
                     }
-                    if let Some(a) = active.get_mut(m) {
-                        #[allow(clippy::cast_possible_truncation)] // i < WALK_LANES
-                        {
-                            *a = i as u16;
-                        }
-                        m += 1;
-                    }
+                    more = true;
                 }
-            }
-            // Every lane of a round is at the same depth: `end` is the round's.
-            let mut end = FIRST;
-            while m > 0 && end < BITS {
-                end += STRIDE;
-                let mut more = 0usize;
-                for j in 0..m {
-                    let i = usize::from(active.get(j).copied().unwrap_or(0));
-                    let (Some(key), Some(w)) = (keys.get(i), walks.get_mut(i)) else {
-                        continue;
-                    };
-                    w.entry = groups.get(w.next).map_or(0, |e| e.load(Acquire));
-                    w.end = end;
-                    if w.entry & EXT != 0 && end < BITS {
-                        w.next = (((w.entry & !EXT) as usize) << STRIDE)
-                            | key.field(BITS - end - STRIDE, STRIDE);
-                        if let Some(e) = groups.get(w.next) {
-                            crate::sys::prefetch(e);
-                        }
-                        if let Some(a) = active.get_mut(more) {
-                            #[allow(clippy::cast_possible_truncation)] // i < WALK_LANES
-                            {
-                                *a = i as u16;
-                            }
-                            more += 1;
-                        }
-                    }
-                }
-                m = more;
             }
         }
     }

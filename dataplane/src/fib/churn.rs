@@ -420,11 +420,7 @@ fn burst_v6(
         }
     } else {
         // Walked together to their ends, as the one pass takes them.
-        let (keys, mut lanes): (Vec<u128>, Vec<dir::Walk<'_>>) = walks.iter().copied().unzip();
-        rt.walk_all_v6(&keys, &mut lanes);
-        for ((_, w), l) in walks.iter_mut().zip(lanes) {
-            *w = l;
-        }
+        rt.walk_all_v6(&mut walks);
     }
     for ((dst, walk), &(_, flow)) in walks.into_iter().zip(&burst) {
         let got = rt.route_walked_v6(dst, walk, || flow);

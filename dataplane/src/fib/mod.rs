@@ -424,11 +424,11 @@ impl<'a> Routes<'a> {
         self.table.v6.step_all(lanes)
     }
 
-    /// The IPv6 lookups of `keys` begun with [`Routes::walk`] under this token
-    /// (`walks[i]` for `keys[i]`), each taken to its end ([`dir::Dir::walk_all`]).
+    /// The IPv6 lookups of `lanes` (a destination and its walk, begun with [`Routes::walk`]
+    /// under this token), each taken to its end ([`dir::Dir::walk_all`]).
     #[inline(always)]
-    pub(crate) fn walk_all_v6(&self, keys: &[u128], walks: &mut [dir::Walk<'a>]) {
-        self.table.v6.walk_all(keys, walks);
+    pub(crate) fn walk_all_v6(&self, lanes: &mut [(u128, dir::Walk<'a>)]) {
+        self.table.v6.walk_all(lanes);
     }
 
     /// [`Routes::route_v6`] for a lookup begun with [`Routes::walk`] under this token and

@@ -160,10 +160,12 @@ fn ipv6_matches_brute_force_through_adds_and_removes() {
                 .step_all(burst.iter_mut().map(|(dst, walk)| (*dst, walk)));
         }
         // And the same lookups walked together to their ends, as the one pass takes them.
-        let keys: Vec<u128> = burst.iter().map(|(dst, _)| *dst).collect();
-        let mut walks: Vec<dir::Walk<'_>> = keys.iter().map(|_| dir::Walk::begin()).collect();
-        w.table().v6.walk_all(&keys, &mut walks);
-        for ((dst, walk), all) in burst.into_iter().zip(walks) {
+        let mut lanes: Vec<(u128, dir::Walk<'_>)> = burst
+            .iter()
+            .map(|(dst, _)| (*dst, dir::Walk::begin()))
+            .collect();
+        w.table().v6.walk_all(&mut lanes);
+        for ((dst, walk), (_, all)) in burst.into_iter().zip(lanes) {
             let want = brute6(&rules, dst);
             assert_eq!(w.table().v6.lookup(dst), want, "step {step}");
             assert_eq!(w.table().v6.finish(dst, walk), want, "walked, step {step}");

@@ -87,8 +87,7 @@ impl<'r> Later<'r> {
 /// where it is used, so a lane taken out of turn costs a frame the one pass, never a wrong
 /// route. On the stack for the burst only: each walk is tied to the burst's online token.
 pub(super) struct V6Lanes<'r> {
-    keys: ArrayVec<u128, MAX_BATCH>,
-    walks: ArrayVec<Walk<'r>, MAX_BATCH>,
+    lanes: ArrayVec<(u128, Walk<'r>), MAX_BATCH>,
     taken: usize,
 }
 
@@ -110,8 +109,7 @@ impl<'r> V6Lanes<'r> {
     #[inline(always)]
     pub(super) fn new() -> Self {
         V6Lanes {
-            keys: ArrayVec::new(),
-            walks: ArrayVec::new(),
+            lanes: ArrayVec::new(),
             taken: 0,
         }
     }
@@ -124,21 +122,24 @@ impl<'r> V6Lanes<'r> {
             if let Some(key) = v6_lane_key(area, d) {
                 rt.prefetch_v6(key);
                 // Never full: one lane per descriptor of a burst, at most MAX_BATCH.
-                if self.keys.try_push(key).is_ok() {
-                    let _ = self.walks.try_push(rt.walk());
-                }
+                let _ = self.lanes.try_push((key, rt.walk()));
             }
         }
-        rt.walk_all_v6(&self.keys, &mut self.walks);
+        rt.walk_all_v6(&mut self.lanes);
+    }
+
+    /// How many lanes [`V6Lanes::begin`] gave.
+    #[inline(always)]
+    pub(super) fn len(&self) -> usize {
+        self.lanes.len()
     }
 
     /// The next lane, in the order [`V6Lanes::begin`] gave them: its destination and its
     /// walk.
     #[inline(always)]
     pub(super) fn take(&mut self) -> Option<(u128, Walk<'r>)> {
-        let key = self.keys.get(self.taken).copied()?;
-        let walk = self.walks.get(self.taken).copied()?;
+        let lane = self.lanes.get(self.taken).copied()?;
         self.taken += 1;
-        Some((key, walk))
+        Some(lane)
     }
 }

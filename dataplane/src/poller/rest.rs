@@ -34,13 +34,18 @@ pub(super) fn route_rest<'r>(
     let port_macs = fwd.port_macs();
     let mut lanes = V6Lanes::new();
     lanes.begin(area, rt, descs.get(first..).unwrap_or_default());
+    // Every frame from here on IPv6 (the usual burst of an IPv6 flow): no IPv4 route entry
+    // to load ahead.
+    let all_v6 = lanes.len() == descs.len().saturating_sub(first);
     let mut bytes = 0u64;
     for (k, d) in descs.iter().enumerate().skip(first) {
         if k > first {
             bytes += u64::from(d.len);
         }
-        if let Some(ahead) = descs.get(k + ROUTE_AHEAD) {
-            prefetch_route(area, v4, ahead);
+        if !all_v6 {
+            if let Some(ahead) = descs.get(k + ROUTE_AHEAD) {
+                prefetch_route(area, v4, ahead);
+            }
         }
         let Some(off) = area.check(d.addr, d.len) else {
             later.push(*d, Err(DropReason::InvalidDescriptor));

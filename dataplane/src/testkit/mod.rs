@@ -32,7 +32,8 @@ pub fn one_pass(
         return None;
     }
     let key = crate::packet::v6_destination_hint(frame.first_chunk()?)?;
-    let mut walk = rt.walk();
-    rt.walk_all_v6(&[key], std::slice::from_mut(&mut walk));
+    let mut lane = [(key, rt.walk())];
+    rt.walk_all_v6(&mut lane);
+    let [(_, walk)] = lane;
     Forwarder::route_now_v6(rt, ingress, fwd.port_macs(), frame, key, walk)
 }

@@ -211,14 +211,14 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
         more
     }
 
-    /// Every lookup of `keys` taken to its end, `walks[i]` (fresh, from [`Walk::begin`]) for
-    /// `keys[i]`: [`Dir::step`] a level at a time across them, so their misses overlap. Each walk is then where
+    /// Every lookup of `lanes` (a key and its walk, fresh from [`Walk::begin`]) taken to its
+    /// end: [`Dir::step`] a level at a time across them, so their misses overlap. Each walk is then where
     /// [`Dir::finish`] ends it at once.
     #[inline(always)]
-    pub(crate) fn walk_all<K: Key>(&self, keys: &[K], walks: &mut [Walk<'_>]) {
+    pub(crate) fn walk_all<K: Key>(&self, lanes: &mut [(K, Walk<'_>)]) {
         let (top, groups) = (self.top.get(), self.groups.get());
         let mut more = false;
-        for (key, w) in keys.iter().zip(walks.iter_mut()) {
+        for (key, w) in lanes.iter_mut() {
             w.entry = top
                 .get(key.field(BITS - FIRST, FIRST))
                 .map_or(0, |e| e.load(Acquire));
@@ -238,7 +238,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
         while more && end < BITS {
             end += STRIDE;
             more = false;
-            for (key, w) in keys.iter().zip(walks.iter_mut()) {
+            for (key, w) in lanes.iter_mut() {
                 if w.entry & EXT == 0 {
                     continue;
                 }

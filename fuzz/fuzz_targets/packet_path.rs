@@ -11,11 +11,11 @@ use dataplane::forward::Forwarder;
 use dataplane::packet::icmp::icmpv6_checksum;
 use dataplane::packet::vlan::{pop_tags, push_tags, tag_stack, TagStack};
 use dataplane::packet::{checksum, dont_fragment_v4, frag, DropReason};
-use dataplane::testkit::one_pass;
 use dataplane::testkit::corpus::{
     subif_qinq, subif_vlan100, testbed_forwarder, testbed_forwarder_with_subifs, FrameRecipe,
     PORT0_MAC,
 };
+use dataplane::testkit::one_pass;
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -181,7 +181,11 @@ fuzz_target!(|input: Input| {
     match one_pass(fwd, rt, port, &mut one) {
         Some(out) => {
             let mut general = frame.clone();
-            assert_eq!(fwd.process(rt, port, &mut general), Ok(out), "same egress port");
+            assert_eq!(
+                fwd.process(rt, port, &mut general),
+                Ok(out),
+                "same egress port"
+            );
             assert_eq!(one, general, "same frame out of the one pass");
         }
         None => assert_eq!(one, frame, "a frame the one pass leaves is unchanged"),

@@ -32,6 +32,7 @@ mod emulated;
 mod frag;
 mod icmp;
 mod later;
+mod one_pass;
 mod park;
 mod ratelimit;
 mod receive;

@@ -5,7 +5,8 @@
 use xdpilone::xdp::XdpDesc;
 
 use super::later::{Later, V6Lanes};
-use super::receive::{prefetch_route, stage_or_drop, Tally, ROUTE_AHEAD};
+use super::one_pass::{prefetch_route, stage_or_drop, ROUTE_AHEAD};
+use super::tally::Tally;
 use super::Stage;
 use crate::fib::Routes;
 use crate::forward::{Forwarder, Ingress};

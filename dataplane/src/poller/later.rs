@@ -81,8 +81,8 @@ impl<'r> Later<'r> {
 }
 
 /// The IPv6 lookups of a burst's one pass: begun, when its first IPv6 frame comes up
-/// (`rest::route_rest`), for it and every IPv6 frame after it, and walked a trie level at a time across them all, so
-/// their misses overlap (an IPv6 /48 is four dependent loads). The one pass then takes them
+/// (`rest::route_rest`), for it and every IPv6 frame after it, and walked a trie level at a
+/// time across them all, so their misses overlap (an IPv6 /48 is four dependent loads). The one pass then takes them
 /// in the frames' order ([`V6Lanes::take`]); each is checked against its frame's destination
 /// where it is used, so a lane taken out of turn costs a frame the one pass, never a wrong
 /// route. On the stack for the burst only: each walk is tied to the burst's online token.

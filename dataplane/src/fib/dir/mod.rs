@@ -212,8 +212,8 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     }
 
     /// Every lookup of `lanes` (a key and its walk, fresh from [`Walk::begin`]) taken to its
-    /// end: [`Dir::step`] a level at a time across them, so their misses overlap. Each walk is then where
-    /// [`Dir::finish`] ends it at once.
+    /// end: [`Dir::step`] a level at a time across them, so their misses overlap. Each walk
+    /// is then where [`Dir::finish`] ends it at once.
     #[inline(always)]
     pub(crate) fn walk_all<K: Key>(&self, lanes: &mut [(K, Walk<'_>)]) {
         let (top, groups) = (self.top.get(), self.groups.get());
@@ -223,14 +223,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
                 .get(key.field(BITS - FIRST, FIRST))
                 .map_or(0, |e| e.load(Acquire));
             w.end = FIRST;
-            if w.entry & EXT != 0 && FIRST < BITS {
-                w.next = (((w.entry & !EXT) as usize) << STRIDE)
-                    | key.field(BITS - FIRST - STRIDE, STRIDE);
-                if let Some(e) = groups.get(w.next) {
-                    crate::sys::prefetch(e);
-                }
-                more = true;
-            }
+            more |= Self::link_on(groups, *key, w, FIRST);
         }
         // Every lookup still going is at the round's depth, `end`; one that reached a leaf
         // is passed over.
@@ -244,14 +237,7 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
                 }
                 w.entry = groups.get(w.next).map_or(0, |e| e.load(Acquire));
                 w.end = end;
-                if w.entry & EXT != 0 && end < BITS {
-                    w.next = (((w.entry & !EXT) as usize) << STRIDE)
-                        | key.field(BITS - end - STRIDE, STRIDE);
-                    if let Some(e) = groups.get(w.next) {
-                        crate::sys::prefetch(e);
-                    }
-                    more = true;
-                }
+                more |= Self::link_on(groups, *key, w, end);
             }
         }
     }
@@ -270,10 +256,18 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
         } else {
             return false;
         }
-        let more = w.entry & EXT != 0 && w.end < BITS;
+        Self::link_on(groups, key, w, w.end)
+    }
+
+    /// Whether walk `w`, its entry read `end` bits into `key` (its `end`, passed apart where
+    /// the caller knows it as a round's), links on to a group: if so, the index of the entry
+    /// to read next is set and that entry starts loading.
+    #[inline(always)]
+    fn link_on<K: Key>(groups: &[AtomicU32], key: K, w: &mut Walk<'_>, end: u32) -> bool {
+        let more = w.entry & EXT != 0 && end < BITS;
         if more {
             w.next =
-                (((w.entry & !EXT) as usize) << STRIDE) | key.field(BITS - w.end - STRIDE, STRIDE);
+                (((w.entry & !EXT) as usize) << STRIDE) | key.field(BITS - end - STRIDE, STRIDE);
             if let Some(e) = groups.get(w.next) {
                 crate::sys::prefetch(e);
             }

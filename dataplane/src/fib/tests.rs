@@ -166,6 +166,13 @@ fn ipv6_matches_brute_force_through_adds_and_removes() {
             .collect();
         w.table().v6.walk_all(&mut lanes);
         for ((dst, walk), (_, all)) in burst.into_iter().zip(lanes) {
+            // Taken to its end: a step more has nothing left to read.
+            let mut after = all;
+            assert!(
+                !w.table().v6.step(dst, &mut after),
+                "walked to its end, step {step}"
+            );
+            assert_eq!(after, all, "a finished walk stays as it is");
             let want = brute6(&rules, dst);
             assert_eq!(w.table().v6.lookup(dst), want, "step {step}");
             assert_eq!(w.table().v6.finish(dst, walk), want, "walked, step {step}");

@@ -777,3 +777,52 @@ fn a_poller_that_takes_a_bucket_gives_none_in_the_same_step() {
         );
     }
 }
+
+#[test]
+fn a_stall_in_a_pollers_first_measured_period_does_not_make_it_the_loaded_one() {
+    // A guest's first period under a skew (logged busy share/packets): 0.097/306 on queue
+    // 0's poller, 0.128/10, 0.062/10 and 0.102/9 on the others, whose vCPUs were not
+    // running for part of it. With no cost of their own yet, theirs were taken whole
+    // (40x, 20x and 35x queue 0's), queue 1's poller looked the loaded one, and the
+    // first move left queue 1. Held to twice the lowest of the others', the first move
+    // leaves queue 0; a rise the next period confirms is taken whole.
+    let mut nic = SimNic::one_port(4, 128, CAP);
+    let traffic = skewed(&nic);
+    let mut b = balancer(&nic, Settings::default());
+    let mut seen = nic.period(&traffic);
+    let cost0 = seen.pollers[0].busy / seen.pollers[0].packets as f64;
+    for (p, times) in [(1, 40.0), (2, 20.0), (3, 35.0)] {
+        let l = &mut seen.pollers[p];
+        l.packets /= 30;
+        l.busy = (times * cost0 * l.packets as f64).min(1.0);
+    }
+    let d = b.step(&seen.buckets, &seen.pollers, SECOND);
+    assert!(
+        !d.moves.is_empty() && d.moves.iter().all(|m| m.from == 0),
+        "{:?} on demand {:?}",
+        d.moves,
+        d.demand_before
+    );
+    let on_1 = buckets_on(&nic, 1);
+    let rate_1: f64 = on_1.iter().map(|&k| seen.buckets[0][k] as f64).sum();
+    assert!(
+        d.demand_before[1] <= 2.0 * cost0 * rate_1 * (1.0 + 1e-9),
+        "{} against twice queue 0's cost: {}",
+        d.demand_before[1],
+        2.0 * cost0 * rate_1
+    );
+    // The same costs the next period: confirmed, taken whole.
+    nic.apply(&d.moves);
+    let d = b.step(&seen.buckets, &seen.pollers, SECOND);
+    let taken = seen.pollers[1].busy / seen.pollers[1].packets as f64;
+    let rate_1: f64 = buckets_on(&nic, 1)
+        .iter()
+        .map(|&k| seen.buckets[0][k] as f64)
+        .sum();
+    assert!(
+        (d.demand_before[1] - taken * rate_1).abs() < 1e-9 * taken * rate_1,
+        "{} against {}",
+        d.demand_before[1],
+        taken * rate_1
+    );
+}

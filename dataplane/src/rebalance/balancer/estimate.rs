@@ -22,8 +22,11 @@ pub(super) struct Loads {
     /// Each poller's demand.
     pub(super) poller: Vec<f64>,
     /// Each poller's cost per packet (the fallback where it has none): an item moved from
-    /// poller `a` to `b` weighs `cost[b] / cost[a]` times as much there ([`priced`]).
+    /// poller `a` to `b` weighs `cost[b] / counted[a]` times as much there ([`priced`]).
     pub(super) cost: Vec<f64>,
+    /// The cost each poller's demand is counted at: `cost`, or less while a first sample
+    /// is doubted.
+    pub(super) counted: Vec<f64>,
     /// Each poller's packets per non-empty RX burst (0 where it took none yet).
     pub(super) burst: Vec<f64>,
 }
@@ -44,29 +47,7 @@ impl Balancer {
         // Cost per packet (share of a core): the poller's own where it took packets (kept
         // from before where it took none this period); where it never did, the mean of the
         // others (a just engaged poller).
-        for ((c, rose), l) in self.cost.iter_mut().zip(&mut self.cost_rose).zip(pollers) {
-            if l.packets == 0 || l.busy <= 0.0 {
-                continue;
-            }
-            let x = l.busy.min(1.0) / (l.packets as f64 / secs);
-            *c = Some(c.map_or(x, |prev| {
-                // Smoothed against noise; but a cost off by more than 2x from the smoothed
-                // one is no noise (the start of a run, or a poller whose batches changed):
-                // taken at once, or the balancer would go on trusting a stale load. A fall
-                // is taken at the first period. A rise only at the second in a row: one
-                // period's rise is as often a poller thread that was not running (a guest's
-                // vCPU descheduled mid-burst counts as busy and takes few packets), and a
-                // cost taken from it moves that poller's buckets for nothing.
-                let twice = x > 2.0 * prev;
-                let confirmed = twice && *rose;
-                *rose = twice;
-                if confirmed || x < prev / 2.0 {
-                    x
-                } else {
-                    a * x.min(2.0 * prev) + (1.0 - a) * prev
-                }
-            }));
-        }
+        self.sample_costs(pollers, secs, a);
         // How full each poller's bursts were, for pricing a move onto it ([`priced`]).
         for (b, l) in self.burst.iter_mut().zip(pollers) {
             if l.packets > 0 && l.batches > 0 {
@@ -107,6 +88,66 @@ impl Balancer {
         }
     }
 
+    /// Each poller's cost per packet updated from this period's busy share and packets
+    /// (`secs` long, smoothing `a`).
+    fn sample_costs(&mut self, pollers: &[PollerLoad], secs: f64, a: f64) {
+        let before = self.cost.clone();
+        for (p, l) in pollers.iter().enumerate() {
+            if l.packets == 0 || l.busy <= 0.0 {
+                continue;
+            }
+            let x = l.busy.min(1.0) / (l.packets as f64 / secs);
+            let (Some(c), Some(rose), Some(doubted)) = (
+                self.cost.get_mut(p),
+                self.cost_rose.get_mut(p),
+                self.cost_doubted.get_mut(p),
+            ) else {
+                continue;
+            };
+            *doubted = None;
+            *c = Some(match *c {
+                // Smoothed against noise; but a cost off by more than 2x from the smoothed
+                // one is no noise (the start of a run, or a poller whose batches changed):
+                // taken at once, or the balancer would go on trusting a stale load. A fall
+                // is taken at the first period. A rise only at the second in a row: one
+                // period's rise is as often a poller thread that was not running (a guest's
+                // vCPU descheduled mid-burst counts as busy and takes few packets), and a
+                // cost taken from it moves that poller's buckets for nothing.
+                Some(prev) => {
+                    let twice = x > 2.0 * prev;
+                    let confirmed = twice && *rose;
+                    *rose = twice;
+                    if confirmed || x < prev / 2.0 {
+                        x
+                    } else {
+                        a * x.min(2.0 * prev) + (1.0 - a) * prev
+                    }
+                }
+                // A first sample is taken whole, but a stall can fall in it too. Over twice
+                // the lowest of the others' costs (as they stood, or their own first
+                // samples), the poller's demand counts at twice that until its next sample:
+                // its buckets do not leave for a stall. A move onto it is still priced at
+                // the whole sample, so none lands on a poller slower than thought.
+                None => {
+                    let lowest = pollers
+                        .iter()
+                        .zip(&before)
+                        .enumerate()
+                        .filter(|&(q, _)| q != p)
+                        .filter_map(|(_, (o, c))| {
+                            c.or((o.packets > 0 && o.busy > 0.0)
+                                .then(|| o.busy.min(1.0) / (o.packets as f64 / secs)))
+                        })
+                        .fold(f64::INFINITY, f64::min);
+                    if x > 2.0 * lowest {
+                        *doubted = Some(2.0 * lowest);
+                    }
+                    x
+                }
+            });
+        }
+    }
+
     /// Each poller's demand summed again from its items, as the tables stand.
     pub(super) fn sum_pollers(&self, loads: &mut Loads) {
         loads.poller.iter_mut().for_each(|s| *s = 0.0);
@@ -136,8 +177,7 @@ impl Balancer {
                     .and_then(|v| v.get(b))
                     .copied()
                     .unwrap_or(0.0);
-                let cost = self.cost.get(p).copied().flatten().unwrap_or(fallback);
-                let d = rate * cost;
+                let d = rate * self.counted_cost(p, fallback);
                 if let Some(slot) = item.get_mut(port).and_then(|v| v.get_mut(b)) {
                     *slot = d;
                 }
@@ -149,11 +189,24 @@ impl Balancer {
         let cost = (0..self.layout.poller_nodes.len())
             .map(|p| self.cost.get(p).copied().flatten().unwrap_or(fallback))
             .collect();
+        let counted = (0..self.layout.poller_nodes.len())
+            .map(|p| self.counted_cost(p, fallback))
+            .collect();
         Loads {
             item,
             poller,
             cost,
+            counted,
             burst: self.burst.clone(),
+        }
+    }
+
+    /// The cost poller `p`'s demand is counted at: its own, held while doubted.
+    fn counted_cost(&self, p: usize, fallback: f64) -> f64 {
+        let cost = self.cost.get(p).copied().flatten().unwrap_or(fallback);
+        match self.cost_doubted.get(p).copied().flatten() {
+            Some(held) => cost.min(held),
+            None => cost,
         }
     }
 }
@@ -167,7 +220,7 @@ impl Balancer {
 /// on emulated CPUs, a poller taking about one packet a burst showed ten times the cost
 /// per packet of the loaded one: 0.061 of a core for 10 packets against 0.213 for 357.)
 pub(super) fn priced(loads: &Loads, d: f64, from: usize, to: usize) -> f64 {
-    match (loads.cost.get(from), loads.cost.get(to)) {
+    match (loads.counted.get(from), loads.cost.get(to)) {
         (Some(&a), Some(&b)) if a > 0.0 && b > 0.0 => {
             let ratio = b / a;
             let burst = |p: usize| loads.burst.get(p).copied().unwrap_or(0.0);

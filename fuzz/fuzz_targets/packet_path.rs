@@ -15,7 +15,7 @@ use dataplane::testkit::corpus::{
     subif_qinq, subif_vlan100, testbed_forwarder, testbed_forwarder_with_subifs, FrameRecipe,
     PORT0_MAC,
 };
-use dataplane::testkit::one_pass;
+use dataplane::testkit::{one_pass, one_pass_tagged};
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -53,6 +53,8 @@ fn addr(v6: bool, pick: u8, any: u128) -> u128 {
         (true, 0) => 0x2001_0002_0000_0000_0000_0000_0000_0001,
         (true, 1) => 0x2001_0002_0000_0001_0000_0000_0000_0001,
         (true, 2) => 0x2001_0db8_0077_0000_0000_0000_0000_0009,
+        (true, 3) => 0x2001_0db8_0021_0000_0000_0000_0000_0009,
+        (true, 4) => 0x2001_0db8_0020_0000_0000_0000_0000_0009,
         (false, _) => any & 0xffff_ffff,
         (true, _) => any,
     }
@@ -61,7 +63,7 @@ fn addr(v6: bool, pick: u8, any: u128) -> u128 {
 /// Built once: the IPv4 table alone is a 64 MiB mapping.
 static FORWARDER: std::sync::OnceLock<Forwarder> = std::sync::OnceLock::new();
 /// The same with sub-interfaces on port 0, routes out of each: VLAN 100 (interface 2,
-/// 198.21.0.0/16) and QinQ 200/300 (3, 198.20.0.0/16).
+/// 198.21.0.0/16, 2001:db8:21::/48) and QinQ 200/300 (3, 198.20.0.0/16, 2001:db8:20::/48).
 static WITH_SUBIFS: std::sync::OnceLock<Forwarder> = std::sync::OnceLock::new();
 
 fn vlan100() -> TagStack {
@@ -338,10 +340,7 @@ fn one_pass_agrees(port: u16, frame: &[u8], stack: &TagStack) {
     let mut buf = vec![0u8; ROOM];
     buf.extend_from_slice(frame);
     let before = buf.clone();
-    let tagged = sub
-        .tagged_port(port)
-        .expect("a port of a dataplane with sub-interfaces");
-    let Some((out, start)) = tagged.route_now(rt.v4(), &mut buf) else {
+    let Some((out, start)) = one_pass_tagged(sub, rt, port, &mut buf) else {
         assert_eq!(buf, before, "a frame the one pass leaves is unchanged");
         return;
     };

@@ -17,6 +17,7 @@ mod icmp_error;
 mod one_pass_v6;
 pub mod port_addrs;
 pub mod subif;
+mod tagged_v6;
 
 pub use subif::SubIf;
 pub use subif::TaggedPort;

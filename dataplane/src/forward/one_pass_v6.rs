@@ -54,7 +54,7 @@ impl Forwarder {
 
 #[cfg(test)]
 #[allow(clippy::indexing_slicing, clippy::cast_possible_truncation)] // tests may panic
-mod tests {
+pub(super) mod tests {
     use rand::{Rng, SeedableRng};
 
     use super::super::tests::fwd_with_egress_mtu;
@@ -67,7 +67,7 @@ mod tests {
     /// refuses (zero, ::1, v4-mapped, multicast, link-local) or routed, extension headers or
     /// not, hop limits 0 to 2, payload lengths around the frame's, MACs right or not, frames
     /// cut short.
-    fn near_plain(rng: &mut rand::rngs::SmallRng) -> Vec<u8> {
+    pub(in crate::forward) fn near_plain(rng: &mut rand::rngs::SmallRng) -> Vec<u8> {
         let mut f = udp_v6(&FrameSpec {
             payload_len: rng.gen_range(0..64),
             ..FrameSpec::default()

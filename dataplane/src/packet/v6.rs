@@ -21,6 +21,29 @@ pub(crate) fn v6_destination_hint(h: &[u8; V6_HINT_LEN]) -> Option<u128> {
     Some(u128::from_be_bytes(*dst))
 }
 
+/// [`v6_destination_hint`] of a frame with up to two tags before its ethertype: the
+/// destination of the IPv6 packet it seems to carry, unchecked, where an IPv6 ethertype lies
+/// after no tag, one or two (the tags themselves are not read: a hint only starts a lookup).
+/// None where none does or the frame is shorter than that header.
+#[inline(always)]
+pub(crate) fn v6_destination_hint_tagged(frame: &[u8]) -> Option<u128> {
+    const TAG: usize = super::vlan::TAG_LEN;
+    let v6 = ETH_P_IPV6.to_be_bytes();
+    let at = |k: usize| eth::ETHERTYPE + k * TAG;
+    let tags = if frame.get(at(0)..at(0) + 2)? == v6 {
+        0
+    } else if frame.get(at(1)..at(1) + 2)? == v6 {
+        1
+    } else if frame.get(at(2)..at(2) + 2)? == v6 {
+        2
+    } else {
+        return None;
+    };
+    let dst = ETH_HLEN + tags * TAG + ipv6::DST;
+    let dst = frame.get(dst..dst + 16)?.first_chunk::<16>()?;
+    Some(u128::from_be_bytes(*dst))
+}
+
 /// Whether a frame is IPv6 by its ethertype and holds at least [`V6_HINT_LEN`] bytes: one
 /// the one pass gives a lane of the burst's IPv6 lookups.
 #[inline(always)]

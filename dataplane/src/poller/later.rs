@@ -63,46 +63,38 @@ impl<'r> Later<'r> {
         self.push(d, parsed);
         let _ = self.ingress.try_push(ingress);
     }
-
-    /// [`Later::push`] in a pass of `TAGGED` (see [`Poller::route_pass`]).
-    #[inline(always)]
-    pub(super) fn keep<const TAGGED: bool>(
-        &mut self,
-        d: XdpDesc,
-        parsed: Result<Parsed<'r>, DropReason>,
-        ingress: PortId,
-    ) {
-        if TAGGED {
-            self.push_from(d, parsed, ingress);
-        } else {
-            self.push(d, parsed);
-        }
-    }
 }
 
 /// The IPv6 lookups of a burst's one pass: begun, when its first IPv6 frame comes up
 /// (`rest::route_rest`), for it and every IPv6 frame after it, and walked a trie level at a
-/// time across them all, so their misses overlap (an IPv6 /48 is four dependent loads). The one pass then takes them
-/// in the frames' order ([`V6Lanes::take`]); each is checked against its frame's destination
+/// time across them all, so their misses overlap (an IPv6 /48 is four dependent loads). The
+/// one pass then takes them in the frames' order ([`V6Lanes::take`], [`V6Lanes::take_for`]);
+/// each is checked against its frame's destination
 /// where it is used, so a lane taken out of turn costs a frame the one pass, never a wrong
 /// route. On the stack for the burst only: each walk is tied to the burst's online token.
 pub(super) struct V6Lanes<'r> {
     lanes: ArrayVec<(u128, Walk<'r>), MAX_BATCH>,
+    /// Where sub-interfaces are configured, each lane's frame: its index in the burst.
+    frames: ArrayVec<usize, MAX_BATCH>,
     taken: usize,
 }
 
 /// Whether a frame is one [`V6Lanes::begin`] gives a lane: inside the area (`Area::check`, so
 /// the bytes read are this frame's), at least its hint's length, IPv6 by its ethertype: what
 /// `route_rest` asks of a frame before it takes a lane. Its destination, read for the walk
-/// only.
+/// only. `TAGGED`: past up to two tags ([`packet::v6_destination_hint_tagged`]).
 #[inline(always)]
-pub(super) fn v6_lane_key(area: &Area, d: &XdpDesc) -> Option<u128> {
+pub(super) fn v6_lane_key<const TAGGED: bool>(area: &Area, d: &XdpDesc) -> Option<u128> {
     let off = area.check(d.addr, d.len)?;
     // SAFETY: the descriptor's frame, inside one frame of the area (`Area::check` just
     // above), received in this burst and not yet handed on: the one pass begins its lanes
     // before it stages or frees any frame they are for, and writes none while this view lives.
     let frame = unsafe { area.frame(off, d.len) };
-    packet::v6_destination_hint(frame.first_chunk()?)
+    if TAGGED {
+        packet::v6_destination_hint_tagged(frame)
+    } else {
+        packet::v6_destination_hint(frame.first_chunk()?)
+    }
 }
 
 impl<'r> V6Lanes<'r> {
@@ -110,19 +102,30 @@ impl<'r> V6Lanes<'r> {
     pub(super) fn new() -> Self {
         V6Lanes {
             lanes: ArrayVec::new(),
+            frames: ArrayVec::new(),
             taken: 0,
         }
     }
 
-    /// Begins a lookup for each IPv6 frame of `descs` (the rest of the burst) and walks them
-    /// all to their last level.
+    /// Begins a lookup for each IPv6 frame of `descs` (the rest of the burst, from its frame
+    /// `first`) and walks them all to their last level. `TAGGED`: IPv6 past its tags too,
+    /// each lane kept with its frame's index ([`V6Lanes::take_for`]).
     #[inline(never)]
-    pub(super) fn begin(&mut self, area: &Area, rt: Routes<'r>, descs: &[XdpDesc]) {
-        for d in descs {
-            if let Some(key) = v6_lane_key(area, d) {
+    pub(super) fn begin<const TAGGED: bool>(
+        &mut self,
+        area: &Area,
+        rt: Routes<'r>,
+        descs: &[XdpDesc],
+        first: usize,
+    ) {
+        for (k, d) in descs.iter().enumerate() {
+            if let Some(key) = v6_lane_key::<TAGGED>(area, d) {
                 rt.prefetch_v6(key);
                 // Never full: one lane per descriptor of a burst, at most MAX_BATCH.
                 let _ = self.lanes.try_push((key, rt.walk()));
+                if TAGGED {
+                    let _ = self.frames.try_push(first + k);
+                }
             }
         }
         rt.walk_all_v6(&mut self.lanes);
@@ -141,5 +144,15 @@ impl<'r> V6Lanes<'r> {
         let lane = self.lanes.get(self.taken).copied()?;
         self.taken += 1;
         Some(lane)
+    }
+
+    /// Where lanes were begun `TAGGED`: the lane of the burst's frame `k`, if it has one
+    /// and it is the next (frames are asked for in the burst's order).
+    #[inline(always)]
+    pub(super) fn take_for(&mut self, k: usize) -> Option<(u128, Walk<'r>)> {
+        if self.frames.get(self.taken) != Some(&k) {
+            return None;
+        }
+        self.take()
     }
 }

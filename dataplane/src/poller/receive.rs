@@ -20,7 +20,7 @@ use crossbeam_queue::ArrayQueue;
 use xdpilone::xdp::XdpDesc;
 
 use super::icmp::{icmp_reply, IcmpReply};
-use super::later::Later;
+use super::later::{v6_lane_key, Later};
 use super::one_pass::{prefetch_route, stage, stage_or_drop, ROUTE_AHEAD};
 use super::ratelimit::TokenBucket;
 use super::rest::route_rest;
@@ -290,45 +290,42 @@ impl<Q: RingIo> Poller<Q> {
             if let Some(ahead) = descs.get(k + ROUTE_AHEAD) {
                 prefetch_route(area, v4, ahead);
             }
-            if let Some(tp) = &tagged {
-                if let Some((out, addr, len)) = vlan::route_now_tagged(area, tp, v4, *frame_mask, d)
-                {
-                    stage_or_drop(stages, out, addr, len, free, *frame_mask, t);
-                    continue;
+            if TAGGED {
+                if let Some(tp) = &tagged {
+                    if let Some((out, addr, len)) =
+                        vlan::route_now_tagged(area, tp, v4, *frame_mask, d)
+                    {
+                        stage_or_drop(stages, out, addr, len, free, *frame_mask, t);
+                        continue;
+                    }
                 }
+                if v6_lane_key::<true>(area, d).is_some() {
+                    v6_from = k;
+                    break;
+                }
+                vlan::leave(area, (fwd, rt, in_port), tagged.as_ref(), d, later);
+                continue;
             }
             let Some(off) = area.check(d.addr, d.len) else {
-                later.keep::<TAGGED>(*d, Err(DropReason::InvalidDescriptor), in_port);
+                later.push(*d, Err(DropReason::InvalidDescriptor));
                 continue;
             };
             // SAFETY: as in pass 0; it is staged for TX or freed only after this view, and
             // `Area::check` passed for this (addr, len) just above.
             let frame = unsafe { area.checked_frame_mut(off, d.len) };
-            let now = if TAGGED {
-                None
-            } else {
-                Forwarder::route_now(v4, ingress, port_macs, frame)
-            };
-            match now {
+            match Forwarder::route_now(v4, ingress, port_macs, frame) {
                 Some(out) => stage_or_drop(stages, out, d.addr, d.len, free, *frame_mask, t),
-                None if TAGGED && frame.first_chunk::<14>().is_some_and(vlan::is_tagged) => {
-                    let (d, id, parsed) =
-                        match tagged.as_ref().and_then(|tp| tp.tagged_ingress(frame)) {
-                            Some(tags) => vlan::pop_and_prepare(fwd, rt, ingress, d, frame, tags),
-                            None => vlan::untag_and_prepare(fwd, rt, in_port, d, frame),
-                        };
-                    later.push_from(d, parsed, id);
-                }
-                None if !TAGGED && packet::is_v6_frame(frame) => {
+                None if packet::is_v6_frame(frame) => {
                     v6_from = k;
                     break;
                 }
-                None => later.keep::<TAGGED>(*d, fwd.prepare_routed(rt, ingress, frame), in_port),
+                None => later.push(*d, fwd.prepare_routed(rt, ingress, frame)),
             }
         }
         if v6_from != usize::MAX {
             let ctx = (&mut *area, &mut *free, stages, *frame_mask);
-            bytes += route_rest(ctx, fwd, rt, ingress, descs, v6_from, later, t);
+            let arrival = (fwd.as_ref(), rt, in_port);
+            bytes += route_rest::<TAGGED>(ctx, arrival, tagged.as_ref(), descs, v6_from, later, t);
         }
         bytes
     }

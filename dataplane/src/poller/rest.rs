@@ -7,34 +7,37 @@ use xdpilone::xdp::XdpDesc;
 use super::later::{Later, V6Lanes};
 use super::one_pass::{prefetch_route, stage_or_drop, ROUTE_AHEAD};
 use super::tally::Tally;
-use super::Stage;
+use super::{vlan, Stage};
 use crate::fib::Routes;
-use crate::forward::{Forwarder, Ingress};
+use crate::forward::{Forwarder, TaggedPort};
 use crate::packet::{self, DropReason};
 use crate::port::umem::{Area, FreeList};
+use crate::types::PortId;
 
 /// The one pass from the burst's first IPv6 frame, `descs[first]`, on: the burst's IPv6
 /// lookups walked together ([`V6Lanes`]), then each frame forwarded whole (IPv4 as before,
 /// IPv6 by its lane) or parsed into `later`. Returns the bytes of the frames after `first`.
 /// Out of line, entered once per burst: the loop of IPv4-only bursts keeps its registers
 /// (with the IPv6 frame's work inlined in it, it spilled them: 6 more instructions per IPv4
-/// packet).
+/// packet). `TAGGED`: the forwarder has sub-interfaces; every frame, tagged or not, takes
+/// the port's one-pass path (`tagged`, [`vlan::route_now_tagged`] and
+/// [`vlan::route_now_tagged_v6`]) and is otherwise left as [`vlan::leave`] leaves it.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)] // the one pass's state, borrowed apart
-pub(super) fn route_rest<'r>(
+pub(super) fn route_rest<'r, const TAGGED: bool>(
     (area, free, stages, frame_mask): (&mut Area, &mut FreeList, &mut [Stage], u64),
-    fwd: &Forwarder,
-    rt: Routes<'r>,
-    ingress: Ingress,
+    (fwd, rt, in_port): (&Forwarder, Routes<'r>, PortId),
+    tagged: Option<&TaggedPort<'_>>,
     descs: &[XdpDesc],
     first: usize,
     later: &mut Later<'r>,
     t: &mut Tally,
 ) -> u64 {
     let v4 = rt.v4();
+    let ingress = fwd.ingress(in_port);
     let port_macs = fwd.port_macs();
     let mut lanes = V6Lanes::new();
-    lanes.begin(area, rt, descs.get(first..).unwrap_or_default());
+    lanes.begin::<TAGGED>(area, rt, descs.get(first..).unwrap_or_default(), first);
     // Every frame from here on IPv6 (the usual burst of an IPv6 flow): no IPv4 route entry
     // to load ahead.
     let all_v6 = lanes.len() == descs.len().saturating_sub(first);
@@ -47,6 +50,21 @@ pub(super) fn route_rest<'r>(
             if let Some(ahead) = descs.get(k + ROUTE_AHEAD) {
                 prefetch_route(area, v4, ahead);
             }
+        }
+        if TAGGED {
+            // A frame with a lane is IPv6 by its hint: its IPv4 path is not tried.
+            let lane = lanes.take_for(k);
+            let routed = tagged.and_then(|tp| match lane {
+                Some(lane) => vlan::route_now_tagged_v6(area, tp, rt, frame_mask, d, lane),
+                None => vlan::route_now_tagged(area, tp, v4, frame_mask, d),
+            });
+            match routed {
+                Some((out, addr, len)) => {
+                    stage_or_drop(stages, out, addr, len, free, frame_mask, t);
+                }
+                None => vlan::leave(area, (fwd, rt, in_port), tagged, d, later),
+            }
+            continue;
         }
         let Some(off) = area.check(d.addr, d.len) else {
             later.push(*d, Err(DropReason::InvalidDescriptor));

@@ -6,8 +6,10 @@
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use xdpilone::xdp::XdpDesc;
 
+use super::later::Later;
 use super::tally::Tally;
 use super::Stage;
+use crate::fib::dir::Walk;
 use crate::fib::{Routes, V4Routes};
 use crate::forward::{subif, Forwarder, Ingress, Parsed, TaggedPort};
 use crate::packet::vlan::{self, TagStack};
@@ -21,7 +23,6 @@ use crate::types::PortId;
 /// frame with less room before it than that: the general path's). `frame_mask`: an address
 /// masked with it is its frame's base.
 #[inline(always)]
-#[allow(unsafe_code)]
 pub(super) fn route_now_tagged(
     area: &mut Area,
     port: &TaggedPort<'_>,
@@ -29,6 +30,36 @@ pub(super) fn route_now_tagged(
     frame_mask: u64,
     d: &XdpDesc,
 ) -> Option<(PortId, u64, u32)> {
+    let (addr, len, buf) = in_room(area, frame_mask, d)?;
+    let (out, start) = port.route_now(v4, buf)?;
+    Some(moved(out, addr, len, start))
+}
+
+/// [`route_now_tagged`] for IPv6 ([`TaggedPort::route_now_v6`]), routed by the lane `lane`
+/// (its destination and its walk, [`super::later::V6Lanes`]).
+#[inline(always)]
+pub(super) fn route_now_tagged_v6<'r>(
+    area: &mut Area,
+    port: &TaggedPort<'_>,
+    rt: Routes<'r>,
+    frame_mask: u64,
+    d: &XdpDesc,
+    (walked, walk): (u128, Walk<'r>),
+) -> Option<(PortId, u64, u32)> {
+    let (addr, len, buf) = in_room(area, frame_mask, d)?;
+    let (out, start) = port.route_now_v6(rt, buf, walked, walk)?;
+    Some(moved(out, addr, len, start))
+}
+
+/// The frame of `d` with [`subif::ROOM`] bytes before it: that view's address, length and
+/// bytes. None for a frame with less room before it in its UMEM frame.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn in_room<'a>(
+    area: &'a mut Area,
+    frame_mask: u64,
+    d: &XdpDesc,
+) -> Option<(u64, u32, &'a mut [u8])> {
     const ROOM: u64 = subif::ROOM as u64;
     #[allow(clippy::cast_possible_truncation)] // ROOM is 8
     const ROOM_LEN: u32 = subif::ROOM as u32;
@@ -41,10 +72,50 @@ pub(super) fn route_now_tagged(
     // it in its own UMEM frame (at least ROOM of them, checked above); `Area::check` passed
     // for the whole just above.
     let buf = unsafe { area.checked_frame_mut(off, len) };
-    let (out, start) = port.route_now(v4, buf)?;
+    Some((addr, len, buf))
+}
+
+/// The descriptor of a frame routed in the view [`in_room`] gave (`addr`, `len`), now
+/// starting `start` bytes into it: its egress port, address and length.
+#[inline(always)]
+fn moved(out: PortId, addr: u64, len: u32, start: usize) -> (PortId, u64, u32) {
     #[allow(clippy::cast_possible_truncation)] // at most ROOM + two tags' bytes
     let start = start as u32;
-    Some((out, addr + u64::from(start), len - start))
+    (out, addr + u64::from(start), len - start)
+}
+
+/// A frame the one pass of a forwarder with sub-interfaces left, received on `in_port`:
+/// kept in `later` with its parse, as a frame of the interface its tags name (popped) or
+/// of the port.
+#[inline(always)]
+#[allow(unsafe_code)]
+pub(super) fn leave<'r>(
+    area: &mut Area,
+    (fwd, rt, in_port): (&Forwarder, Routes<'r>, PortId),
+    tagged: Option<&TaggedPort<'_>>,
+    d: &XdpDesc,
+    later: &mut Later<'r>,
+) {
+    let Some(off) = area.check(d.addr, d.len) else {
+        later.push_from(*d, Err(DropReason::InvalidDescriptor), in_port);
+        return;
+    };
+    // SAFETY: a frame received in this burst, not yet staged or freed, and `Area::check`
+    // passed for this (addr, len) just above.
+    let frame = unsafe { area.checked_frame_mut(off, d.len) };
+    let ingress = fwd.ingress(in_port);
+    if frame
+        .first_chunk::<{ packet::ETH_HLEN }>()
+        .is_some_and(is_tagged)
+    {
+        let (d, id, parsed) = match tagged.and_then(|tp| tp.tagged_ingress(frame)) {
+            Some(tags) => pop_and_prepare(fwd, rt, ingress, d, frame, tags),
+            None => untag_and_prepare(fwd, rt, in_port, d, frame),
+        };
+        later.push_from(d, parsed, id);
+    } else {
+        later.push_from(*d, fwd.prepare_routed(rt, ingress, frame), in_port);
+    }
 }
 
 /// Whether a frame whose first bytes are `head` carries a tag (its ethertype is a TPID).

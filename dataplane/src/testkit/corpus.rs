@@ -37,8 +37,9 @@ pub fn subif_qinq() -> TagStack {
 }
 
 /// [`testbed_forwarder`] with two sub-interfaces on port 0, each with a route out of it:
-/// [`subif_vlan100`] (interface 2, MTU 1500: 198.21.0.0/16 by 198.21.0.1) and
-/// [`subif_qinq`] (interface 3, MTU 1400: 198.20.0.0/16 by 198.20.0.1), neighbours known.
+/// [`subif_vlan100`] (interface 2, MTU 1500: 198.21.0.0/16 by 198.21.0.1, 2001:db8:21::/48
+/// by 2001:db8:21::1) and [`subif_qinq`] (interface 3, MTU 1400: 198.20.0.0/16 by
+/// 198.20.0.1, 2001:db8:20::/48 by 2001:db8:20::1), neighbours known.
 pub fn testbed_forwarder_with_subifs() -> Forwarder {
     let sub = |tags, address: [u8; 4]| SubIf {
         parent: 0,
@@ -77,9 +78,23 @@ fn dut(subifs: bool) -> Forwarder {
     if subifs {
         let vlan_hop = v4(198, 21, 0, 1);
         let qinq_hop = v4(198, 20, 0, 1);
+        let vlan_hop6 = v6([0x2001, 0xdb8, 0x21, 0, 0, 0, 0, 1]);
+        let qinq_hop6 = v6([0x2001, 0xdb8, 0x20, 0, 0, 0, 0, 1]);
         routes.push(route(v4(198, 21, 0, 0), 16, vlan_hop, 2));
         routes.push(route(v4(198, 20, 0, 0), 16, qinq_hop, 3));
-        neighbours.extend([(vlan_hop, 2), (qinq_hop, 3)]);
+        routes.push(route(
+            v6([0x2001, 0xdb8, 0x21, 0, 0, 0, 0, 0]),
+            48,
+            vlan_hop6,
+            2,
+        ));
+        routes.push(route(
+            v6([0x2001, 0xdb8, 0x20, 0, 0, 0, 0, 0]),
+            48,
+            qinq_hop6,
+            3,
+        ));
+        neighbours.extend([(vlan_hop, 2), (qinq_hop, 3), (vlan_hop6, 2), (qinq_hop6, 3)]);
     }
     let neighbours: Vec<Neighbour> = neighbours
         .into_iter()

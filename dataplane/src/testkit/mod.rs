@@ -4,8 +4,8 @@
 //!
 //! - [`corpus`]: frame recipes that reach every check of the per-packet path, and the testbed
 //!   DUT's forwarder that decides them.
-//! - [`one_pass`]: the poller's one-pass path on one frame, for the fuzzer to hold to the
-//!   general one.
+//! - [`one_pass`] and [`one_pass_tagged`]: the poller's one-pass paths on one frame, for the
+//!   fuzzer to hold to the general one.
 //! - The control plane's oracles live beside the code they check: `control::model` (the
 //!   kernel's state, brute force) and `control::offline` (the control thread without sockets).
 pub mod corpus;
@@ -36,4 +36,26 @@ pub fn one_pass(
     rt.walk_all_v6(&mut lane);
     let [(_, walk)] = lane;
     Forwarder::route_now_v6(rt, ingress, fwd.port_macs(), frame, key, walk)
+}
+
+/// The one pass of a port of a forwarder with sub-interfaces on one frame (`buf`: the frame
+/// after `forward::subif::ROOM` bytes of headroom), as the poller takes it: IPv4 by
+/// `TaggedPort::route_now`, IPv6 by `TaggedPort::route_now_v6` with its lookup walked as a
+/// burst's are. The egress port and where the frame now starts in `buf`; None: the frame is
+/// left to the general path, unchanged. None too for a forwarder without sub-interfaces.
+pub fn one_pass_tagged(
+    fwd: &Forwarder,
+    rt: Routes<'_>,
+    in_port: PortId,
+    buf: &mut [u8],
+) -> Option<(PortId, usize)> {
+    let port = fwd.tagged_port(in_port)?;
+    if let Some(out) = port.route_now(rt.v4(), buf) {
+        return Some(out);
+    }
+    let key = crate::packet::v6_destination_hint_tagged(buf.get(crate::forward::subif::ROOM..)?)?;
+    let mut lane = [(key, rt.walk())];
+    rt.walk_all_v6(&mut lane);
+    let [(_, walk)] = lane;
+    port.route_now_v6(rt, buf, key, walk)
 }

@@ -1,0 +1,212 @@
+//! The one-pass IPv6 path of a port with sub-interfaces: [`TaggedPort::route_now_v6`], the
+//! IPv6 twin of [`TaggedPort::route_now`], routed by a lookup walked beforehand with the
+//! burst's others.
+#![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
+use super::subif::{TaggedPort, ROOM};
+use crate::fib::dir::Walk;
+use crate::fib::Routes;
+use crate::packet::field::ipv6;
+use crate::packet::vlan::TAG_LEN;
+use crate::packet::{self, ETH_HLEN, ETH_P_IPV6};
+use crate::types::PortId;
+
+impl TaggedPort<'_> {
+    /// An IPv6 frame with no tag, one or two (a stack of the port's, as
+    /// [`TaggedPort::route_now`] reads it) forwarded whole, its route lookup begun with
+    /// [`Routes::walk`] for destination `walked` and taken to its end with the burst's others
+    /// ([`Routes::walk_all_v6`]). `buf` is the frame with [`ROOM`] bytes before it. The
+    /// fixed header is checked as `Forwarder::route_now_v6` checks it, the hop limit
+    /// decremented in place, and the Ethernet header written anew in front of the IPv6
+    /// header with the egress interface's tags. Returns the egress port and where the frame
+    /// now starts in `buf`; None leaves `buf` unchanged, for the general path.
+    #[inline(always)]
+    pub(crate) fn route_now_v6<'r>(
+        &self,
+        rt: Routes<'r>,
+        buf: &mut [u8],
+        walked: u128,
+        walk: Walk<'r>,
+    ) -> Option<(PortId, usize)> {
+        match self.known_tags(buf, ETH_P_IPV6)? {
+            0 => self.route_tags_v6::<0>(rt, buf, walked, walk),
+            1 => self.route_tags_v6::<1>(rt, buf, walked, walk),
+            _ => self.route_tags_v6::<2>(rt, buf, walked, walk),
+        }
+    }
+
+    /// [`TaggedPort::route_now_v6`] of a frame with `K` tags that came in on one of the
+    /// port's interfaces: every offset a constant.
+    #[inline(always)]
+    fn route_tags_v6<'r, const K: usize>(
+        &self,
+        rt: Routes<'r>,
+        buf: &mut [u8],
+        walked: u128,
+        walk: Walk<'r>,
+    ) -> Option<(PortId, usize)> {
+        // From `at` the frame is read as an untagged one: its last ethertype and IPv6 header
+        // where an untagged frame has them. Everything read or written lies in the VIEW
+        // bytes from `K` tags in: the MACs (ROOM - K tags into it), the egress tags' room
+        // before the ethertype, the IPv6 header at its end.
+        const VIEW: usize = ROOM + ETH_HLEN + ipv6::HLEN;
+        let at = ROOM + K * TAG_LEN;
+        let macs_at = ROOM - K * TAG_LEN;
+        let view = buf.get(K * TAG_LEN..)?.first_chunk::<VIEW>()?;
+        // At least `at` + VIEW - ROOM bytes: no wrap.
+        let ip_wire = buf.len().wrapping_sub(at + ETH_HLEN);
+        let macs = view.get(macs_at..macs_at + 8)?.first_chunk::<8>()?;
+        if !self.ingress.accepts(macs) {
+            return None;
+        }
+        let (dst, len) = packet::parse_v6_plain(view.last_chunk()?, ip_wire)?;
+        if dst != walked {
+            return None;
+        }
+        // The flow hash reads the ports past the header: the whole frame from `at`.
+        let hop = rt
+            .route_walked_v6(dst, walk, || {
+                packet::flow_hash(buf.get(at..).unwrap_or_default())
+            })
+            .ok()?;
+        if len > hop.mtu {
+            return None;
+        }
+        let e = self.egress.get(usize::from(hop.port))?;
+        if usize::from(e.len) > ROOM {
+            return None;
+        }
+        let view = buf.get_mut(K * TAG_LEN..)?.first_chunk_mut::<VIEW>()?;
+        if let Some(limit) = view.get_mut(ROOM + ETH_HLEN + ipv6::HOP_LIMIT) {
+            *limit = limit.wrapping_sub(1); // above 1: checked by the parse
+        }
+        // The new Ethernet header ends where the old one did: the egress tags before the
+        // ethertype (the 8 bytes before it written whole; what lies before the tags is
+        // overwritten by the MACs), then the MACs in front of them.
+        if let Some(tail) = view.get_mut(ROOM + 4..ROOM + 12) {
+            tail.copy_from_slice(&e.tail);
+        }
+        let start = ROOM - usize::from(e.len);
+        let macs = view.get_mut(start..start + 12)?.first_chunk_mut::<12>()?;
+        packet::set_macs(macs, hop.mac, e.src);
+        Some((e.port, K * TAG_LEN + start))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing)] // tests may panic
+mod tests {
+    use rand::{Rng, SeedableRng};
+
+    use super::super::one_pass_v6::tests::near_plain;
+    use crate::packet::v6_destination_hint_tagged;
+    use crate::packet::vlan::{pop_tags, push_tags, Tag, TagStack};
+    use crate::testkit::corpus::{
+        subif_qinq, subif_vlan100, testbed_forwarder_with_subifs, PORT0_MAC,
+    };
+    use crate::testkit::one_pass_tagged;
+
+    /// The interface a stack received on `port` names in the testbed, if any (a priority
+    /// tag: the port itself).
+    fn named(port: u16, stack: &TagStack) -> Option<u16> {
+        if stack.tags().is_empty() || stack.priority_only() {
+            return Some(port);
+        }
+        match port {
+            0 if stack.key() == subif_vlan100().key() => Some(2),
+            0 if stack.key() == subif_qinq().key() => Some(3),
+            _ => None,
+        }
+    }
+
+    /// How a frame for interface `id` leaves: its port and tags.
+    fn egress_of(id: u16) -> (u16, TagStack) {
+        match id {
+            2 => (0, subif_vlan100()),
+            3 => (0, subif_qinq()),
+            port => (port, TagStack::UNTAGGED),
+        }
+    }
+
+    #[test]
+    fn the_tagged_one_pass_forwards_ipv6_as_the_general_path_does_and_leaves_the_rest() {
+        let fwd = testbed_forwarder_with_subifs();
+        let mut reader = fwd.table().reader(0).expect("reader slot 0");
+        let online = reader.online();
+        let rt = online.routes();
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(0x8100);
+        let stacks = [
+            TagStack::UNTAGGED,
+            subif_vlan100(),
+            subif_qinq(),
+            TagStack::one(Tag::dot1q(0)),
+            TagStack::one(Tag::dot1q(101)),
+            TagStack::one(Tag::dot1ad(100)),
+            TagStack::two(Tag::dot1ad(200), Tag::dot1q(301)),
+        ];
+        let mut forwarded = [0u32; 4];
+        let mut by_tags = [0u32; 3];
+        for _ in 0..30_000 {
+            let mut plain = near_plain(&mut rng);
+            if plain.len() >= 54 && rng.gen_bool(0.6) {
+                let dst: u128 = match rng.gen_range(0..3) {
+                    0 => 0x2001_0db8_0021_0000_0000_0000_0000_0009,
+                    1 => 0x2001_0db8_0020_0000_0000_0000_0000_0009,
+                    _ => 0x2001_0002_0000_0001_0000_0000_0000_0009,
+                };
+                plain[38..54].copy_from_slice(&dst.to_be_bytes());
+            }
+            if plain.len() >= 6 && rng.gen_bool(0.9) {
+                plain[..6].copy_from_slice(&PORT0_MAC);
+            }
+            let port = u16::from(rng.gen_bool(0.2));
+            let stack = stacks[rng.gen_range(0..stacks.len())];
+            let mut frame = vec![0u8; stack.bytes()];
+            frame.extend_from_slice(&plain);
+            if push_tags(&mut frame, &stack).is_none() {
+                continue;
+            }
+            let mut buf = vec![0u8; super::ROOM];
+            buf.extend_from_slice(&frame);
+            let before = buf.clone();
+            // Mostly the one pass as the poller takes it; now and then a lane walked for
+            // another destination (one with another route), which must leave the frame.
+            let routed = if rng.gen_bool(0.9) {
+                one_pass_tagged(&fwd, rt, port, &mut buf)
+            } else {
+                let hint = v6_destination_hint_tagged(&frame).unwrap_or(0);
+                let walked = hint ^ (1 << 80);
+                let mut lane = [(walked, rt.walk())];
+                rt.walk_all_v6(&mut lane);
+                let [(_, walk)] = lane;
+                let routed = fwd
+                    .tagged_port(port)
+                    .and_then(|tp| tp.route_now_v6(rt, &mut buf, walked, walk));
+                assert_eq!(routed, None, "a lane walked for {walked:x} routed {hint:x}");
+                routed
+            };
+            let Some((out, start)) = routed else {
+                assert_eq!(buf, before, "a frame the one pass leaves is unchanged");
+                continue;
+            };
+            let ingress = named(port, &stack).expect("the one pass forwards known stacks only");
+            let mut general = frame.clone();
+            let at = pop_tags(&mut general, &stack).expect("pops");
+            let mut general = general[at..].to_vec();
+            let interface = fwd.process(rt, ingress, &mut general);
+            let (port_out, tags) = egress_of(interface.unwrap_or(u16::MAX));
+            assert_eq!(interface.map(|_| port_out), Ok(out), "same egress port");
+            let mut pushed = vec![0u8; tags.bytes()];
+            pushed.extend_from_slice(&general);
+            push_tags(&mut pushed, &tags).expect("the egress tags push");
+            assert_eq!(&buf[start..], &pushed[..], "same frame out, with its tags");
+            forwarded[usize::from(interface.unwrap_or(0)).min(3)] += 1;
+            by_tags[stack.tags().len()] += 1;
+        }
+        // Out of every kind of interface: port 1 untagged, VLAN 100, QinQ (from untagged,
+        // one-tag and two-tag ingress alike).
+        assert!(
+            forwarded[1..].iter().all(|&n| n > 200) && by_tags.iter().all(|&n| n > 200),
+            "forwarded in one pass by egress interface {forwarded:?}, by ingress tags {by_tags:?}"
+        );
+    }
+}

@@ -208,9 +208,10 @@ pub(crate) struct Hop {
     pub mac: u64,
     /// The egress port's MTU.
     pub mtu: u32,
-    /// The MTU the one-pass paths (IPv4 and IPv6) check against: the port's, or 0 for a sub-interface
-    /// (its frames need a tag pushed), so that path leaves them to the general one without a
-    /// test of its own.
+    /// The MTU the untagged one-pass paths (IPv4 and IPv6, taken where no sub-interface is
+    /// configured) check against: the port's, or 0 for a sub-interface (its frames need a
+    /// tag pushed), so those paths leave them to the general one without a test of their
+    /// own. The tagged one-pass paths push tags and check `mtu`.
     pub one_pass_mtu: u32,
 }
 

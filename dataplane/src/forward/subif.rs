@@ -403,8 +403,8 @@ impl TaggedPort<'_> {
     /// place; the Ethernet header is written anew in front of it with the egress
     /// interface's tags (the ingress tags are not moved: every byte before the IP header is
     /// rewritten). Returns the egress port and where the frame now starts in `buf`; None
-    /// leaves `buf` unchanged, for the general path (IPv6, options, anything refused, an
-    /// unknown stack).
+    /// leaves `buf` unchanged, for the general path (options, anything refused, an unknown
+    /// stack; IPv6 is [`TaggedPort::route_now_v6`]'s).
     #[inline(always)]
     pub fn route_now(&self, rt: V4Routes<'_>, buf: &mut [u8]) -> Option<(PortId, usize)> {
         match self.known_tags(buf, ETH_P_IPV4)? {

@@ -21,20 +21,24 @@ pub(crate) fn v6_destination_hint(h: &[u8; V6_HINT_LEN]) -> Option<u128> {
     Some(u128::from_be_bytes(*dst))
 }
 
-/// [`v6_destination_hint`] of a frame with up to two tags before its ethertype: the
-/// destination of the IPv6 packet it seems to carry, unchecked, where an IPv6 ethertype lies
-/// after no tag, one or two (the tags themselves are not read: a hint only starts a lookup).
-/// None where none does or the frame is shorter than that header.
+/// [`v6_destination_hint`] of a frame with up to two tags before its ethertype (802.1Q or
+/// 802.1ad TPIDs, whichever stack): the destination of the IPv6 packet it seems to carry,
+/// unchecked (the stack is not looked up: a hint only starts a lookup). None where the
+/// frame is not IPv6 past its tags or is shorter than its header.
 #[inline(always)]
 pub(crate) fn v6_destination_hint_tagged(frame: &[u8]) -> Option<u128> {
     const TAG: usize = super::vlan::TAG_LEN;
     let v6 = ETH_P_IPV6.to_be_bytes();
-    let at = |k: usize| eth::ETHERTYPE + k * TAG;
-    let tags = if frame.get(at(0)..at(0) + 2)? == v6 {
+    let h = frame
+        .get(eth::ETHERTYPE..eth::ETHERTYPE + 10)?
+        .first_chunk::<10>()?;
+    let [a0, a1, _, _, c0, c1, _, _, e0, e1] = *h;
+    let tpid = super::vlan::is_tpid;
+    let tags = if [a0, a1] == v6 {
         0
-    } else if frame.get(at(1)..at(1) + 2)? == v6 {
+    } else if tpid([a0, a1]) && [c0, c1] == v6 {
         1
-    } else if frame.get(at(2)..at(2) + 2)? == v6 {
+    } else if tpid([a0, a1]) && tpid([c0, c1]) && [e0, e1] == v6 {
         2
     } else {
         return None;

@@ -14,8 +14,8 @@ use crate::packet::{self, DropReason};
 use crate::port::umem::Area;
 use crate::types::PortId;
 
-/// The frames of a burst left to be decided after the rest (IPv6 in l3fwd, every frame in
-/// drop mode) with their parse results ([`Forwarder::prepare`]), on the stack for that burst
+/// The frames of a burst left to be decided after the rest (those the one pass left in
+/// l3fwd, every frame in drop mode) with their parse results ([`Forwarder::prepare`]), on the stack for that burst
 /// only: each holds a route lookup begun under the burst's online token (`'r`), so none can
 /// be kept past a quiescent state (the borrow checker refuses it). Not initialised until
 /// pushed.

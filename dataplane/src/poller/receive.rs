@@ -2,9 +2,9 @@
 //! misses overlap: prefetch the frames' headers (pass 0, l2fwd and l3fwd). Bounce and l2fwd
 //! stage every frame in one pass. l3fwd forwards each IPv4 frame whole, checked, routed, rewritten and
 //! staged, with nothing kept for later, while loading the route entries and headers of the
-//! frames a few ahead (pass 1). IPv6 frames likewise (on ports of a dataplane without
-//! sub-interfaces), once the burst's IPv6 lookups have been walked together, a trie level at
-//! a time (`rest.rs`, from the burst's first IPv6 frame). Every
+//! frames a few ahead (pass 1). IPv6 frames likewise, once the burst's IPv6 lookups have been
+//! walked together, a trie level at a time (`rest.rs`, from the burst's first IPv6 frame);
+//! with sub-interfaces, both with their tags or none (`vlan.rs`). Every
 //! other frame, refused ones included, is parsed into `Later`, its IPv6 lookups walked the
 //! same way, and decided after (pass 2), every outcome but forwarding through one cold
 //! function.
@@ -234,11 +234,11 @@ impl<Q: RingIo> Poller<Q> {
     }
 
     /// Pass 1 in l3fwd: each IPv4 frame forwarded whole (checked, routed, rewritten,
-    /// staged); from the burst's first IPv6 frame on, without `TAGGED`, the same for IPv6
-    /// too ([`route_rest`]); every other frame, refused ones included, parsed into `later`,
-    /// to be decided after with its reason. Returns the burst's bytes. `TAGGED`: the forwarder has
-    /// sub-interfaces (on any port), and every port's frames are forwarded in the one pass
-    /// with their tags or none ([`vlan::route_now_tagged`], which needs
+    /// staged); from the burst's first IPv6 frame on, the same for IPv6 too
+    /// ([`route_rest`]); every other frame, refused ones included, parsed into `later`, to
+    /// be decided after with its reason. Returns the burst's bytes. `TAGGED`: the forwarder
+    /// has sub-interfaces (on any port), and every port's frames are forwarded in the one
+    /// pass with their tags or none ([`vlan::route_now_tagged`], which needs
     /// [`crate::forward::subif::ROOM`] bytes before the frame: AF_XDP leaves 256); without,
     /// the untagged path's code alone.
     #[inline(always)]

@@ -137,7 +137,7 @@ fn past(d: &XdpDesc, at: usize) -> XdpDesc {
     }
 }
 
-/// A tagged frame that the one pass left (IPv6, IPv4 it refused), whose stack names
+/// A tagged frame that the one pass left (IPv4 or IPv6 it refused), whose stack names
 /// interface `id` in its first `at` bytes ([`TaggedPort::tagged_ingress`]): its tags popped
 /// (the MACs moved over them) and the untagged frame parsed as [`untag_and_prepare`] does.
 #[inline(always)]
@@ -161,7 +161,7 @@ pub(super) fn pop_and_prepare<'r>(
     (past(d, at), id, fwd.prepare_routed(rt, ingress, rest))
 }
 
-/// A tagged frame received on `port` that the one pass left (IPv6, IPv4 it refused): its
+/// A tagged frame received on `port` that the one pass left (IPv4 or IPv6 it refused): its
 /// tags popped in place and the untagged frame parsed as one of the interface they name,
 /// for pass 2 to decide with the burst's other frames (an IPv6 lookup walked with theirs).
 /// Returns the frame's descriptor now (past its tags once they are popped), the interface

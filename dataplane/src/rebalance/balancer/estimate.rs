@@ -22,11 +22,11 @@ pub(super) struct Loads {
     /// Each poller's demand.
     pub(super) poller: Vec<f64>,
     /// Each poller's cost per packet (the fallback where it has none): an item moved from
-    /// poller `a` to `b` weighs `cost[b] / counted[a]` times as much there ([`priced`]).
+    /// poller `a` to `b` weighs `cost[b] / cost[a]` times as much there ([`priced`]).
     pub(super) cost: Vec<f64>,
-    /// The cost each poller's demand is counted at: `cost`, or less while a first sample
-    /// is doubted.
-    pub(super) counted: Vec<f64>,
+    /// Whether each poller's cost is a doubted first sample: such a poller gives no bucket
+    /// in this step (`Balancer::balance`).
+    pub(super) doubted: Vec<bool>,
     /// Each poller's packets per non-empty RX burst (0 where it took none yet).
     pub(super) burst: Vec<f64>,
 }
@@ -93,10 +93,6 @@ impl Balancer {
     fn sample_costs(&mut self, pollers: &[PollerLoad], secs: f64, a: f64) {
         let before = self.cost.clone();
         for (p, l) in pollers.iter().enumerate() {
-            if l.packets == 0 || l.busy <= 0.0 {
-                continue;
-            }
-            let x = l.busy.min(1.0) / (l.packets as f64 / secs);
             let (Some(c), Some(rose), Some(doubted)) = (
                 self.cost.get_mut(p),
                 self.cost_rose.get_mut(p),
@@ -104,8 +100,14 @@ impl Balancer {
             ) else {
                 continue;
             };
-            *doubted = None;
+            let was_doubted = std::mem::take(doubted);
+            if l.packets == 0 || l.busy <= 0.0 {
+                continue;
+            }
+            let x = l.busy.min(1.0) / (l.packets as f64 / secs);
             *c = Some(match *c {
+                // A doubted first sample is no base to smooth against: the second is taken.
+                Some(_) if was_doubted => x,
                 // Smoothed against noise; but a cost off by more than 2x from the smoothed
                 // one is no noise (the start of a run, or a poller whose batches changed):
                 // taken at once, or the balancer would go on trusting a stale load. A fall
@@ -125,9 +127,8 @@ impl Balancer {
                 }
                 // A first sample is taken whole, but a stall can fall in it too. Over twice
                 // the lowest of the others' costs (as they stood, or their own first
-                // samples), the poller's demand counts at twice that until its next sample:
-                // its buckets do not leave for a stall. A move onto it is still priced at
-                // the whole sample, so none lands on a poller slower than thought.
+                // samples), it is doubted: the poller's load counts whole (a move onto it
+                // is priced at it) but it gives no bucket until its next sample.
                 None => {
                     let lowest = pollers
                         .iter()
@@ -139,9 +140,7 @@ impl Balancer {
                                 .then(|| o.busy.min(1.0) / (o.packets as f64 / secs)))
                         })
                         .fold(f64::INFINITY, f64::min);
-                    if x > 2.0 * lowest {
-                        *doubted = Some(2.0 * lowest);
-                    }
+                    *doubted = x > 2.0 * lowest;
                     x
                 }
             });
@@ -177,7 +176,8 @@ impl Balancer {
                     .and_then(|v| v.get(b))
                     .copied()
                     .unwrap_or(0.0);
-                let d = rate * self.counted_cost(p, fallback);
+                let cost = self.cost.get(p).copied().flatten().unwrap_or(fallback);
+                let d = rate * cost;
                 if let Some(slot) = item.get_mut(port).and_then(|v| v.get_mut(b)) {
                     *slot = d;
                 }
@@ -189,24 +189,12 @@ impl Balancer {
         let cost = (0..self.layout.poller_nodes.len())
             .map(|p| self.cost.get(p).copied().flatten().unwrap_or(fallback))
             .collect();
-        let counted = (0..self.layout.poller_nodes.len())
-            .map(|p| self.counted_cost(p, fallback))
-            .collect();
         Loads {
             item,
             poller,
             cost,
-            counted,
+            doubted: self.cost_doubted.clone(),
             burst: self.burst.clone(),
-        }
-    }
-
-    /// The cost poller `p`'s demand is counted at: its own, held while doubted.
-    fn counted_cost(&self, p: usize, fallback: f64) -> f64 {
-        let cost = self.cost.get(p).copied().flatten().unwrap_or(fallback);
-        match self.cost_doubted.get(p).copied().flatten() {
-            Some(held) => cost.min(held),
-            None => cost,
         }
     }
 }
@@ -220,7 +208,7 @@ impl Balancer {
 /// on emulated CPUs, a poller taking about one packet a burst showed ten times the cost
 /// per packet of the loaded one: 0.061 of a core for 10 packets against 0.213 for 357.)
 pub(super) fn priced(loads: &Loads, d: f64, from: usize, to: usize) -> f64 {
-    match (loads.counted.get(from), loads.cost.get(to)) {
+    match (loads.cost.get(from), loads.cost.get(to)) {
         (Some(&a), Some(&b)) if a > 0.0 && b > 0.0 => {
             let ratio = b / a;
             let burst = |p: usize| loads.burst.get(p).copied().unwrap_or(0.0);

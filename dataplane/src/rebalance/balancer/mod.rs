@@ -77,9 +77,9 @@ pub struct Balancer {
     cost: Vec<Option<f64>>,
     /// Whether each poller's last cost sample was over twice its smoothed cost.
     cost_rose: Vec<bool>,
-    /// What each poller's demand is counted at while its cost is one first sample over
-    /// twice the lowest of the others' (cleared at its next sample).
-    cost_doubted: Vec<Option<f64>>,
+    /// Whether each poller's cost is one first sample over twice the lowest of the others'
+    /// (cleared at its next period): it gives no bucket until a second sample.
+    cost_doubted: Vec<bool>,
     /// Each poller's packets per non-empty RX burst, in the last period it took any.
     burst: Vec<f64>,
     /// Each bucket's smoothed packets per second.
@@ -152,7 +152,7 @@ impl Balancer {
         Ok(Balancer {
             cost: vec![None; pollers],
             cost_rose: vec![false; pollers],
-            cost_doubted: vec![None; pollers],
+            cost_doubted: vec![false; pollers],
             burst: vec![0.0; pollers],
             rate: tables.iter().map(|t| vec![0.0; t.len()]).collect(),
             cooldown: tables.iter().map(|t| vec![0; t.len()]).collect(),

@@ -210,10 +210,14 @@ impl Balancer {
                     .iter()
                     .any(|m| self.layout.poller_of(m.port, m.to) == Some(p))
             };
+            // Nor does a poller whose cost is a doubted first sample ([`Loads::doubted`]):
+            // a stall in it would move its buckets for nothing.
+            let doubted = |p: usize| loads.doubted.get(p).copied().unwrap_or(false);
             by_load.retain(|&p| {
                 load_of(loads, p) > mean * (1.0 + bar)
                     && load_of(loads, p) - mean > floor
                     && !received(p)
+                    && !doubted(p)
             });
             let mut moved = false;
             for &from in &by_load {

@@ -12,7 +12,7 @@ use dataplane::packet::icmp::icmpv6_checksum;
 use dataplane::packet::vlan::{pop_tags, push_tags, tag_stack, TagStack};
 use dataplane::packet::{checksum, dont_fragment_v4, frag, DropReason};
 use dataplane::testkit::corpus::{
-    subif_qinq, subif_vlan100, testbed_forwarder, testbed_forwarder_with_subifs, FrameRecipe,
+    subif_egress, subif_named, testbed_forwarder, testbed_forwarder_with_subifs, FrameRecipe,
     PORT0_MAC,
 };
 use dataplane::testkit::{one_pass, one_pass_tagged};
@@ -65,36 +65,6 @@ static FORWARDER: std::sync::OnceLock<Forwarder> = std::sync::OnceLock::new();
 /// The same with sub-interfaces on port 0, routes out of each: VLAN 100 (interface 2,
 /// 198.21.0.0/16, 2001:db8:21::/48) and QinQ 200/300 (3, 198.20.0.0/16, 2001:db8:20::/48).
 static WITH_SUBIFS: std::sync::OnceLock<Forwarder> = std::sync::OnceLock::new();
-
-fn vlan100() -> TagStack {
-    subif_vlan100()
-}
-
-fn qinq() -> TagStack {
-    subif_qinq()
-}
-
-/// The port and tags interface `out` of [`testbed_forwarder_with_subifs`] sends with.
-fn egress_of(out: u16) -> (u16, TagStack) {
-    match out {
-        2 => (0, vlan100()),
-        3 => (0, qinq()),
-        port => (port, TagStack::UNTAGGED),
-    }
-}
-
-/// The interface a stack received on `port` names in [`testbed_forwarder_with_subifs`], if any.
-fn named(port: u16, stack: &TagStack) -> Option<u16> {
-    if stack.tags().is_empty() || stack.priority_only() {
-        return Some(port);
-    }
-    // A sub-interface is its VLAN ids and TPIDs: the priority bits do not name it.
-    match port {
-        0 if stack.key() == vlan100().key() => Some(2),
-        0 if stack.key() == qinq().key() => Some(3),
-        _ => None,
-    }
-}
 
 fuzz_target!(|input: Input| {
     let fwd = FORWARDER.get_or_init(testbed_forwarder);
@@ -344,12 +314,12 @@ fn one_pass_agrees(port: u16, frame: &[u8], stack: &TagStack) {
         assert_eq!(buf, before, "a frame the one pass leaves is unchanged");
         return;
     };
-    let ingress = named(port, stack).expect("the one pass forwards known stacks only");
+    let ingress = subif_named(port, stack).expect("the one pass forwards known stacks only");
     let mut plain = frame.to_vec();
     let at = pop_tags(&mut plain, stack).expect("pops");
     let mut general = plain[at..].to_vec();
     let interface = sub.process(rt, ingress, &mut general);
-    let (port_out, tags) = egress_of(interface.unwrap_or(u16::MAX));
+    let (port_out, tags) = subif_egress(interface.unwrap_or(u16::MAX));
     assert_eq!(interface.map(|_| port_out), Ok(out), "same egress port");
     // The general path leaves the egress tags to the poller's second pass: pushed here.
     let mut pushed = vec![0u8; tags.bytes()];

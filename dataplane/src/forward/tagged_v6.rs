@@ -102,31 +102,10 @@ mod tests {
     use crate::packet::v6_destination_hint_tagged;
     use crate::packet::vlan::{pop_tags, push_tags, Tag, TagStack};
     use crate::testkit::corpus::{
-        subif_qinq, subif_vlan100, testbed_forwarder_with_subifs, PORT0_MAC,
+        subif_egress, subif_named, subif_qinq, subif_vlan100, testbed_forwarder_with_subifs,
+        PORT0_MAC,
     };
     use crate::testkit::one_pass_tagged;
-
-    /// The interface a stack received on `port` names in the testbed, if any (a priority
-    /// tag: the port itself).
-    fn named(port: u16, stack: &TagStack) -> Option<u16> {
-        if stack.tags().is_empty() || stack.priority_only() {
-            return Some(port);
-        }
-        match port {
-            0 if stack.key() == subif_vlan100().key() => Some(2),
-            0 if stack.key() == subif_qinq().key() => Some(3),
-            _ => None,
-        }
-    }
-
-    /// How a frame for interface `id` leaves: its port and tags.
-    fn egress_of(id: u16) -> (u16, TagStack) {
-        match id {
-            2 => (0, subif_vlan100()),
-            3 => (0, subif_qinq()),
-            port => (port, TagStack::UNTAGGED),
-        }
-    }
 
     #[test]
     fn the_tagged_one_pass_forwards_ipv6_as_the_general_path_does_and_leaves_the_rest() {
@@ -198,12 +177,13 @@ mod tests {
                 assert_eq!(buf, before, "a frame the one pass leaves is unchanged");
                 continue;
             };
-            let ingress = named(port, &stack).expect("the one pass forwards known stacks only");
+            let ingress =
+                subif_named(port, &stack).expect("the one pass forwards known stacks only");
             let mut general = frame.clone();
             let at = pop_tags(&mut general, &stack).expect("pops");
             let mut general = general[at..].to_vec();
             let interface = fwd.process(rt, ingress, &mut general);
-            let (port_out, tags) = egress_of(interface.unwrap_or(u16::MAX));
+            let (port_out, tags) = subif_egress(interface.unwrap_or(u16::MAX));
             assert_eq!(interface.map(|_| port_out), Ok(out), "same egress port");
             let mut pushed = vec![0u8; tags.bytes()];
             pushed.extend_from_slice(&general);

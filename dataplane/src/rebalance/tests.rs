@@ -56,6 +56,39 @@ fn load(busy: f64, packets: u64, batches: u64) -> super::balancer::PollerLoad {
     }
 }
 
+/// Runs `steps` steps of `traffic`, asserting that none raises the most loaded poller's
+/// offered load (what it would drop first) as the NIC measures it the period after.
+fn steps_never_raise_the_max(nic: &mut SimNic, b: &mut Balancer, traffic: &Traffic, steps: usize) {
+    let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+    for step in 0..steps {
+        let seen = nic.period(traffic);
+        let d = b.step(&seen.buckets, &seen.pollers, SECOND);
+        nic.apply(&d.moves);
+        let next = nic.period(traffic);
+        assert!(
+            max(&next.offered) <= max(&seen.offered) + 1e-3,
+            "step {step}: {:?} -> {:?} by {:?}",
+            seen.offered,
+            next.offered,
+            d.moves
+        );
+    }
+}
+
+/// One flow of port 0 in each bucket listed, at its rate: (bucket, packets per period).
+fn in_buckets(flows: &[(u32, f64)]) -> Traffic {
+    Traffic {
+        flows: flows
+            .iter()
+            .map(|&(hash, rate)| super::sim::Flow {
+                port: 0,
+                hash,
+                rate,
+            })
+            .collect(),
+    }
+}
+
 /// Four heavy flows the default table puts on queue 0, and 1000 light ones: 70% of four
 /// pollers in all, but queue 0 over its capacity.
 fn skewed(nic: &SimNic) -> Traffic {
@@ -485,18 +518,7 @@ fn a_move_onto_a_slower_poller_is_priced_at_its_cost() {
     let mut b = balancer(&nic, Settings::default());
     let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
     let first = max(&nic.period(&traffic).offered);
-    for step in 0..20 {
-        let seen = nic.period(&traffic);
-        let d = b.step(&seen.buckets, &seen.pollers, SECOND);
-        nic.apply(&d.moves);
-        let next = nic.period(&traffic);
-        assert!(
-            max(&next.offered) <= max(&seen.offered) + 1e-3,
-            "step {step}: {:?} -> {:?}",
-            seen.offered,
-            next.offered
-        );
-    }
+    steps_never_raise_the_max(&mut nic, &mut b, &traffic, 20);
     let end = nic.period(&traffic);
     assert!(max(&end.offered) < first, "{first} -> {:?}", end.offered);
 }
@@ -509,24 +531,17 @@ fn a_slow_least_loaded_poller_that_no_bucket_fits_does_not_stop_a_move_to_a_fast
     // it at 0.8.
     let mut nic = SimNic::one_port(3, 8, CAP);
     nic.capacity = vec![CAP, CAP / 3.0, CAP];
-    let flow = |bucket: u32, rate: f64| super::sim::Flow {
-        port: 0,
-        hash: bucket,
-        rate,
-    };
     // The default table: bucket i on queue i % 3.
-    let traffic = Traffic {
-        flows: vec![
-            flow(0, 2000.0),
-            flow(3, 4000.0),
-            flow(6, 4000.0),
-            flow(1, 600.0),
-            flow(4, 500.0),
-            flow(7, 566.0),
-            flow(2, 3000.0),
-            flow(5, 3000.0),
-        ],
-    };
+    let traffic = in_buckets(&[
+        (0, 2000.0),
+        (3, 4000.0),
+        (6, 4000.0),
+        (1, 600.0),
+        (4, 500.0),
+        (7, 566.0),
+        (2, 3000.0),
+        (5, 3000.0),
+    ]);
     let mut b = balancer(&nic, Settings::default());
     let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
     let first = max(&nic.period(&traffic).offered);
@@ -832,35 +847,15 @@ fn a_doubted_first_sample_takes_no_bucket_it_cannot_carry() {
     // it would look able to take the 0.2 bucket (0.6 there) and end at 1.1.
     let mut nic = SimNic::one_port(2, 8, CAP);
     nic.capacity = vec![CAP, CAP / 3.0];
-    let flow = |bucket: u32, rate: f64| super::sim::Flow {
-        port: 0,
-        hash: bucket,
-        rate,
-    };
     // The default table: bucket i on queue i % 2.
-    let traffic = Traffic {
-        flows: vec![
-            flow(0, 2000.0),
-            flow(2, 4000.0),
-            flow(4, 4000.0),
-            flow(1, 600.0),
-            flow(3, 500.0),
-            flow(5, 566.0),
-        ],
-    };
+    let traffic = in_buckets(&[
+        (0, 2000.0),
+        (2, 4000.0),
+        (4, 4000.0),
+        (1, 600.0),
+        (3, 500.0),
+        (5, 566.0),
+    ]);
     let mut b = balancer(&nic, Settings::default());
-    let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-    for step in 0..4 {
-        let seen = nic.period(&traffic);
-        let d = b.step(&seen.buckets, &seen.pollers, SECOND);
-        nic.apply(&d.moves);
-        let next = nic.period(&traffic);
-        assert!(
-            max(&next.offered) <= max(&seen.offered) + 1e-3,
-            "step {step}: {:?} -> {:?} by {:?}",
-            seen.offered,
-            next.offered,
-            d.moves
-        );
-    }
+    steps_never_raise_the_max(&mut nic, &mut b, &traffic, 4);
 }

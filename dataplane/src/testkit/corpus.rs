@@ -36,6 +36,29 @@ pub fn subif_qinq() -> TagStack {
     TagStack::two(Tag::dot1ad(200), Tag::dot1q(300))
 }
 
+/// The interface a stack received on `port` names in [`testbed_forwarder_with_subifs`], if
+/// any: the port itself untagged or priority-tagged (802.1Q 9.6), else a sub-interface by its
+/// VLAN ids and TPIDs (the priority bits do not name it).
+pub fn subif_named(port: u16, stack: &TagStack) -> Option<u16> {
+    if stack.tags().is_empty() || stack.priority_only() {
+        return Some(port);
+    }
+    match port {
+        0 if stack.key() == subif_vlan100().key() => Some(2),
+        0 if stack.key() == subif_qinq().key() => Some(3),
+        _ => None,
+    }
+}
+
+/// The port and tags interface `id` of [`testbed_forwarder_with_subifs`] sends with.
+pub fn subif_egress(id: u16) -> (u16, TagStack) {
+    match id {
+        2 => (0, subif_vlan100()),
+        3 => (0, subif_qinq()),
+        port => (port, TagStack::UNTAGGED),
+    }
+}
+
 /// [`testbed_forwarder`] with two sub-interfaces on port 0, each with a route out of it:
 /// [`subif_vlan100`] (interface 2, MTU 1500: 198.21.0.0/16 by 198.21.0.1, 2001:db8:21::/48
 /// by 2001:db8:21::1) and [`subif_qinq`] (interface 3, MTU 1400: 198.20.0.0/16 by

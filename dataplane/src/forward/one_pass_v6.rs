@@ -128,9 +128,7 @@ pub(super) mod tests {
                     .map_or(0, |d| u128::from_be_bytes(d.try_into().unwrap()));
                 // Now and then a lane walked for another destination.
                 let walked = if rng.gen_bool(0.05) { dst ^ 1 } else { dst };
-                let mut lane = [(walked, rt.walk())];
-                rt.walk_all_v6(&mut lane);
-                let [(_, walk)] = lane;
+                let walk = crate::testkit::walked(rt, walked);
                 let mut one = frame.clone();
                 let now = Forwarder::route_now_v6(
                     rt,

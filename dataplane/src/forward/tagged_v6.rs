@@ -105,7 +105,7 @@ mod tests {
         subif_egress, subif_named, subif_qinq, subif_vlan100, testbed_forwarder_with_subifs,
         PORT0_MAC,
     };
-    use crate::testkit::one_pass_tagged;
+    use crate::testkit::{one_pass_tagged, walked as walk_to};
 
     #[test]
     fn the_tagged_one_pass_forwards_ipv6_as_the_general_path_does_and_leaves_the_rest() {
@@ -164,12 +164,9 @@ mod tests {
             } else {
                 let hint = v6_destination_hint_tagged(&frame).unwrap_or(0);
                 let walked = hint ^ (1 << 80);
-                let mut lane = [(walked, rt.walk())];
-                rt.walk_all_v6(&mut lane);
-                let [(_, walk)] = lane;
                 let routed = fwd
                     .tagged_port(port)
-                    .and_then(|tp| tp.route_now_v6(rt, &mut buf, walked, walk));
+                    .and_then(|tp| tp.route_now_v6(rt, &mut buf, walked, walk_to(rt, walked)));
                 assert_eq!(routed, None, "a lane walked for {walked:x} routed {hint:x}");
                 routed
             };

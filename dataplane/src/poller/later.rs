@@ -15,10 +15,10 @@ use crate::port::umem::Area;
 use crate::types::PortId;
 
 /// The frames of a burst left to be decided after the rest (those the one pass left in
-/// l3fwd, every frame in drop mode) with their parse results ([`Forwarder::prepare`]), on the stack for that burst
-/// only: each holds a route lookup begun under the burst's online token (`'r`), so none can
-/// be kept past a quiescent state (the borrow checker refuses it). Not initialised until
-/// pushed.
+/// l3fwd, every frame in drop mode) with their parse results ([`Forwarder::prepare`]), on
+/// the stack for that burst only: each holds a route lookup begun under the burst's online
+/// token (`'r`), so none can be kept past a quiescent state (the borrow checker refuses it).
+/// Not initialised until pushed.
 pub(super) struct Later<'r> {
     pub(super) descs: ArrayVec<XdpDesc, MAX_BATCH>,
     pub(super) parsed: ArrayVec<Result<Parsed<'r>, DropReason>, MAX_BATCH>,
@@ -69,9 +69,9 @@ impl<'r> Later<'r> {
 /// (`rest::route_rest`), for it and every IPv6 frame after it, and walked a trie level at a
 /// time across them all, so their misses overlap (an IPv6 /48 is four dependent loads). The
 /// one pass then takes them in the frames' order ([`V6Lanes::take`], [`V6Lanes::take_for`]);
-/// each is checked against its frame's destination
-/// where it is used, so a lane taken out of turn costs a frame the one pass, never a wrong
-/// route. On the stack for the burst only: each walk is tied to the burst's online token.
+/// each is checked against its frame's destination where it is used, so a lane taken out of
+/// turn costs a frame the one pass, never a wrong route. On the stack for the burst only:
+/// each walk is tied to the burst's online token.
 pub(super) struct V6Lanes<'r> {
     lanes: ArrayVec<(u128, Walk<'r>), MAX_BATCH>,
     /// Where sub-interfaces are configured, each lane's frame: its index in the burst.

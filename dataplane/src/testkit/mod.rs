@@ -10,6 +10,7 @@
 //!   kernel's state, brute force) and `control::offline` (the control thread without sockets).
 pub mod corpus;
 
+use crate::fib::dir::Walk;
 use crate::fib::Routes;
 use crate::forward::Forwarder;
 use crate::types::PortId;
@@ -32,17 +33,15 @@ pub fn one_pass(
         return None;
     }
     let key = crate::packet::v6_destination_hint(frame.first_chunk()?)?;
-    let mut lane = [(key, rt.walk())];
-    rt.walk_all_v6(&mut lane);
-    let [(_, walk)] = lane;
-    Forwarder::route_now_v6(rt, ingress, fwd.port_macs(), frame, key, walk)
+    Forwarder::route_now_v6(rt, ingress, fwd.port_macs(), frame, key, walked(rt, key))
 }
 
 /// The one pass of a port of a forwarder with sub-interfaces on one frame (`buf`: the frame
-/// after `forward::subif::ROOM` bytes of headroom), as the poller takes it: IPv4 by
-/// `TaggedPort::route_now`, IPv6 by `TaggedPort::route_now_v6` with its lookup walked as a
-/// burst's are. The egress port and where the frame now starts in `buf`; None: the frame is
-/// left to the general path, unchanged. None too for a forwarder without sub-interfaces.
+/// after `forward::subif::ROOM` bytes of headroom), as the poller takes it: a frame IPv6 by
+/// its hint (past its tags) by `TaggedPort::route_now_v6` with its lookup walked as a
+/// burst's are, any other by `TaggedPort::route_now`. The egress port and where the frame
+/// now starts in `buf`; None: the frame is left to the general path, unchanged. None too
+/// for a forwarder without sub-interfaces.
 pub fn one_pass_tagged(
     fwd: &Forwarder,
     rt: Routes<'_>,
@@ -50,12 +49,18 @@ pub fn one_pass_tagged(
     buf: &mut [u8],
 ) -> Option<(PortId, usize)> {
     let port = fwd.tagged_port(in_port)?;
-    if let Some(out) = port.route_now(rt.v4(), buf) {
-        return Some(out);
+    let frame = buf.get(crate::forward::subif::ROOM..)?;
+    match crate::packet::v6_destination_hint_tagged(frame) {
+        Some(key) => port.route_now_v6(rt, buf, key, walked(rt, key)),
+        None => port.route_now(rt.v4(), buf),
     }
-    let key = crate::packet::v6_destination_hint_tagged(buf.get(crate::forward::subif::ROOM..)?)?;
+}
+
+/// A lookup of IPv6 destination `key` walked to its end as a burst's lanes are
+/// (`Routes::walk_all_v6`).
+pub fn walked(rt: Routes<'_>, key: u128) -> Walk<'_> {
     let mut lane = [(key, rt.walk())];
     rt.walk_all_v6(&mut lane);
     let [(_, walk)] = lane;
-    port.route_now_v6(rt, buf, key, walk)
+    walk
 }

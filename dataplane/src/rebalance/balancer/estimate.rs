@@ -91,8 +91,21 @@ impl Balancer {
     /// Each poller's cost per packet updated from this period's busy share and packets
     /// (`secs` long, smoothing `a`).
     fn sample_costs(&mut self, pollers: &[PollerLoad], secs: f64, a: f64) {
-        let before = self.cost.clone();
-        for (p, l) in pollers.iter().enumerate() {
+        // Each poller's sample, and what a first sample is held to: the others' costs as
+        // they stood before this period, or their own samples where they had none.
+        let sample: Vec<Option<f64>> = pollers
+            .iter()
+            .map(|l| {
+                (l.packets > 0 && l.busy > 0.0).then(|| l.busy.min(1.0) / (l.packets as f64 / secs))
+            })
+            .collect();
+        let before: Vec<Option<f64>> = self
+            .cost
+            .iter()
+            .zip(&sample)
+            .map(|(c, x)| c.or(*x))
+            .collect();
+        for (p, x) in sample.iter().enumerate() {
             let (Some(c), Some(rose), Some(doubted)) = (
                 self.cost.get_mut(p),
                 self.cost_rose.get_mut(p),
@@ -101,10 +114,9 @@ impl Balancer {
                 continue;
             };
             let was_doubted = std::mem::take(doubted);
-            if l.packets == 0 || l.busy <= 0.0 {
+            let Some(x) = *x else {
                 continue;
-            }
-            let x = l.busy.min(1.0) / (l.packets as f64 / secs);
+            };
             *c = Some(match *c {
                 // A doubted first sample is no base to smooth against: the second is taken.
                 Some(_) if was_doubted => x,
@@ -130,15 +142,11 @@ impl Balancer {
                 // samples), it is doubted: the poller's load counts whole (a move onto it
                 // is priced at it) but it gives no bucket until its next sample.
                 None => {
-                    let lowest = pollers
+                    let lowest = before
                         .iter()
-                        .zip(&before)
                         .enumerate()
                         .filter(|&(q, _)| q != p)
-                        .filter_map(|(_, (o, c))| {
-                            c.or((o.packets > 0 && o.busy > 0.0)
-                                .then(|| o.busy.min(1.0) / (o.packets as f64 / secs)))
-                        })
+                        .filter_map(|(_, c)| *c)
                         .fold(f64::INFINITY, f64::min);
                     *doubted = x > 2.0 * lowest;
                     x

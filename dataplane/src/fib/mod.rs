@@ -428,7 +428,7 @@ impl<'a> Routes<'a> {
     /// The IPv6 lookups of `lanes` (a destination and its walk, begun with [`Routes::walk`]
     /// under this token), each taken to its end ([`dir::Dir::walk_all`]).
     #[inline(always)]
-    pub(crate) fn walk_all_v6(&self, lanes: &mut [(u128, dir::Walk<'a>)]) {
+    pub(crate) fn walk_all_v6<L: dir::Lane<'a, u128>>(&self, lanes: &mut [L]) {
         self.table.v6.walk_all(lanes);
     }
 
@@ -442,6 +442,18 @@ impl<'a> Routes<'a> {
         flow: impl FnOnce() -> u32,
     ) -> Result<Hop, Miss> {
         self.table.hop_of(self.table.v6.finish(dst, walk), flow)
+    }
+
+    /// The next hop of an IPv6 lookup [`Routes::walk_all_v6`] walked to its end (a
+    /// [`dir::Walk::leaf_target`]): [`Miss::NoRoute`] too for a walk with levels to go, which
+    /// a caller decides some other way.
+    #[inline(always)]
+    pub(crate) fn route_ended_v6(
+        &self,
+        walk: dir::Walk<'a>,
+        flow: impl FnOnce() -> u32,
+    ) -> Result<Hop, Miss> {
+        self.table.hop_of(walk.leaf_target(), flow)
     }
 
     /// The IPv4 lookups of a burst, the table's cells read once for all of them.

@@ -36,9 +36,7 @@ impl Forwarder {
         if dst != walked {
             return None;
         }
-        let hop = rt
-            .route_walked_v6(dst, walk, || packet::flow_hash(frame))
-            .ok()?;
+        let hop = rt.route_ended_v6(walk, || packet::flow_hash(frame)).ok()?;
         if len > hop.one_pass_mtu {
             return None;
         }

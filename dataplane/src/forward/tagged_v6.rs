@@ -64,7 +64,7 @@ impl TaggedPort<'_> {
         }
         // The flow hash reads the ports past the header: the whole frame from `at`.
         let hop = rt
-            .route_walked_v6(dst, walk, || {
+            .route_ended_v6(walk, || {
                 packet::flow_hash(buf.get(at..).unwrap_or_default())
             })
             .ok()?;

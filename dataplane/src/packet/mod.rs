@@ -176,12 +176,30 @@ pub(crate) fn link_local_v6(a: u128) -> bool {
 }
 
 /// IPv6 next-header values that are extension headers (RFC 8200 4, RFC 7045).
+const IPV6_EXT: [u8; 11] = [0, 43, 44, 50, 51, 60, 135, 139, 140, 253, 254];
+
+/// [`IPV6_EXT`] as a 256-bit set: one load and a bit test per packet, where the list is a
+/// chain of comparisons. Built at compile time, where an index out of range fails the build.
+#[allow(clippy::indexing_slicing)]
+const IPV6_EXT_SET: [u64; 4] = {
+    let mut set = [0u64; 4];
+    let mut i = 0;
+    while i < IPV6_EXT.len() {
+        let v = IPV6_EXT[i] as usize;
+        set[v / 64] |= 1 << (v % 64);
+        i += 1;
+    }
+    set
+};
+
+/// Whether next-header value `next` is an extension header ([`IPV6_EXT`]).
 #[inline(always)]
 pub(super) fn is_ipv6_ext(next: u8) -> bool {
-    matches!(
-        next,
-        0 | 43 | 44 | 50 | 51 | 60 | 135 | 139 | 140 | 253 | 254
-    )
+    let word = IPV6_EXT_SET
+        .get(usize::from(next >> 6))
+        .copied()
+        .unwrap_or(0);
+    word >> (next & 63) & 1 != 0
 }
 
 /// Most extension headers the fast path walks.

@@ -690,3 +690,14 @@ fn the_plain_v4_parse_agrees_with_the_general_one() {
         );
     }
 }
+
+#[test]
+fn the_extension_header_set_holds_exactly_the_listed_values() {
+    for next in 0..=255u8 {
+        assert_eq!(
+            super::is_ipv6_ext(next),
+            super::IPV6_EXT.contains(&next),
+            "next header {next}"
+        );
+    }
+}

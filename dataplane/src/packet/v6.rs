@@ -63,8 +63,9 @@ pub(crate) fn is_v6_frame(frame: &[u8]) -> bool {
 /// leaves out (a few unicast ones in ::/64, the deprecated site-local fec0::/10) is decided
 /// by the general parse.
 #[inline(always)]
-fn plain_prefix(a: &[u8; 16]) -> bool {
-    let hi = u64::from_be_bytes(a.first_chunk::<8>().copied().unwrap_or_default());
+fn plain_prefix(a: u128) -> bool {
+    #[allow(clippy::cast_possible_truncation)] // the first 64 bits
+    let hi = (a >> 64) as u64;
     hi.wrapping_sub(1) < 0xfe80_0000_0000_0000 - 1
 }
 
@@ -86,11 +87,10 @@ pub(crate) fn parse_v6_plain(hdr: &[u8; ipv6::HLEN], ip_wire: usize) -> Option<(
     }
     let (_, addrs) = hdr.split_last_chunk::<32>()?;
     let (src, dst) = addrs.split_first_chunk::<16>()?;
-    let dst = dst.first_chunk::<16>()?;
-    if !plain_prefix(src) || !plain_prefix(dst) {
+    let dst = u128::from_be_bytes(*dst.first_chunk::<16>()?);
+    if !plain_prefix(u128::from_be_bytes(*src)) || !plain_prefix(dst) {
         return None;
     }
-    let dst = u128::from_be_bytes(*dst);
     #[allow(clippy::cast_possible_truncation)] // 40 + a u16 fits a u32
     Some((dst, len as u32))
 }

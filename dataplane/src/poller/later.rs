@@ -68,33 +68,53 @@ impl<'r> Later<'r> {
 /// The IPv6 lookups of a burst's one pass: begun, when its first IPv6 frame comes up
 /// (`rest::route_rest`), for it and every IPv6 frame after it, and walked a trie level at a
 /// time across them all, so their misses overlap (an IPv6 /48 is four dependent loads). The
-/// one pass then takes them in the frames' order ([`V6Lanes::take`], [`V6Lanes::take_for`]);
-/// each is checked against its frame's destination where it is used, so a lane taken out of
-/// turn costs a frame the one pass, never a wrong route. On the stack for the burst only:
-/// each walk is tied to the burst's online token.
+/// one pass then takes each with its frame ([`V6Lanes::take_for`]). On the stack for the
+/// burst only: each walk is tied to the burst's online token.
 pub(super) struct V6Lanes<'r> {
-    lanes: ArrayVec<(u128, Walk<'r>), MAX_BATCH>,
-    /// Where sub-interfaces are configured, each lane's frame: its index in the burst.
-    frames: ArrayVec<usize, MAX_BATCH>,
+    lanes: ArrayVec<Lane<'r>, MAX_BATCH>,
     taken: usize,
+}
+
+/// A lane of [`V6Lanes`]: its frame (the index in the burst, and the offset [`Area::check`]
+/// gave its descriptor), the destination read from the frame, and its lookup.
+#[derive(Clone, Copy)]
+pub(super) struct Lane<'r> {
+    pub(super) key: u128,
+    pub(super) walk: Walk<'r>,
+    pub(super) off: usize,
+    frame: usize,
+}
+
+impl<'r> crate::fib::dir::Lane<'r, u128> for Lane<'r> {
+    #[inline(always)]
+    fn key(&self) -> u128 {
+        self.key
+    }
+
+    #[inline(always)]
+    fn walk(&mut self) -> &mut Walk<'r> {
+        &mut self.walk
+    }
 }
 
 /// Whether a frame is one [`V6Lanes::begin`] gives a lane: inside the area (`Area::check`, so
 /// the bytes read are this frame's), at least its hint's length, IPv6 by its ethertype: what
-/// `route_rest` asks of a frame before it takes a lane. Its destination, read for the walk
-/// only. `TAGGED`: past up to two tags ([`packet::v6_destination_hint_tagged`]).
+/// `route_rest` asks of a frame before it takes a lane. Its offset ([`Area::check`]'s) and
+/// its destination, read for the walk only. `TAGGED`: past up to two tags
+/// ([`packet::v6_destination_hint_tagged`]).
 #[inline(always)]
-pub(super) fn v6_lane_key<const TAGGED: bool>(area: &Area, d: &XdpDesc) -> Option<u128> {
+pub(super) fn v6_lane_key<const TAGGED: bool>(area: &Area, d: &XdpDesc) -> Option<(usize, u128)> {
     let off = area.check(d.addr, d.len)?;
     // SAFETY: the descriptor's frame, inside one frame of the area (`Area::check` just
     // above), received in this burst and not yet handed on: the one pass begins its lanes
     // before it stages or frees any frame they are for, and writes none while this view lives.
     let frame = unsafe { area.frame(off, d.len) };
-    if TAGGED {
+    let key = if TAGGED {
         packet::v6_destination_hint_tagged(frame)
     } else {
         packet::v6_destination_hint(frame.first_chunk()?)
-    }
+    };
+    Some((off, key?))
 }
 
 impl<'r> V6Lanes<'r> {
@@ -102,14 +122,13 @@ impl<'r> V6Lanes<'r> {
     pub(super) fn new() -> Self {
         V6Lanes {
             lanes: ArrayVec::new(),
-            frames: ArrayVec::new(),
             taken: 0,
         }
     }
 
     /// Begins a lookup for each IPv6 frame of `descs` (the rest of the burst, from its frame
-    /// `first`) and walks them all to their last level. `TAGGED`: IPv6 past its tags too,
-    /// each lane kept with its frame's index ([`V6Lanes::take_for`]).
+    /// `first`), each lane kept with its frame ([`V6Lanes::take_for`]), and walks them all to
+    /// their last level. `TAGGED`: IPv6 past its tags too.
     #[inline(never)]
     pub(super) fn begin<const TAGGED: bool>(
         &mut self,
@@ -119,13 +138,15 @@ impl<'r> V6Lanes<'r> {
         first: usize,
     ) {
         for (k, d) in descs.iter().enumerate() {
-            if let Some(key) = v6_lane_key::<TAGGED>(area, d) {
+            if let Some((off, key)) = v6_lane_key::<TAGGED>(area, d) {
                 rt.prefetch_v6(key);
                 // Never full: one lane per descriptor of a burst, at most MAX_BATCH.
-                let _ = self.lanes.try_push((key, rt.walk()));
-                if TAGGED {
-                    let _ = self.frames.try_push(first + k);
-                }
+                let _ = self.lanes.try_push(Lane {
+                    key,
+                    walk: rt.walk(),
+                    off,
+                    frame: first + k,
+                });
             }
         }
         rt.walk_all_v6(&mut self.lanes);
@@ -137,22 +158,16 @@ impl<'r> V6Lanes<'r> {
         self.lanes.len()
     }
 
-    /// The next lane, in the order [`V6Lanes::begin`] gave them: its destination and its
-    /// walk.
+    /// The lane of the burst's frame `k`, if it has one (frames are asked for in the
+    /// burst's order).
     #[inline(always)]
-    pub(super) fn take(&mut self) -> Option<(u128, Walk<'r>)> {
-        let lane = self.lanes.get(self.taken).copied()?;
+    pub(super) fn take_for(&mut self, k: usize) -> Option<Lane<'r>> {
+        let lane = self
+            .lanes
+            .get(self.taken)
+            .filter(|l| l.frame == k)
+            .copied()?;
         self.taken += 1;
         Some(lane)
-    }
-
-    /// Where lanes were begun `TAGGED`: the lane of the burst's frame `k`, if it has one
-    /// and it is the next (frames are asked for in the burst's order).
-    #[inline(always)]
-    pub(super) fn take_for(&mut self, k: usize) -> Option<(u128, Walk<'r>)> {
-        if self.frames.get(self.taken) != Some(&k) {
-            return None;
-        }
-        self.take()
     }
 }

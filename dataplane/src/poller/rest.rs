@@ -10,7 +10,7 @@ use super::tally::Tally;
 use super::{vlan, Stage};
 use crate::fib::Routes;
 use crate::forward::{Forwarder, TaggedPort};
-use crate::packet::{self, DropReason};
+use crate::packet::DropReason;
 use crate::port::umem::{Area, FreeList};
 use crate::types::PortId;
 
@@ -51,11 +51,13 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
                 prefetch_route(area, v4, ahead);
             }
         }
+        // A frame with a lane is IPv6 by its hint: its IPv4 path is not tried.
+        let lane = lanes.take_for(k);
         if TAGGED {
-            // A frame with a lane is IPv6 by its hint: its IPv4 path is not tried.
-            let lane = lanes.take_for(k);
             let routed = tagged.and_then(|tp| match lane {
-                Some(lane) => vlan::route_now_tagged_v6(area, tp, rt, frame_mask, d, lane),
+                Some(lane) => {
+                    vlan::route_now_tagged_v6(area, tp, rt, frame_mask, d, (lane.key, lane.walk))
+                }
                 None => vlan::route_now_tagged(area, tp, v4, frame_mask, d),
             });
             match routed {
@@ -66,19 +68,21 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
             }
             continue;
         }
-        let Some(off) = area.check(d.addr, d.len) else {
+        let Some(off) = lane.map(|l| l.off).or_else(|| area.check(d.addr, d.len)) else {
             later.push(*d, Err(DropReason::InvalidDescriptor));
             continue;
         };
         // SAFETY: a frame of this burst not yet handed on (staged or freed only after this
-        // view), and `Area::check` passed for this (addr, len) just above.
+        // view), and `Area::check` passed for this (addr, len): just above, or in
+        // `V6Lanes::begin` for its lane.
         let frame = unsafe { area.checked_frame_mut(off, d.len) };
-        let now = if packet::is_v6_frame(frame) {
-            lanes.take().and_then(|(key, walk)| {
-                Forwarder::route_now_v6(rt, ingress, port_macs, frame, key, walk)
-            })
-        } else {
-            Forwarder::route_now(v4, ingress, port_macs, frame)
+        // A frame without a lane is not IPv6 (or too short to be): the IPv4 path, which
+        // leaves anything else unchanged.
+        let now = match lane {
+            Some(lane) => {
+                Forwarder::route_now_v6(rt, ingress, port_macs, frame, lane.key, lane.walk)
+            }
+            None => Forwarder::route_now(v4, ingress, port_macs, frame),
         };
         match now {
             Some(out) => stage_or_drop(stages, out, d.addr, d.len, free, frame_mask, t),

@@ -69,16 +69,17 @@ impl Key for u32 {
 
 impl Key for u128 {
     #[inline(always)]
+    #[allow(clippy::cast_possible_truncation)] // halves taken apart; fields masked to `width` (< 32) bits
     fn field(self, shift: u32, width: u32) -> usize {
-        // A byte-aligned byte (every stride below the first with the real strides): one
-        // byte load, where a shift of a u128 by a variable amount takes both halves.
-        if width == 8 && shift % 8 == 0 {
-            let bytes = self.to_le_bytes();
-            return usize::from(bytes.get((shift / 8) as usize).copied().unwrap_or(0));
+        // A field inside one half (every stride below the first with the real strides):
+        // that half shifted, where a shift of a u128 by a variable amount takes both.
+        if shift >= 64 {
+            return (((self >> 64) as u64 >> (shift - 64)) & ((1u64 << width) - 1)) as usize;
         }
-        #[allow(clippy::cast_possible_truncation)] // masked to `width` (< 32) bits
-        let f = ((self >> shift) as u32 & ((1u32 << width) - 1)) as usize;
-        f
+        if shift + width <= 64 {
+            return ((self as u64 >> shift) & ((1u64 << width) - 1)) as usize;
+        }
+        ((self >> shift) as u32 & ((1u32 << width) - 1)) as usize
     }
 }
 
@@ -107,6 +108,37 @@ impl Walk<'_> {
             next: 0,
             token: PhantomData,
         }
+    }
+
+    /// The target of a walk that reached a leaf (as [`Dir::walk_all`] leaves every walk
+    /// that has one), or None: no route, or a walk with levels still to go (or not begun),
+    /// which this does not take on. One test, where [`Dir::finish`] asks first whether a
+    /// level is left.
+    #[inline(always)]
+    pub(super) fn leaf_target(&self) -> Option<u32> {
+        if self.entry & EXT != 0 {
+            return None;
+        }
+        (self.entry & VALUE_MASK).checked_sub(1)
+    }
+}
+
+/// A lookup of a burst walked with the others ([`Dir::walk_all`]): its key and its walk, in
+/// whatever else the caller keeps beside them.
+pub(crate) trait Lane<'r, K: Key> {
+    fn key(&self) -> K;
+    fn walk(&mut self) -> &mut Walk<'r>;
+}
+
+impl<'r, K: Key> Lane<'r, K> for (K, Walk<'r>) {
+    #[inline(always)]
+    fn key(&self) -> K {
+        self.0
+    }
+
+    #[inline(always)]
+    fn walk(&mut self) -> &mut Walk<'r> {
+        &mut self.1
     }
 }
 
@@ -212,32 +244,39 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     }
 
     /// Every lookup of `lanes` (a key and its walk, fresh from [`Walk::begin`]) taken to its
-    /// end: [`Dir::step`] a level at a time across them, so their misses overlap. Each walk
-    /// is then where [`Dir::finish`] ends it at once.
+    /// end, a level at a time across them: each entry that links on starts loading the next
+    /// level's entry at once ([`Dir::link_on`]), so the burst's misses overlap. Each walk is
+    /// left ended (its `end` at `BITS`): [`Dir::finish`] ends it at once, [`Dir::step`] takes
+    /// it no further.
     #[inline(always)]
-    pub(crate) fn walk_all<K: Key>(&self, lanes: &mut [(K, Walk<'_>)]) {
+    pub(crate) fn walk_all<'r, K: Key, L: Lane<'r, K>>(&self, lanes: &mut [L]) {
         let (top, groups) = (self.top.get(), self.groups.get());
-        let mut more = false;
-        for (key, w) in lanes.iter_mut() {
+        // The entries read last, or-ed: a round is due while one of them links on.
+        let mut read = 0;
+        for lane in lanes.iter_mut() {
+            let key = lane.key();
+            let w = lane.walk();
             w.entry = top
                 .get(key.field(BITS - FIRST, FIRST))
                 .map_or(0, |e| e.load(Acquire));
-            w.end = FIRST;
-            more |= Self::link_on(groups, *key, w, FIRST);
+            w.end = BITS;
+            read |= w.entry;
+            Self::link_on(groups, key, w, FIRST);
         }
         // Every lookup still going is at the round's depth, `end`; one that reached a leaf
         // is passed over.
         let mut end = FIRST;
-        while more && end < BITS {
+        while read & EXT != 0 && end < BITS {
             end += STRIDE;
-            more = false;
-            for (key, w) in lanes.iter_mut() {
-                if w.entry & EXT == 0 {
-                    continue;
+            read = 0;
+            for lane in lanes.iter_mut() {
+                let key = lane.key();
+                let w = lane.walk();
+                if w.entry & EXT != 0 {
+                    w.entry = groups.get(w.next).map_or(0, |e| e.load(Acquire));
+                    read |= w.entry;
+                    Self::link_on(groups, key, w, end);
                 }
-                w.entry = groups.get(w.next).map_or(0, |e| e.load(Acquire));
-                w.end = end;
-                more |= Self::link_on(groups, *key, w, end);
             }
         }
     }
@@ -268,9 +307,8 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
         if more {
             w.next =
                 (((w.entry & !EXT) as usize) << STRIDE) | key.field(BITS - end - STRIDE, STRIDE);
-            if let Some(e) = groups.get(w.next) {
-                crate::sys::prefetch(e);
-            }
+            // Unchecked: a prefetch never faults; the load that follows is checked.
+            crate::sys::prefetch_ptr(groups.as_ptr().wrapping_add(w.next).cast::<u8>());
         }
         more
     }

@@ -410,7 +410,11 @@ fn burst_v6(
     let from = versions.done.load(Acquire);
     let mut walks: Vec<(u128, dir::Walk<'_>)> =
         burst.iter().map(|(d, _)| (*d, rt.walk())).collect();
-    if rng.gen_bool(0.5) {
+    let together = rng.gen_bool(0.5);
+    if together {
+        // Walked together to their ends and each leaf read, as the one pass takes them.
+        rt.walk_all_v6(&mut walks);
+    } else {
         for _ in 0..MAX_LEVELS {
             let more = rt.step_all_v6(walks.iter_mut().map(|(d, w)| (*d, w)));
             std::thread::yield_now();
@@ -418,12 +422,13 @@ fn burst_v6(
                 break;
             }
         }
-    } else {
-        // Walked together to their ends, as the one pass takes them.
-        rt.walk_all_v6(&mut walks);
     }
     for ((dst, walk), &(_, flow)) in walks.into_iter().zip(&burst) {
-        let got = rt.route_walked_v6(dst, walk, || flow);
+        let got = if together {
+            rt.route_ended_v6(walk, || flow)
+        } else {
+            rt.route_walked_v6(dst, walk, || flow)
+        };
         let to = versions.started.load(Acquire);
         log.push(Lookup {
             dst: IpAddr::V6(dst.into()),

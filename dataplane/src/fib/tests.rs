@@ -181,6 +181,14 @@ fn ipv6_matches_brute_force_through_adds_and_removes() {
                 want,
                 "walked together, step {step}"
             );
+            assert_eq!(all.leaf_target(), want, "its leaf, step {step}");
+            // A walk stepped a random number of levels: a leaf read where it has one, none
+            // where it has levels to go or was not begun.
+            let mut on = walk;
+            w.table().v6.step(dst, &mut on);
+            let going = on != walk || walk == dir::Walk::begin();
+            let leaf = if going { None } else { want };
+            assert_eq!(walk.leaf_target(), leaf, "a walk part way, step {step}");
         }
     }
     assert_eq!(w.size().v6, rules.len());

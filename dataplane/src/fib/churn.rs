@@ -390,10 +390,11 @@ fn reader(
     log
 }
 
-/// The pollers' own IPv6 path (`Forwarder::walk`, then `route_walked_v6` frame by frame):
-/// up to 8 lookups of one burst walked down the trie together, level by level, a yield
-/// between levels (a burst's other work), then each finished with its flow. Logged as one
-/// lookup each, spanning the whole burst.
+/// The pollers' own IPv6 paths: up to 8 lookups of one burst walked down the trie together,
+/// then each finished with its flow. Half the bursts as pass 2 takes them
+/// (`Forwarder::walk`, level by level with a yield between levels, a burst's other work,
+/// then `route_walked_v6`), half as the one pass does (`walk_all_v6`, then each leaf read
+/// by `route_ended_v6`). Logged as one lookup each, spanning the whole burst.
 fn burst_v6(
     rt: Routes<'_>,
     versions: &Versions,

@@ -29,7 +29,7 @@ test-loaded: deps
 # The forwarding table's lock-free protocol under the loom model checker (fib::loom_tests:
 # QSBR online/offline against reclaim, next-hop slots, extension and multipath groups).
 loom:
-	LOOM_MAX_PREEMPTIONS=3 scripts/at-least.sh 6 \
+	LOOM_MAX_PREEMPTIONS=3 scripts/at-least.sh 7 \
 		$(CARGO) test --release -p dataplane --features loom --lib fib::loom_tests
 
 # The churn oracle (readers against a BGP-like update stream, every answer checked against

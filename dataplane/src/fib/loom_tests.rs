@@ -148,10 +148,8 @@ fn a_reachable_next_hop_never_carries_another_states_mtu() {
 /// it (the group folds and is retired), and adds a prefix elsewhere that reuses the group
 /// once reclaimed. Every answer is a version's; the reused group's new contents are never
 /// seen through the old path. `v6`: the same in the IPv6 trie.
-/// `walked`: the IPv6 lookup goes the pollers' way (`Forwarder::walk`): one level stepped with
-/// `step_all_v6`, a preemption point, then finished with `route_walked_v6`, so the writer's
-/// changes land between the start of a walk and its end.
-fn group_fill_publish_fold(v6: bool, walked: bool) {
+/// `way`: how the reader looks the IPv6 address up ([`Way`]).
+fn group_fill_publish_fold(v6: bool, way: Way) {
     let (a, b, c) = if v6 {
         ("2000::", "2010::", "2110::")
     } else {
@@ -179,13 +177,21 @@ fn group_fill_publish_fold(v6: bool, walked: bool) {
                     let rt = online.routes();
                     let got = match dst {
                         IpAddr::V4(d) => rt.target_v4(u32::from(d)),
-                        IpAddr::V6(d) if walked => {
+                        IpAddr::V6(d) if way == Way::Stepped => {
                             let mut lanes = [(u128::from(d), rt.walk())];
                             rt.step_all_v6(lanes.iter_mut().map(|(k, w)| (*k, w)));
                             thread::yield_now();
                             let [(key, walk)] = lanes;
                             // Hop i has MAC 02:00:00:00:00:0i (writer_with_hops).
                             rt.route_walked_v6(key, walk, || 0)
+                                .ok()
+                                .map(|h| hops[usize::from(h.mac_bytes()[5]) - 1])
+                        }
+                        IpAddr::V6(d) if way == Way::Together => {
+                            let mut lanes = [(u128::from(d), rt.walk())];
+                            rt.walk_all_v6(&mut lanes);
+                            let [(_, walk)] = lanes;
+                            rt.route_ended_v6(walk, || 0)
                                 .ok()
                                 .map(|h| hops[usize::from(h.mac_bytes()[5]) - 1])
                         }
@@ -215,19 +221,37 @@ fn group_fill_publish_fold(v6: bool, walked: bool) {
     });
 }
 
+/// How [`group_fill_publish_fold`]'s reader looks an IPv6 address up.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// `target_v6`, in one go.
+    Lookup,
+    /// The pass-2 way (`Forwarder::walk`): one level stepped with `step_all_v6`, a
+    /// preemption point, then finished with `route_walked_v6`, so the writer's changes land
+    /// between the start of a walk and its end.
+    Stepped,
+    /// The one pass's way: `walk_all_v6` to the end, then the leaf read by `route_ended_v6`.
+    Together,
+}
+
 #[test]
 fn ipv4_groups_fill_publish_fold_and_reuse() {
-    group_fill_publish_fold(false, false);
+    group_fill_publish_fold(false, Way::Lookup);
 }
 
 #[test]
 fn ipv6_groups_fill_publish_fold_and_reuse() {
-    group_fill_publish_fold(true, false);
+    group_fill_publish_fold(true, Way::Lookup);
 }
 
 #[test]
 fn ipv6_walks_begun_before_a_fold_finish_on_a_version_they_spanned() {
-    group_fill_publish_fold(true, true);
+    group_fill_publish_fold(true, Way::Stepped);
+}
+
+#[test]
+fn ipv6_walks_taken_together_read_a_leaf_of_a_version_they_spanned() {
+    group_fill_publish_fold(true, Way::Together);
 }
 
 /// Multipath groups: members stored before the length, a group's id reused only after the

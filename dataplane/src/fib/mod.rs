@@ -405,8 +405,9 @@ impl<'a> Routes<'a> {
         self.table.v6.lookup(dst)
     }
 
-    /// A lookup to take a level at a time ([`Routes::step_all_v6`]), under this token: it
-    /// borrows the token, so the reader cannot pass a quiescent state while it lives.
+    /// A lookup to take a level at a time ([`Routes::step_all_v6`]) or with a burst's others
+    /// to its end ([`Routes::walk_all_v6`]), under this token: it borrows the token, so the
+    /// reader cannot pass a quiescent state while it lives.
     #[inline(always)]
     pub(crate) fn walk(&self) -> dir::Walk<'a> {
         dir::Walk::begin()

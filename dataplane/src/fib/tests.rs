@@ -183,10 +183,10 @@ fn ipv6_matches_brute_force_through_adds_and_removes() {
             );
             assert_eq!(all.leaf_target(), want, "its leaf, step {step}");
             // A walk stepped a random number of levels: a leaf read where it has one, none
-            // where it has levels to go or was not begun.
+            // where it has levels to go or was not begun (a step changes such a walk).
             let mut on = walk;
             w.table().v6.step(dst, &mut on);
-            let going = on != walk || walk == dir::Walk::begin();
+            let going = on != walk;
             let leaf = if going { None } else { want };
             assert_eq!(walk.leaf_target(), leaf, "a walk part way, step {step}");
         }
@@ -498,4 +498,30 @@ fn unresolved_gateways_are_those_of_the_port_without_a_mac() {
     r.set_neighbour(1, gw1, HopState::Reachable, [2, 0, 0, 0, 1, 1])
         .expect("neighbour");
     assert_eq!(r.unresolved_gateways(1), vec![gw2]);
+}
+
+#[test]
+fn a_keys_field_is_its_bits_at_any_shift_and_width() {
+    use dir::Key;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(0x6b6579);
+    for _ in 0..200_000 {
+        let k: u128 = rng.gen();
+        let width = rng.gen_range(1..=31u32);
+        let shift = rng.gen_range(0..=128 - width);
+        let want = usize::try_from((k >> shift) & ((1u128 << width) - 1)).expect("31 bits");
+        assert_eq!(
+            k.field(shift, width),
+            want,
+            "{k:x} >> {shift}, {width} bits"
+        );
+        let k = k as u32;
+        if shift + width <= 32 {
+            let want = usize::try_from((k >> shift) & ((1u32 << width) - 1)).expect("31 bits");
+            assert_eq!(
+                k.field(shift, width),
+                want,
+                "{k:x} >> {shift}, {width} bits"
+            );
+        }
+    }
 }

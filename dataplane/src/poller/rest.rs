@@ -72,9 +72,13 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
             later.push(*d, Err(DropReason::InvalidDescriptor));
             continue;
         };
+        // A lane's offset is the one `Area::check` gave this very descriptor: `begin` was
+        // given `descs[first..]` and kept each lane with `first` plus its index there, the
+        // index `take_for(k)` matches.
+        debug_assert_eq!(area.check(d.addr, d.len), Some(off));
         // SAFETY: a frame of this burst not yet handed on (staged or freed only after this
         // view), and `Area::check` passed for this (addr, len): just above, or in
-        // `V6Lanes::begin` for its lane.
+        // `V6Lanes::begin` for the lane `take_for(k)` paired with this descriptor.
         let frame = unsafe { area.checked_frame_mut(off, d.len) };
         // A frame without a lane is not IPv6 (or too short to be): the IPv4 path, which
         // leaves anything else unchanged.

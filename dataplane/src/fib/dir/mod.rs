@@ -84,8 +84,9 @@ impl Key for u128 {
 }
 
 /// A lookup in progress, taken one level at a time ([`Dir::step`]): the entry read last, the
-/// key bits it consumed (0: not begun), and, while it links on, the index of the entry to read
-/// next (computed once, when that entry's prefetch is issued).
+/// key bits it consumed (0: not begun; `BITS` once [`Dir::walk_all`] has ended it, from its
+/// first level on), and, while it links on, the index of the entry to read next (computed
+/// once, when that entry's prefetch is issued).
 ///
 /// `'r` is the borrow of the online reader token it was begun under (`Routes::walk`): a
 /// group it links into may be reclaimed and reused once the reader passes a quiescent state,

@@ -99,9 +99,9 @@ impl<'r> crate::fib::dir::Lane<'r, u128> for Lane<'r> {
 
 /// Whether a frame is one [`V6Lanes::begin`] gives a lane: inside the area (`Area::check`, so
 /// the bytes read are this frame's), at least its hint's length, IPv6 by its ethertype (so a
-/// frame of `route_rest` without a lane is not IPv6 by its hint). Its offset ([`Area::check`]'s) and
-/// its destination, read for the walk only. `TAGGED`: past up to two tags
-/// ([`packet::v6_destination_hint_tagged`]).
+/// frame of `route_rest` without a lane is not IPv6 by its hint). Its offset
+/// ([`Area::check`]'s) and its destination, read for the walk only. `TAGGED`: past up to two
+/// tags ([`packet::v6_destination_hint_tagged`]).
 #[inline(always)]
 pub(super) fn v6_lane_key<const TAGGED: bool>(area: &Area, d: &XdpDesc) -> Option<(usize, u128)> {
     let off = area.check(d.addr, d.len)?;

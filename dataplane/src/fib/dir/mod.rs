@@ -69,7 +69,8 @@ impl Key for u32 {
 
 impl Key for u128 {
     #[inline(always)]
-    #[allow(clippy::cast_possible_truncation)] // halves taken apart; fields masked to `width` (< 32) bits
+    // Halves taken apart; fields masked to `width` (< 32) bits.
+    #[allow(clippy::cast_possible_truncation)]
     fn field(self, shift: u32, width: u32) -> usize {
         // A field inside one half (every stride below the first with the real strides):
         // that half shifted, where a shift of a u128 by a variable amount takes both.

@@ -118,8 +118,13 @@ impl Balancer {
                 continue;
             };
             *c = Some(match *c {
-                // A doubted first sample is no base to smooth against: the second is taken.
-                Some(_) if was_doubted => x,
+                // A doubted first sample is no base to smooth against, and a stall can fall
+                // in the period after it as well: the lower of the two is taken, and a
+                // second is a rise to be confirmed by the next period, as below.
+                Some(prev) if was_doubted => {
+                    *rose = x > 2.0 * prev;
+                    x.min(prev)
+                }
                 // Smoothed against noise; but a cost off by more than 2x from the smoothed
                 // one is no noise (the start of a run, or a poller whose batches changed):
                 // taken at once, or the balancer would go on trusting a stale load. A fall

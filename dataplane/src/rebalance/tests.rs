@@ -801,7 +801,7 @@ fn a_stall_in_a_pollers_first_measured_period_does_not_make_it_give_buckets() {
     // (40x, 20x and 35x queue 0's), queue 1's poller looked the loaded one, and the
     // first move left queue 1. A first sample over twice the lowest of the others' is
     // doubted: it counts whole (nothing lands on it for less than it weighs) but gives no
-    // bucket until its next sample, which is then taken whole.
+    // bucket until its next sample; then the lower of the two is its cost.
     let mut nic = SimNic::one_port(4, 128, CAP);
     let traffic = skewed(&nic);
     let mut b = balancer(&nic, Settings::default());
@@ -860,51 +860,104 @@ fn a_doubted_first_sample_takes_no_bucket_it_cannot_carry() {
     steps_never_raise_the_max(&mut nic, &mut b, &traffic, 4);
 }
 
-#[test]
-fn a_stall_in_the_period_after_a_doubted_first_sample_does_not_make_it_give_buckets() {
-    // The zero-copy igb guest's skew, its first step as logged (busy share/packets in 250
-    // ms): 0.047/911 on queue 0's poller, full bursts of the heavy flows; 0.058/34,
-    // 0.004/28 and 0.008/28 on the others, a packet a burst, mostly per-burst work. Their
-    // first samples are over twice queue 0's cost, so doubted. In the next period queue 3's
-    // vCPU was not running for part of it (0.1 of a core for as few packets): taken whole,
-    // as the sample after a doubted one was, queue 3's poller looked the loaded one and gave
-    // seven buckets. The lower of the two samples is taken: a stall in either is no load.
+/// The zero-copy igb guest's skew, its first step as logged (busy share/packets in 250 ms):
+/// 0.047/911 on queue 0's poller, full bursts of the heavy flows; 0.058/34, 0.004/28 and
+/// 0.008/28 on the others, a packet a burst, mostly per-burst work, so their first samples
+/// are over twice queue 0's cost and doubted. Then a period for each of `shares`, queue 3's
+/// busy share in it where given (a stall: busy for as few packets), the others as logged.
+/// Returns the source queues of each step's moves, the first step's included.
+fn quiet_poller_steps(shares: &[Option<f64>]) -> Vec<Vec<u32>> {
     let mut nic = SimNic::one_port(4, 128, CAP);
     let traffic =
         Traffic::heavy_on(&nic.tables[0], 0, 1_000_000, 4, 1000.0).and(Traffic::light(0, 256, 2.0));
     let mut b = balancer(&nic, Settings::default());
-    // Each poller's busy share for the packets it took, at the logged cost per packet.
     let logged = [
         (0.047, 3644.0),
         (0.058, 136.0),
         (0.004, 112.0),
         (0.008, 112.0),
     ];
-    let measured = |nic: &SimNic, stalled_share: Option<f64>| {
+    let mut out = Vec::new();
+    for share in std::iter::once(None).chain(shares.iter().copied()) {
         let mut seen = nic.period(&traffic);
-        for (p, &(share, packets)) in logged.iter().enumerate() {
+        for (p, &(busy, packets)) in logged.iter().enumerate() {
             let l = &mut seen.pollers[p];
-            l.busy = share * l.packets as f64 / packets;
+            l.busy = busy * l.packets as f64 / packets;
             l.batches = if p == 0 { l.packets / 8 } else { l.packets };
         }
-        if let Some(share) = stalled_share {
-            seen.pollers[3].busy = share;
+        if let Some(busy) = share {
+            seen.pollers[3].busy = busy;
         }
-        seen
-    };
-    let seen = measured(&nic, None);
-    let d = b.step(&seen.buckets, &seen.pollers, SECOND);
-    assert!(d.moves.iter().all(|m| m.from == 0), "{:?}", d.moves);
-    nic.apply(&d.moves);
-    for (period, stall) in [(2, Some(0.1)), (3, None), (4, None)] {
-        let seen = measured(&nic, stall);
         let d = b.step(&seen.buckets, &seen.pollers, SECOND);
-        assert!(
-            d.moves.iter().all(|m| m.from != 3),
-            "period {period}: {:?} on demand {:?}",
-            d.moves,
-            d.demand_before
-        );
         nic.apply(&d.moves);
+        out.push(d.moves.iter().map(|m| m.from).collect());
     }
+    out
+}
+
+#[test]
+fn a_stall_in_the_period_after_a_doubted_first_sample_does_not_make_it_give_buckets() {
+    // In the guest, queue 3's vCPU was not running for part of the period after its doubted
+    // first sample (0.1 of a core for as few packets). Taken whole, as the sample after a
+    // doubted one was, it made queue 3's poller look the loaded one, and it gave seven
+    // buckets. The lower of the two samples is taken.
+    let steps = quiet_poller_steps(&[Some(0.1), None, None]);
+    assert!(steps[0].iter().all(|&q| q == 0), "{steps:?}");
+    assert!(steps.iter().flatten().all(|&q| q != 3), "{steps:?}");
+}
+
+#[test]
+fn a_rise_is_taken_at_its_second_period_in_a_row_at_the_lower_of_its_two_samples() {
+    // A rise that lasts (queue 3's poller busy 0.1 of a core for its few packets, two
+    // periods in a row) is a load: taken at the second, queue 3 gives.
+    let lasting = quiet_poller_steps(&[Some(0.1), Some(0.1)]);
+    assert!(lasting[1].iter().all(|&q| q != 3), "{lasting:?}");
+    assert!(lasting[2].contains(&3), "{lasting:?}");
+    // The same after a measured period, and two stalls in a row of which one is small: the
+    // rise is taken at the lower, which leaves queue 3 under the floor (`min_gap`).
+    let lasting = quiet_poller_steps(&[None, Some(0.1), Some(0.1)]);
+    assert!(lasting[3].contains(&3), "{lasting:?}");
+    for shares in [[None, Some(0.02), Some(0.1)], [None, Some(0.1), Some(0.02)]] {
+        let steps = quiet_poller_steps(&shares);
+        assert!(
+            steps.iter().flatten().all(|&q| q != 3),
+            "{shares:?}: {steps:?}"
+        );
+    }
+    let after_doubt = quiet_poller_steps(&[Some(0.02), Some(0.1)]);
+    assert!(
+        after_doubt.iter().flatten().all(|&q| q != 3),
+        "{after_doubt:?}"
+    );
+}
+
+#[test]
+fn a_doubted_cost_stays_doubted_through_a_period_without_packets() {
+    // Poller 1's first sample is ten times poller 0's: doubted. It takes no packet in the
+    // next period; the sample after that (0.6 of the first) is the one its first is held
+    // to, so the lower of the two is its cost: not smoothed against the doubted one.
+    let nic = SimNic::one_port(2, 8, CAP);
+    let mut b = balancer(&nic, Settings::default());
+    // The default table: bucket i on queue i % 2.
+    let buckets = |on0: u64, on1: u64| vec![vec![on0, on1, 0, 0, 0, 0, 0, 0]];
+    b.step(
+        &buckets(1000, 100),
+        &[load(0.1, 1000, 100), load(0.1, 100, 100)],
+        SECOND,
+    );
+    b.step(
+        &buckets(1000, 0),
+        &[load(0.1, 1000, 100), load(0.0, 0, 0)],
+        SECOND,
+    );
+    let d = b.step(
+        &buckets(1000, 100),
+        &[load(0.1, 1000, 100), load(0.06, 100, 100)],
+        SECOND,
+    );
+    assert!(
+        (d.demand_before[1] - 0.06).abs() < 1e-9,
+        "poller 1's demand {} where its cost is its second sample's (0.06)",
+        d.demand_before[1]
+    );
 }

@@ -113,33 +113,34 @@ impl Balancer {
             ) else {
                 continue;
             };
-            let was_doubted = std::mem::take(doubted);
             let Some(x) = *x else {
-                continue;
+                continue; // a doubted cost stays doubted until a sample comes
             };
+            let was_doubted = std::mem::take(doubted);
             *c = Some(match *c {
                 // A doubted first sample is no base to smooth against, and a stall can fall
                 // in the period after it as well: the lower of the two is taken, and a
-                // second is a rise to be confirmed by the next period, as below.
+                // second over twice the first is a rise to be confirmed, as below.
                 Some(prev) if was_doubted => {
-                    *rose = x > 2.0 * prev;
+                    *rose = (x > 2.0 * prev).then_some(x);
                     x.min(prev)
                 }
                 // Smoothed against noise; but a cost off by more than 2x from the smoothed
                 // one is no noise (the start of a run, or a poller whose batches changed):
                 // taken at once, or the balancer would go on trusting a stale load. A fall
-                // is taken at the first period. A rise only at the second in a row: one
-                // period's rise is as often a poller thread that was not running (a guest's
-                // vCPU descheduled mid-burst counts as busy and takes few packets), and a
-                // cost taken from it moves that poller's buckets for nothing.
+                // is taken at the first period. A rise only at the second in a row, and at
+                // the lower of its two samples: one period's rise is as often a poller
+                // thread that was not running (a guest's vCPU descheduled mid-burst counts
+                // as busy and takes few packets), and a cost taken from it moves that
+                // poller's buckets for nothing; a rise that lasts is in both samples.
                 Some(prev) => {
                     let twice = x > 2.0 * prev;
-                    let confirmed = twice && *rose;
-                    *rose = twice;
-                    if confirmed || x < prev / 2.0 {
-                        x
-                    } else {
-                        a * x.min(2.0 * prev) + (1.0 - a) * prev
+                    let confirmed = if twice { *rose } else { None };
+                    *rose = twice.then_some(x);
+                    match confirmed {
+                        Some(first) => x.min(first),
+                        None if x < prev / 2.0 => x,
+                        None => a * x.min(2.0 * prev) + (1.0 - a) * prev,
                     }
                 }
                 // A first sample is taken whole, but a stall can fall in it too. Over twice

@@ -75,8 +75,9 @@ pub struct Balancer {
     engaged: Vec<bool>,
     /// Each poller's smoothed cost per packet (share of a core), once it has taken packets.
     cost: Vec<Option<f64>>,
-    /// Whether each poller's last cost sample was over twice its smoothed cost.
-    cost_rose: Vec<bool>,
+    /// Each poller's last cost sample where it was over twice its smoothed cost (a rise
+    /// not yet confirmed).
+    cost_rose: Vec<Option<f64>>,
     /// Whether each poller's cost is one first sample over twice the lowest of the others'
     /// (cleared at its next period): it gives no bucket until a second sample.
     cost_doubted: Vec<bool>,
@@ -151,7 +152,7 @@ impl Balancer {
         }
         Ok(Balancer {
             cost: vec![None; pollers],
-            cost_rose: vec![false; pollers],
+            cost_rose: vec![None; pollers],
             cost_doubted: vec![false; pollers],
             burst: vec![0.0; pollers],
             rate: tables.iter().map(|t| vec![0.0; t.len()]).collect(),

@@ -479,6 +479,20 @@ impl<'a> Routes<'a> {
     pub(crate) fn prefetch_v6(&self, dst: u128) {
         self.table.v6.prefetch(dst);
     }
+
+    /// The IPv6 trie's cells, for a loop that starts many lookups
+    /// ([`Routes::prefetch_v6_in`]): read once, where a store between them would have them
+    /// read again for each.
+    #[inline(always)]
+    pub(crate) fn v6_levels(&self) -> dir::Levels<'a> {
+        self.table.v6.levels()
+    }
+
+    /// [`Routes::prefetch_v6`] in the cells `levels` ([`Routes::v6_levels`]).
+    #[inline(always)]
+    pub(crate) fn prefetch_v6_in(levels: dir::Levels<'_>, dst: u128) {
+        Lpm6::prefetch_in(levels, dst);
+    }
 }
 
 /// [`Routes::v4`]: [`Routes::route_v4`] with the table's cells at hand.

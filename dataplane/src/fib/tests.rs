@@ -24,6 +24,45 @@ fn brute6(rules: &HashMap<(u128, u8), u32>, dst: u128) -> Option<u32> {
 }
 
 /// Random steps per test: fewer under Miri (each atomic access is interpreted).
+/// A lane that keeps its key's little-endian bytes, as the poller's does.
+struct ByteLane<'r> {
+    le: [u8; 16],
+    walk: dir::Walk<'r>,
+}
+
+impl<'r> dir::Lane<'r, u128> for ByteLane<'r> {
+    fn key(&self) -> u128 {
+        u128::from_le_bytes(self.le)
+    }
+
+    fn walk(&mut self) -> &mut dir::Walk<'r> {
+        &mut self.walk
+    }
+
+    fn field(&self, shift: u32, width: u32) -> usize {
+        dir::le_byte_field(&self.le, shift, width)
+    }
+}
+
+#[test]
+fn a_field_read_from_a_keys_bytes_is_the_keys_field() {
+    use dir::Key;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for _ in 0..200 {
+        let key: u128 = rng.gen();
+        let le = key.to_le_bytes();
+        for width in 1..=16 {
+            for shift in 0..=128 - width {
+                assert_eq!(
+                    dir::le_byte_field(&le, shift, width),
+                    key.field(shift, width),
+                    "{key:#x} shift {shift} width {width}"
+                );
+            }
+        }
+    }
+}
+
 fn steps() -> usize {
     if cfg!(miri) {
         40
@@ -165,6 +204,19 @@ fn ipv6_matches_brute_force_through_adds_and_removes() {
             .map(|(dst, _)| (*dst, dir::Walk::begin()))
             .collect();
         w.table().v6.walk_all(&mut lanes);
+        // And once more with lanes that read each stride's byte from the key's bytes, as
+        // the poller's do: the same walks.
+        let mut by_byte: Vec<ByteLane<'_>> = burst
+            .iter()
+            .map(|(dst, _)| ByteLane {
+                le: dst.to_le_bytes(),
+                walk: dir::Walk::begin(),
+            })
+            .collect();
+        w.table().v6.walk_all(&mut by_byte);
+        for (b, (_, all)) in by_byte.iter().zip(&lanes) {
+            assert_eq!(b.walk, *all, "walked by bytes, step {step}");
+        }
         for ((dst, walk), (_, all)) in burst.into_iter().zip(lanes) {
             // Taken to its end: a step more has nothing left to read.
             let mut after = all;

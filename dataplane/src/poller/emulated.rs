@@ -196,13 +196,40 @@ mod tests {
         assert_eq!(&v4[..12], &[2, 0, 0, 0, 1, 1, 2, 0, 0, 0, 1, 2]);
         assert_eq!(v4[TTL4], 63);
         assert_eq!(packet::checksum(&v4[IP4]), 0);
-        // IPv6 frames leave after their burst's IPv4 ones.
+        // An IPv6 frame among them, routed.
         let v6 = o.ports[1]
             .captured
             .iter()
             .find(|f| f[eth::ETHERTYPE..eth::ETHERTYPE + 2] == [0x86, 0xdd])
             .expect("an IPv6 frame among the first out");
         assert_eq!(v6[HOPS6], 63, "hop limit");
+    }
+
+    #[test]
+    fn an_ipv6_frame_too_short_for_a_lane_is_dropped_by_reason_and_the_rest_forwarded() {
+        // 50 bytes of IPv6 (its header cut): no lane, as the destination is not all there,
+        // and not where the IPv6 one pass begins. Before a burst's first IPv6 frame the
+        // IPv4 loop leaves it, after it `route_rest`'s loop of the frames without a lane:
+        // either way it is parsed for pass 2 and dropped, once, and every other frame is
+        // forwarded.
+        let v4 = udp_v4(&FrameSpec::default());
+        let v6 = udp_v6(&FrameSpec::default());
+        let short = v6[..50].to_vec();
+        let traffic = Arc::new(Traffic::new(&[v4.clone(), short, v6.clone(), v4, v6]));
+        let o = run_traffic(Mode::L3fwd, 1024, 10_000, [Faults::default(); 2], traffic);
+        assert_eq!(o.stats.get(Counter::RxPackets), 10_000);
+        assert_eq!(
+            o.stats.drop_count(DropReason::Truncated),
+            2_000,
+            "{:?}",
+            o.stats.drops
+        );
+        assert_eq!(o.stats.total_drops(), 2_000);
+        assert_eq!(
+            o.ports[1].transmitted, 8_000,
+            "the others routed out of port 1"
+        );
+        assert_eq!(o.report.frames.accounted(), 1024, "{:?}", o.report.frames);
     }
 
     #[test]

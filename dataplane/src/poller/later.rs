@@ -7,7 +7,7 @@ use arrayvec::ArrayVec;
 use xdpilone::xdp::XdpDesc;
 
 use super::MAX_BATCH;
-use crate::fib::dir::Walk;
+use crate::fib::dir::{self, Walk};
 use crate::fib::Routes;
 use crate::forward::Parsed;
 use crate::packet::{self, DropReason};
@@ -68,32 +68,52 @@ impl<'r> Later<'r> {
 /// The IPv6 lookups of a burst's one pass: begun, when its first IPv6 frame comes up
 /// (`rest::route_rest`), for it and every IPv6 frame after it, and walked a trie level at a
 /// time across them all, so their misses overlap (an IPv6 /48 is four dependent loads). The
-/// one pass then takes each with its frame ([`V6Lanes::take_for`]). On the stack for the
+/// one pass then forwards each lane's frame by it ([`V6Lanes::lanes`]). On the stack for the
 /// burst only: each walk is tied to the burst's online token.
 pub(super) struct V6Lanes<'r> {
     lanes: ArrayVec<Lane<'r>, MAX_BATCH>,
-    taken: usize,
 }
 
 /// A lane of [`V6Lanes`]: its frame (the index in the burst, and the offset [`Area::check`]
 /// gave its descriptor), the destination read from the frame, and its lookup.
 #[derive(Clone, Copy)]
 pub(super) struct Lane<'r> {
-    pub(super) key: u128,
+    /// The destination's little-endian bytes (the u128 in host order): the walk reads each
+    /// stride's byte from here ([`dir::le_byte_field`]).
+    key: [u8; 16],
     pub(super) walk: Walk<'r>,
     pub(super) off: usize,
     frame: usize,
 }
 
-impl<'r> crate::fib::dir::Lane<'r, u128> for Lane<'r> {
+impl Lane<'_> {
+    /// The destination, host order.
+    #[inline(always)]
+    pub(super) fn key(&self) -> u128 {
+        u128::from_le_bytes(self.key)
+    }
+
+    /// The index of its frame in the burst.
+    #[inline(always)]
+    pub(super) fn frame(&self) -> usize {
+        self.frame
+    }
+}
+
+impl<'r> dir::Lane<'r, u128> for Lane<'r> {
     #[inline(always)]
     fn key(&self) -> u128 {
-        self.key
+        Lane::key(self)
     }
 
     #[inline(always)]
     fn walk(&mut self) -> &mut Walk<'r> {
         &mut self.walk
+    }
+
+    #[inline(always)]
+    fn field(&self, shift: u32, width: u32) -> usize {
+        dir::le_byte_field(&self.key, shift, width)
     }
 }
 
@@ -122,12 +142,11 @@ impl<'r> V6Lanes<'r> {
     pub(super) fn new() -> Self {
         V6Lanes {
             lanes: ArrayVec::new(),
-            taken: 0,
         }
     }
 
     /// Begins a lookup for each IPv6 frame of `descs` (the rest of the burst, from its frame
-    /// `first`), each lane kept with its frame ([`V6Lanes::take_for`]), and walks them all to
+    /// `first`), each lane kept with its frame ([`Lane::frame`]), and walks them all to
     /// their last level. `TAGGED`: IPv6 past its tags too.
     #[inline(never)]
     pub(super) fn begin<const TAGGED: bool>(
@@ -137,12 +156,13 @@ impl<'r> V6Lanes<'r> {
         descs: &[XdpDesc],
         first: usize,
     ) {
+        let v6 = rt.v6_levels();
         for (k, d) in descs.iter().enumerate() {
             if let Some((off, key)) = v6_lane_key::<TAGGED>(area, d) {
-                rt.prefetch_v6(key);
+                Routes::prefetch_v6_in(v6, key);
                 // Never full: one lane per descriptor of a burst, at most MAX_BATCH.
                 let _ = self.lanes.try_push(Lane {
-                    key,
+                    key: key.to_le_bytes(),
                     walk: rt.walk(),
                     off,
                     frame: first + k,
@@ -152,22 +172,9 @@ impl<'r> V6Lanes<'r> {
         rt.walk_all_v6(&mut self.lanes);
     }
 
-    /// How many lanes [`V6Lanes::begin`] gave.
+    /// The lanes [`V6Lanes::begin`] gave, in their frames' order.
     #[inline(always)]
-    pub(super) fn len(&self) -> usize {
-        self.lanes.len()
-    }
-
-    /// The lane of the burst's frame `k`, if it has one (frames are asked for in the
-    /// burst's order).
-    #[inline(always)]
-    pub(super) fn take_for(&mut self, k: usize) -> Option<Lane<'r>> {
-        let lane = self
-            .lanes
-            .get(self.taken)
-            .filter(|l| l.frame == k)
-            .copied()?;
-        self.taken += 1;
-        Some(lane)
+    pub(super) fn lanes(&self) -> &[Lane<'r>] {
+        &self.lanes
     }
 }

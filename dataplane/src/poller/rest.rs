@@ -4,7 +4,7 @@
 #![allow(unsafe_code)] // the frame views, as in `receive`
 use xdpilone::xdp::XdpDesc;
 
-use super::later::{Later, V6Lanes};
+use super::later::{Lane, Later, V6Lanes};
 use super::one_pass::{prefetch_route, stage_or_drop, ROUTE_AHEAD};
 use super::tally::Tally;
 use super::{vlan, Stage};
@@ -15,13 +15,16 @@ use crate::port::umem::{Area, FreeList};
 use crate::types::PortId;
 
 /// The one pass from the burst's first IPv6 frame, `descs[first]`, on: the burst's IPv6
-/// lookups walked together ([`V6Lanes`]), then each frame forwarded whole (IPv4 as before,
-/// IPv6 by its lane) or parsed into `later`. Returns the bytes of the frames after `first`.
-/// Out of line, entered once per burst: the loop of IPv4-only bursts keeps its registers
-/// (with the IPv6 frame's work inlined in it, it spilled them: 6 more instructions per IPv4
-/// packet). `TAGGED`: the forwarder has sub-interfaces; every frame, tagged or not, takes
-/// the port's one-pass path (`tagged`, [`vlan::route_now_tagged`] and
-/// [`vlan::route_now_tagged_v6`]) and is otherwise left as [`vlan::leave`] leaves it.
+/// lookups walked together ([`V6Lanes`]); then each IPv6 frame forwarded whole by its lane,
+/// then every other frame (IPv4 as before); a frame either loop refuses is parsed into
+/// `later`. Returns the bytes of the frames after `first`. A burst's IPv6 frames leave
+/// before its IPv4 frames after `first`: each flow's frames keep their order, as they are
+/// all of one family (a graph of per-family nodes, VPP's, splits a burst so too). Out of line, entered once per burst: the loop of IPv4-only bursts
+/// keeps its registers (with the IPv6 frame's work inlined in it, it spilled them: 6 more
+/// instructions per IPv4 packet), and each loop here carries one family's work. `TAGGED`:
+/// the forwarder has sub-interfaces; every frame, tagged or not, takes the port's one-pass
+/// path (`tagged`, [`vlan::route_now_tagged`] and [`vlan::route_now_tagged_v6`]) and is
+/// otherwise left as [`vlan::leave`] leaves it.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)] // the one pass's state, borrowed apart
 pub(super) fn route_rest<'r, const TAGGED: bool>(
@@ -33,32 +36,21 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
     later: &mut Later<'r>,
     t: &mut Tally,
 ) -> u64 {
-    let v4 = rt.v4();
     let ingress = fwd.ingress(in_port);
     let port_macs = fwd.port_macs();
+    let rest = descs.get(first..).unwrap_or_default();
     let mut lanes = V6Lanes::new();
-    lanes.begin::<TAGGED>(area, rt, descs.get(first..).unwrap_or_default(), first);
-    // Every frame from here on IPv6 (the usual burst of an IPv6 flow): no IPv4 route entry
-    // to load ahead.
-    let all_v6 = lanes.len() == descs.len().saturating_sub(first);
+    lanes.begin::<TAGGED>(area, rt, rest, first);
     let mut bytes = 0u64;
-    for (k, d) in descs.iter().enumerate().skip(first) {
-        if k > first {
-            bytes += u64::from(d.len);
-        }
-        if !all_v6 {
-            if let Some(ahead) = descs.get(k + ROUTE_AHEAD) {
-                prefetch_route(area, v4, ahead);
-            }
-        }
-        // A frame with a lane is IPv6 by its hint: its IPv4 path is not tried.
-        let lane = lanes.take_for(k);
+    for lane in lanes.lanes() {
+        // Always there: `begin` kept each lane with its index in `descs`.
+        let Some(d) = descs.get(lane.frame()) else {
+            continue;
+        };
+        bytes += u64::from(d.len);
         if TAGGED {
-            let routed = tagged.and_then(|tp| match lane {
-                Some(lane) => {
-                    vlan::route_now_tagged_v6(area, tp, rt, frame_mask, d, (lane.key, lane.walk))
-                }
-                None => vlan::route_now_tagged(area, tp, v4, frame_mask, d),
+            let routed = tagged.and_then(|tp| {
+                vlan::route_now_tagged_v6(area, tp, rt, frame_mask, d, (lane.key(), lane.walk))
             });
             match routed {
                 Some((out, addr, len)) => {
@@ -68,30 +60,96 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
             }
             continue;
         }
-        let Some(off) = lane.map(|l| l.off).or_else(|| area.check(d.addr, d.len)) else {
+        // A lane's offset is the one `Area::check` gave this very descriptor: `begin` was
+        // given `descs[first..]` and kept each lane with `first` plus its index there.
+        debug_assert_eq!(area.check(d.addr, d.len), Some(lane.off));
+        // SAFETY: a frame of this burst not yet handed on (each lane's frame is forwarded
+        // here once, and the loop below passes over it; staged or freed only after this
+        // view), and `Area::check` passed for this (addr, len) in `V6Lanes::begin`.
+        let frame = unsafe { area.checked_frame_mut(lane.off, d.len) };
+        match Forwarder::route_now_v6(rt, ingress, port_macs, frame, lane.key(), lane.walk) {
+            Some(out) => stage_or_drop(stages, out, d.addr, d.len, free, frame_mask, t),
+            None => later.push(*d, fwd.prepare_routed(rt, ingress, frame)),
+        }
+    }
+    // The caller counted the first frame's bytes.
+    let first_laned = lanes.lanes().first().map(Lane::frame) == Some(first);
+    if first_laned {
+        bytes -= rest.first().map_or(0, |d| u64::from(d.len));
+    }
+    if lanes.lanes().len() == rest.len() {
+        // Every frame from `first` on had a lane (the usual burst of an IPv6 flow).
+        return bytes;
+    }
+    let v4 = rt.v4();
+    // The frames with a lane, in order: each is passed over (forwarded above).
+    let mut laned = lanes.lanes().iter().map(|l| l.frame());
+    if first_laned {
+        laned.next();
+    } else if let Some(d) = rest.first() {
+        leave_first::<TAGGED>(area, (fwd, rt, in_port), tagged, d, later);
+    }
+    let mut next_laned = laned.next().unwrap_or(usize::MAX);
+    for (k, d) in descs.iter().enumerate().skip(first + 1) {
+        if let Some(ahead) = descs.get(k + ROUTE_AHEAD) {
+            prefetch_route(area, v4, ahead);
+        }
+        if k == next_laned {
+            next_laned = laned.next().unwrap_or(usize::MAX);
+            continue;
+        }
+        bytes += u64::from(d.len);
+        if TAGGED {
+            match tagged.and_then(|tp| vlan::route_now_tagged(area, tp, v4, frame_mask, d)) {
+                Some((out, addr, len)) => {
+                    stage_or_drop(stages, out, addr, len, free, frame_mask, t);
+                }
+                None => vlan::leave(area, (fwd, rt, in_port), tagged, d, later),
+            }
+            continue;
+        }
+        let Some(off) = area.check(d.addr, d.len) else {
             later.push(*d, Err(DropReason::InvalidDescriptor));
             continue;
         };
-        // A lane's offset is the one `Area::check` gave this very descriptor: `begin` was
-        // given `descs[first..]` and kept each lane with `first` plus its index there, the
-        // index `take_for(k)` matches.
-        debug_assert_eq!(area.check(d.addr, d.len), Some(off));
         // SAFETY: a frame of this burst not yet handed on (staged or freed only after this
-        // view), and `Area::check` passed for this (addr, len): just above, or in
-        // `V6Lanes::begin` for the lane `take_for(k)` paired with this descriptor.
+        // view; a frame with a lane was passed over just above), and `Area::check` passed
+        // for this (addr, len) just above.
         let frame = unsafe { area.checked_frame_mut(off, d.len) };
         // A frame without a lane is not IPv6 (or too short to be): the IPv4 path, which
         // leaves anything else unchanged.
-        let now = match lane {
-            Some(lane) => {
-                Forwarder::route_now_v6(rt, ingress, port_macs, frame, lane.key, lane.walk)
-            }
-            None => Forwarder::route_now(v4, ingress, port_macs, frame),
-        };
-        match now {
+        match Forwarder::route_now(v4, ingress, port_macs, frame) {
             Some(out) => stage_or_drop(stages, out, d.addr, d.len, free, frame_mask, t),
             None => later.push(*d, fwd.prepare_routed(rt, ingress, frame)),
         }
     }
     bytes
+}
+
+/// The frame `route_rest` begins at where it has no lane, left for pass 2 with its parse.
+/// Never taken while the callers begin at a frame with a lane (an IPv6 frame long enough
+/// for its hint, `packet::is_v6_frame`, or one `v6_lane_key` reads); there so that no frame
+/// is lost if one did not. Out of line and cold.
+#[cold]
+#[inline(never)]
+fn leave_first<'r, const TAGGED: bool>(
+    area: &mut Area,
+    (fwd, rt, in_port): (&Forwarder, Routes<'r>, PortId),
+    tagged: Option<&TaggedPort<'_>>,
+    d: &XdpDesc,
+    later: &mut Later<'r>,
+) {
+    if TAGGED {
+        vlan::leave(area, (fwd, rt, in_port), tagged, d, later);
+        return;
+    }
+    let Some(off) = area.check(d.addr, d.len) else {
+        later.push(*d, Err(DropReason::InvalidDescriptor));
+        return;
+    };
+    // SAFETY: a frame of this burst not yet handed on (no lane's, so not forwarded by one),
+    // and `Area::check` passed for this (addr, len) just above.
+    let frame = unsafe { area.checked_frame_mut(off, d.len) };
+    let ingress = fwd.ingress(in_port);
+    later.push(*d, fwd.prepare_routed(rt, ingress, frame));
 }

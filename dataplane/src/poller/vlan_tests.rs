@@ -402,12 +402,14 @@ fn beside_multi_buffer_packets_tags_are_popped_and_pushed_too() {
 }
 
 #[test]
-fn tagged_ipv6_and_ipv4_leave_in_the_order_they_came_forwarded_in_one_pass() {
+fn tagged_ipv6_and_ipv4_each_leave_in_the_order_they_came_forwarded_in_one_pass() {
     // Bursts of IPv6 and IPv4 in turn, in on VLAN 100, all out of port 1 (IPv6 under QinQ,
-    // IPv4 untagged). A frame left to pass 2 leaves after the burst's one-pass ones, so the
-    // order out is the order in only if every frame, IPv6 included, was forwarded in the one
-    // pass, each by its own lane (a lane taken by another frame fails its destination check
-    // and sends that frame to pass 2).
+    // IPv4 untagged). The one pass forwards a burst's IPv6 frames at its first, then the
+    // IPv4 frames after it; a frame left to pass 2 leaves after all of them. So each family
+    // leaves in the order it came, and the n-th IPv6 frame (just before the n-th IPv4 frame
+    // in) leaves before the n-th IPv4 frame, only if every IPv6 frame was forwarded in the
+    // one pass, each by its own lane (a lane taken by another frame fails its destination
+    // check and sends that frame to pass 2).
     let v6 = |last: &str| {
         udp_v6(&FrameSpec {
             dst6: format!("2001:2:0:3::{last}").parse().unwrap(),
@@ -436,14 +438,28 @@ fn tagged_ipv6_and_ipv4_leave_in_the_order_they_came_forwarded_in_one_pass() {
         }
     };
     let order: Vec<(u8, u8)> = out[1].iter().map(kind).collect();
-    let want = [(6, 0x09), (4, 9), (6, 0x10), (4, 10)];
     assert_eq!(order.len(), 256, "the first 256 captured");
-    for (i, got) in order.iter().enumerate() {
-        assert_eq!(
-            *got,
-            want[i % 4],
-            "frame {i} out of order: {:?}",
-            &order[..=i]
+    // Where each family's frames left, in the order they left.
+    let at = |family: u8| -> Vec<(usize, u8)> {
+        let all = order.iter().enumerate();
+        all.filter(|(_, (f, _))| *f == family)
+            .map(|(i, (_, last))| (i, *last))
+            .collect()
+    };
+    let (v6_out, v4_out) = (at(6), at(4));
+    for (family, out, want) in [(6, &v6_out, [0x09, 0x10]), (4, &v4_out, [9, 10])] {
+        for (n, (i, last)) in out.iter().enumerate() {
+            assert_eq!(
+                *last,
+                want[n % 2],
+                "IPv{family} frame {n} (out {i}) out of order"
+            );
+        }
+    }
+    for ((i6, _), (i4, _)) in v6_out.iter().zip(&v4_out) {
+        assert!(
+            i6 < i4,
+            "an IPv6 frame out at {i6}, after the IPv4 frame behind it in (at {i4})"
         );
     }
 }

@@ -87,7 +87,7 @@ impl Key for u128 {
 /// A lookup in progress, taken one level at a time ([`Dir::step`]): the entry read last, the
 /// key bits it consumed (0: not begun; `BITS` once [`Dir::walk_all`] has ended it, from its
 /// first level on), and, while it links on, the index of the entry to read next (computed
-/// once, when that entry's prefetch is issued).
+/// once, when that entry's prefetch is issued; [`ENDED`] once `walk_all` has ended it).
 ///
 /// `'r` is the borrow of the online reader token it was begun under (`Routes::walk`): a
 /// group it links into may be reclaimed and reused once the reader passes a quiescent state,
@@ -130,7 +130,32 @@ impl Walk<'_> {
 pub(crate) trait Lane<'r, K: Key> {
     fn key(&self) -> K;
     fn walk(&mut self) -> &mut Walk<'r>;
+
+    /// [`Key::field`] of the key: a lane that keeps its key's bytes in memory reads a byte
+    /// field as one load ([`le_byte_field`]).
+    #[inline(always)]
+    fn field(&self, shift: u32, width: u32) -> usize {
+        self.key().field(shift, width)
+    }
 }
+
+/// [`Key::field`] of the u128 whose little-endian bytes are `le`: a field of 8 bits on a
+/// byte's bounds (every stride below an IPv6 trie's first) is the byte itself, one load
+/// where the u128's halves take a load, a shift by the round's amount and a mask.
+#[inline(always)]
+pub(crate) fn le_byte_field(le: &[u8; 16], shift: u32, width: u32) -> usize {
+    if width == 8 && shift % 8 == 0 {
+        // Masked to the array: the bounds check folds away (shift < 128 anyway).
+        return le
+            .get((shift / 8) as usize & 15)
+            .map_or(0, |&b| usize::from(b));
+    }
+    u128::from_le_bytes(*le).field(shift, width)
+}
+
+/// A walk's `next` once it has ended: out of the groups' range, so the round's read of
+/// `next` is also its test of whether the walk goes on.
+const ENDED: usize = usize::MAX;
 
 impl<'r, K: Key> Lane<'r, K> for (K, Walk<'r>) {
     #[inline(always)]
@@ -247,40 +272,63 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
 
     /// Every lookup of `lanes` (a key and its walk, fresh from [`Walk::begin`]) taken to its
     /// end, a level at a time across them: each entry that links on starts loading the next
-    /// level's entry at once ([`Dir::link_on`]), so the burst's misses overlap. Each walk is
-    /// left ended (its `end` at `BITS`): [`Dir::finish`] ends it at once, [`Dir::step`] takes
-    /// it no further.
+    /// level's entry at once, so the burst's misses overlap. Each walk is left ended (its
+    /// `end` at `BITS`): [`Dir::finish`] ends it at once, [`Dir::step`] takes it no further.
+    ///
+    /// While a walk links on, its `entry` is the first level's link and its `next` the index
+    /// of the entry to read; the entry it ends on is stored once, with `next` set to
+    /// [`ENDED`], so a round reads each walk's `next` and tests only that.
     #[inline(always)]
     pub(crate) fn walk_all<'r, K: Key, L: Lane<'r, K>>(&self, lanes: &mut [L]) {
         let (top, groups) = (self.top.get(), self.groups.get());
-        // The entries read last, or-ed: a round is due while one of them links on.
-        let mut read = 0;
+        // A round is due while a walk links on.
+        let mut more = false;
         for lane in lanes.iter_mut() {
             let key = lane.key();
-            let w = lane.walk();
-            w.entry = top
+            let e = top
                 .get(key.field(BITS - FIRST, FIRST))
                 .map_or(0, |e| e.load(Acquire));
-            w.end = BITS;
-            read |= w.entry;
-            Self::link_on(groups, key, w, FIRST);
+            let next = if e & EXT != 0 && FIRST < BITS {
+                more = true;
+                Self::link(groups, e, lane.field(BITS - FIRST - STRIDE, STRIDE))
+            } else {
+                ENDED
+            };
+            let w = lane.walk();
+            (w.entry, w.end, w.next) = (e, BITS, next);
         }
-        // Every lookup still going is at the round's depth, `end`; one that reached a leaf
-        // is passed over.
+        // Every walk still going is at the round's depth, `end`; an ended one is passed over
+        // by its `next`. A link out of the groups' range (never written) ends a walk on its
+        // link: no route, as `Walk::leaf_target` reads it.
         let mut end = FIRST;
-        while read & EXT != 0 && end < BITS {
+        while more && end < BITS {
             end += STRIDE;
-            read = 0;
+            more = false;
             for lane in lanes.iter_mut() {
-                let key = lane.key();
-                let w = lane.walk();
-                if w.entry & EXT != 0 {
-                    w.entry = groups.get(w.next).map_or(0, |e| e.load(Acquire));
-                    read |= w.entry;
-                    Self::link_on(groups, key, w, end);
+                let Some(cell) = groups.get(lane.walk().next) else {
+                    continue;
+                };
+                let e = cell.load(Acquire);
+                if e & EXT != 0 && end < BITS {
+                    more = true;
+                    let next = Self::link(groups, e, lane.field(BITS - end - STRIDE, STRIDE));
+                    lane.walk().next = next;
+                } else {
+                    let w = lane.walk();
+                    (w.entry, w.next) = (e, ENDED);
                 }
             }
         }
+    }
+
+    /// The index of the entry link `e` leads to for the key's next `STRIDE` bits, `field`,
+    /// that entry started loading.
+    #[inline(always)]
+    fn link(groups: &[AtomicU32], e: u32, field: usize) -> usize {
+        let next = (((e & !EXT) as usize) << STRIDE) | field;
+        // Unchecked: a prefetch never faults; the load that follows is checked.
+        crate::sys::prefetch_ptr(groups.as_ptr().wrapping_add(next).cast::<u8>());
+        next
     }
 
     #[inline(always)]
@@ -300,17 +348,13 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
         Self::link_on(groups, key, w, w.end)
     }
 
-    /// Whether walk `w`, its entry read `end` bits into `key` (its `end`, passed apart where
-    /// the caller knows it as a round's), links on to a group: if so, the index of the entry
-    /// to read next is set and that entry starts loading.
+    /// Whether walk `w`, its entry read `end` bits into `key`, links on to a group: if so,
+    /// the index of the entry to read next is set and that entry starts loading.
     #[inline(always)]
     fn link_on<K: Key>(groups: &[AtomicU32], key: K, w: &mut Walk<'_>, end: u32) -> bool {
         let more = w.entry & EXT != 0 && end < BITS;
         if more {
-            w.next =
-                (((w.entry & !EXT) as usize) << STRIDE) | key.field(BITS - end - STRIDE, STRIDE);
-            // Unchecked: a prefetch never faults; the load that follows is checked.
-            crate::sys::prefetch_ptr(groups.as_ptr().wrapping_add(w.next).cast::<u8>());
+            w.next = Self::link(groups, w.entry, key.field(BITS - end - STRIDE, STRIDE));
         }
         more
     }

@@ -394,7 +394,7 @@ fn reader(
 /// then each finished with its flow. Half the bursts as pass 2 takes them
 /// (`Forwarder::walk`, level by level with a yield between levels, a burst's other work,
 /// then `route_walked_v6`), half as the one pass does (`walk_all_v6`, then each leaf read
-/// by `route_ended_v6`). Logged as one lookup each, spanning the whole burst.
+/// by `V6Routes::route_ended`). Logged as one lookup each, spanning the whole burst.
 fn burst_v6(
     rt: Routes<'_>,
     versions: &Versions,
@@ -426,7 +426,7 @@ fn burst_v6(
     }
     for ((dst, walk), &(_, flow)) in walks.into_iter().zip(&burst) {
         let got = if together {
-            rt.route_ended_v6(walk, || flow)
+            rt.v6().route_ended(walk, || flow)
         } else {
             rt.route_walked_v6(dst, walk, || flow)
         };

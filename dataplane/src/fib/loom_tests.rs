@@ -191,7 +191,8 @@ fn group_fill_publish_fold(v6: bool, way: Way) {
                             let mut lanes = [(u128::from(d), rt.walk())];
                             rt.walk_all_v6(&mut lanes);
                             let [(_, walk)] = lanes;
-                            rt.route_ended_v6(walk, || 0)
+                            rt.v6()
+                                .route_ended(walk, || 0)
                                 .ok()
                                 .map(|h| hops[usize::from(h.mac_bytes()[5]) - 1])
                         }
@@ -230,7 +231,7 @@ enum Way {
     /// preemption point, then finished with `route_walked_v6`, so the writer's changes land
     /// between the start of a walk and its end.
     Stepped,
-    /// The one pass's way: `walk_all_v6` to the end, then the leaf read by `route_ended_v6`.
+    /// The one pass's way: `walk_all_v6` to the end, then the leaf read by `V6Routes::route_ended`.
     Together,
 }
 

@@ -445,16 +445,15 @@ impl<'a> Routes<'a> {
         self.table.hop_of(self.table.v6.finish(dst, walk), flow)
     }
 
-    /// The next hop of an IPv6 lookup [`Routes::walk_all_v6`] walked to its end (a
-    /// [`dir::Walk::leaf_target`]): [`Miss::NoRoute`] too for a walk with levels to go, which
-    /// a caller decides some other way.
+    /// The next hops of a burst's walked IPv6 lookups ([`V6Routes::route_ended`]), the
+    /// table's cells read once for all of them: a frame's rewrite between two lookups would
+    /// have them read again.
     #[inline(always)]
-    pub(crate) fn route_ended_v6(
-        &self,
-        walk: dir::Walk<'a>,
-        flow: impl FnOnce() -> u32,
-    ) -> Result<Hop, Miss> {
-        self.table.hop_of(walk.leaf_target(), flow)
+    pub fn v6(&self) -> V6Routes<'a> {
+        V6Routes {
+            hops: &self.table.hops,
+            table: self.table,
+        }
     }
 
     /// The IPv4 lookups of a burst, the table's cells read once for all of them.
@@ -492,6 +491,28 @@ impl<'a> Routes<'a> {
     #[inline(always)]
     pub(crate) fn prefetch_v6_in(levels: dir::Levels<'_>, dst: u128) {
         Lpm6::prefetch_in(levels, dst);
+    }
+}
+
+/// [`Routes::v6`]: the next hops of IPv6 lookups [`Routes::walk_all_v6`] walked to their
+/// ends, with the table's cells at hand.
+#[derive(Clone, Copy)]
+pub struct V6Routes<'a> {
+    hops: &'a [HopSlot],
+    table: &'a Table,
+}
+
+impl<'a> V6Routes<'a> {
+    /// The next hop of a lookup walked to its end (a [`dir::Walk::leaf_target`]):
+    /// [`Miss::NoRoute`] too for a walk with levels to go, which a caller decides some other
+    /// way.
+    #[inline(always)]
+    pub(crate) fn route_ended(
+        &self,
+        walk: dir::Walk<'a>,
+        flow: impl FnOnce() -> u32,
+    ) -> Result<Hop, Miss> {
+        self.table.hop_in(self.hops, walk.leaf_target(), flow)
     }
 }
 

@@ -3,7 +3,7 @@
 //! between passes. The IPv6 twin of [`Forwarder::route_now`].
 use super::{Forwarder, Ingress};
 use crate::fib::dir::Walk;
-use crate::fib::Routes;
+use crate::fib::V6Routes;
 use crate::packet::{self, field::ipv6};
 use crate::types::PortId;
 
@@ -16,7 +16,7 @@ impl Forwarder {
     /// header, anything refused, a walk begun for another destination).
     #[inline(always)]
     pub(crate) fn route_now_v6<'r>(
-        rt: Routes<'r>,
+        rt: V6Routes<'r>,
         ingress: Ingress,
         port_macs: &[u64],
         frame: &mut [u8],
@@ -36,7 +36,7 @@ impl Forwarder {
         if dst != walked {
             return None;
         }
-        let hop = rt.route_ended_v6(walk, || packet::flow_hash(frame)).ok()?;
+        let hop = rt.route_ended(walk, || packet::flow_hash(frame)).ok()?;
         if len > hop.one_pass_mtu {
             return None;
         }
@@ -129,7 +129,7 @@ pub(super) mod tests {
                 let walk = crate::testkit::walked(rt, walked);
                 let mut one = frame.clone();
                 let now = Forwarder::route_now_v6(
-                    rt,
+                    rt.v6(),
                     fwd.ingress(0),
                     fwd.port_macs(),
                     &mut one,

@@ -4,7 +4,7 @@
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 use super::subif::{TaggedPort, ROOM};
 use crate::fib::dir::Walk;
-use crate::fib::Routes;
+use crate::fib::V6Routes;
 use crate::packet::field::ipv6;
 use crate::packet::vlan::TAG_LEN;
 use crate::packet::{self, ETH_HLEN, ETH_P_IPV6};
@@ -22,7 +22,7 @@ impl TaggedPort<'_> {
     #[inline(always)]
     pub(crate) fn route_now_v6<'r>(
         &self,
-        rt: Routes<'r>,
+        rt: V6Routes<'r>,
         buf: &mut [u8],
         walked: u128,
         walk: Walk<'r>,
@@ -39,7 +39,7 @@ impl TaggedPort<'_> {
     #[inline(always)]
     fn route_tags_v6<'r, const K: usize>(
         &self,
-        rt: Routes<'r>,
+        rt: V6Routes<'r>,
         buf: &mut [u8],
         walked: u128,
         walk: Walk<'r>,
@@ -64,7 +64,7 @@ impl TaggedPort<'_> {
         }
         // The flow hash reads the ports past the header: the whole frame from `at`.
         let hop = rt
-            .route_ended_v6(walk, || {
+            .route_ended(walk, || {
                 packet::flow_hash(buf.get(at..).unwrap_or_default())
             })
             .ok()?;
@@ -166,7 +166,7 @@ mod tests {
                 let walked = hint ^ (1 << 80);
                 let routed = fwd
                     .tagged_port(port)
-                    .and_then(|tp| tp.route_now_v6(rt, &mut buf, walked, walk_to(rt, walked)));
+                    .and_then(|tp| tp.route_now_v6(rt.v6(), &mut buf, walked, walk_to(rt, walked)));
                 assert_eq!(routed, None, "a lane walked for {walked:x} routed {hint:x}");
                 routed
             };

@@ -41,6 +41,7 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
     let rest = descs.get(first..).unwrap_or_default();
     let mut lanes = V6Lanes::new();
     lanes.begin::<TAGGED>(area, rt, rest, first);
+    let v6 = rt.v6();
     let mut bytes = 0u64;
     for lane in lanes.lanes() {
         // Always there: `begin` kept each lane with its index in `descs`.
@@ -50,7 +51,7 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
         bytes += u64::from(d.len);
         if TAGGED {
             let routed = tagged.and_then(|tp| {
-                vlan::route_now_tagged_v6(area, tp, rt, frame_mask, d, (lane.key(), lane.walk))
+                vlan::route_now_tagged_v6(area, tp, v6, frame_mask, d, (lane.key(), lane.walk))
             });
             match routed {
                 Some((out, addr, len)) => {
@@ -67,7 +68,7 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
         // here once, and the loop below passes over it; staged or freed only after this
         // view), and `Area::check` passed for this (addr, len) in `V6Lanes::begin`.
         let frame = unsafe { area.checked_frame_mut(lane.off, d.len) };
-        match Forwarder::route_now_v6(rt, ingress, port_macs, frame, lane.key(), lane.walk) {
+        match Forwarder::route_now_v6(v6, ingress, port_macs, frame, lane.key(), lane.walk) {
             Some(out) => stage_or_drop(stages, out, d.addr, d.len, free, frame_mask, t),
             None => later.push(*d, fwd.prepare_routed(rt, ingress, frame)),
         }

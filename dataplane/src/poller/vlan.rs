@@ -10,7 +10,7 @@ use super::later::Later;
 use super::tally::Tally;
 use super::Stage;
 use crate::fib::dir::Walk;
-use crate::fib::{Routes, V4Routes};
+use crate::fib::{Routes, V4Routes, V6Routes};
 use crate::forward::{subif, Forwarder, Ingress, Parsed, TaggedPort};
 use crate::packet::vlan::{self, TagStack};
 use crate::packet::{self, DropReason};
@@ -41,7 +41,7 @@ pub(super) fn route_now_tagged(
 pub(super) fn route_now_tagged_v6<'r>(
     area: &mut Area,
     port: &TaggedPort<'_>,
-    rt: Routes<'r>,
+    rt: V6Routes<'r>,
     frame_mask: u64,
     d: &XdpDesc,
     (walked, walk): (u128, Walk<'r>),

@@ -33,7 +33,14 @@ pub fn one_pass(
         return None;
     }
     let key = crate::packet::v6_destination_hint(frame.first_chunk()?)?;
-    Forwarder::route_now_v6(rt, ingress, fwd.port_macs(), frame, key, walked(rt, key))
+    Forwarder::route_now_v6(
+        rt.v6(),
+        ingress,
+        fwd.port_macs(),
+        frame,
+        key,
+        walked(rt, key),
+    )
 }
 
 /// The one pass of a port of a forwarder with sub-interfaces on one frame (`buf`: the frame
@@ -51,7 +58,7 @@ pub fn one_pass_tagged(
     let port = fwd.tagged_port(in_port)?;
     let frame = buf.get(crate::forward::subif::ROOM..)?;
     match crate::packet::v6_destination_hint_tagged(frame) {
-        Some(key) => port.route_now_v6(rt, buf, key, walked(rt, key)),
+        Some(key) => port.route_now_v6(rt.v6(), buf, key, walked(rt, key)),
         None => port.route_now(rt.v4(), buf),
     }
 }

@@ -6,6 +6,7 @@
 use arrayvec::ArrayVec;
 use xdpilone::xdp::XdpDesc;
 
+use super::one_pass::prefetch_route;
 use super::MAX_BATCH;
 use crate::fib::dir::{self, Walk};
 use crate::fib::Routes;
@@ -156,18 +157,22 @@ impl<'r> V6Lanes<'r> {
         descs: &[XdpDesc],
         first: usize,
     ) {
-        let v6 = rt.v6_levels();
+        let (v6, v4) = (rt.v6_levels(), rt.v4());
         for (k, d) in descs.iter().enumerate() {
-            if let Some((off, key)) = v6_lane_key::<TAGGED>(area, d) {
-                Routes::prefetch_v6_in(v6, key);
-                // Never full: one lane per descriptor of a burst, at most MAX_BATCH.
-                let _ = self.lanes.try_push(Lane {
-                    key: key.to_le_bytes(),
-                    walk: rt.walk(),
-                    off,
-                    frame: first + k,
-                });
-            }
+            let Some((off, key)) = v6_lane_key::<TAGGED>(area, d) else {
+                // Forwarded after the lanes' frames: its IPv4 route entry (if it is IPv4 by
+                // its hint) loads while they are.
+                prefetch_route(area, v4, d);
+                continue;
+            };
+            Routes::prefetch_v6_in(v6, key);
+            // Never full: one lane per descriptor of a burst, at most MAX_BATCH.
+            let _ = self.lanes.try_push(Lane {
+                key: key.to_le_bytes(),
+                walk: rt.walk(),
+                off,
+                frame: first + k,
+            });
         }
         rt.walk_all_v6(&mut self.lanes);
     }

@@ -5,7 +5,7 @@
 use xdpilone::xdp::XdpDesc;
 
 use super::later::{Lane, Later, V6Lanes};
-use super::one_pass::{prefetch_route, stage_or_drop, ROUTE_AHEAD};
+use super::one_pass::stage_or_drop;
 use super::tally::Tally;
 use super::{vlan, Stage};
 use crate::fib::Routes;
@@ -15,16 +15,17 @@ use crate::port::umem::{Area, FreeList};
 use crate::types::PortId;
 
 /// The one pass from the burst's first IPv6 frame, `descs[first]`, on: the burst's IPv6
-/// lookups walked together ([`V6Lanes`]); then each IPv6 frame forwarded whole by its lane,
-/// then every other frame (IPv4 as before); a frame either loop refuses is parsed into
+/// lookups walked together ([`V6Lanes`]), each frame's IPv4 route entry loading meanwhile;
+/// then each IPv6 frame forwarded whole by its lane ([`forward_lanes`]), then every other
+/// frame (IPv4 as before, [`forward_others`]); a frame either loop refuses is parsed into
 /// `later`. Returns the bytes of the frames after `first`. A burst's IPv6 frames leave
 /// before its IPv4 frames after `first`: each flow's frames keep their order, as they are
-/// all of one family (a graph of per-family nodes, VPP's, splits a burst so too). Out of line, entered once per burst: the loop of IPv4-only bursts
-/// keeps its registers (with the IPv6 frame's work inlined in it, it spilled them: 6 more
-/// instructions per IPv4 packet), and each loop here carries one family's work. `TAGGED`:
-/// the forwarder has sub-interfaces; every frame, tagged or not, takes the port's one-pass
-/// path (`tagged`, [`vlan::route_now_tagged`] and [`vlan::route_now_tagged_v6`]) and is
-/// otherwise left as [`vlan::leave`] leaves it.
+/// all of one family (a graph of per-family nodes, VPP's, splits a burst so too). Out of
+/// line, entered once per burst: the loop of IPv4-only bursts keeps its registers (with the
+/// IPv6 frame's work inlined in it, it spilled them: 6 more instructions per IPv4 packet).
+/// `TAGGED`: the forwarder has sub-interfaces; every frame, tagged or not, takes the port's
+/// one-pass path (`tagged`, [`vlan::route_now_tagged`] and [`vlan::route_now_tagged_v6`])
+/// and is otherwise left as [`vlan::leave`] leaves it.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)] // the one pass's state, borrowed apart
 pub(super) fn route_rest<'r, const TAGGED: bool>(
@@ -36,11 +37,58 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
     later: &mut Later<'r>,
     t: &mut Tally,
 ) -> u64 {
-    let ingress = fwd.ingress(in_port);
-    let port_macs = fwd.port_macs();
     let rest = descs.get(first..).unwrap_or_default();
     let mut lanes = V6Lanes::new();
     lanes.begin::<TAGGED>(area, rt, rest, first);
+    let ctx = (&mut *area, &mut *free, &mut *stages, frame_mask);
+    let mut bytes =
+        forward_lanes::<TAGGED>(ctx, (fwd, rt, in_port), tagged, descs, &lanes, later, t);
+    // The caller counted the first frame's bytes.
+    let first_laned = lanes.lanes().first().map(Lane::frame) == Some(first);
+    if first_laned {
+        bytes -= rest.first().map_or(0, |d| u64::from(d.len));
+    }
+    if lanes.lanes().len() == rest.len() {
+        // Every frame from `first` on had a lane (the usual burst of an IPv6 flow).
+        return bytes;
+    }
+    // The frames with a lane, in order: each is passed over (forwarded already).
+    let mut laned = lanes.lanes().iter().map(|l| l.frame());
+    if first_laned {
+        laned.next();
+    } else if let Some(d) = rest.first() {
+        leave_first::<TAGGED>(area, (fwd, rt, in_port), tagged, d, later);
+    }
+    let ctx = (area, free, stages, frame_mask);
+    let others = descs.get(first + 1..).unwrap_or_default();
+    bytes
+        + forward_others::<TAGGED>(
+            ctx,
+            (fwd, rt, in_port),
+            tagged,
+            (others, first + 1),
+            laned,
+            later,
+            t,
+        )
+}
+
+/// Each lane's frame forwarded whole by its lane ([`route_rest`]'s first loop), or left for
+/// pass 2. Returns their bytes. Out of line, as is the second loop: each keeps its own
+/// registers.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)] // the one pass's state, borrowed apart
+fn forward_lanes<'r, const TAGGED: bool>(
+    (area, free, stages, frame_mask): (&mut Area, &mut FreeList, &mut [Stage], u64),
+    (fwd, rt, in_port): (&Forwarder, Routes<'r>, PortId),
+    tagged: Option<&TaggedPort<'_>>,
+    descs: &[XdpDesc],
+    lanes: &V6Lanes<'r>,
+    later: &mut Later<'r>,
+    t: &mut Tally,
+) -> u64 {
+    let ingress = fwd.ingress(in_port);
+    let port_macs = fwd.port_macs();
     let v6 = rt.v6();
     let mut bytes = 0u64;
     for lane in lanes.lanes() {
@@ -65,7 +113,7 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
         // given `descs[first..]` and kept each lane with `first` plus its index there.
         debug_assert_eq!(area.check(d.addr, d.len), Some(lane.off));
         // SAFETY: a frame of this burst not yet handed on (each lane's frame is forwarded
-        // here once, and the loop below passes over it; staged or freed only after this
+        // here once, and `forward_others` passes over it; staged or freed only after this
         // view), and `Area::check` passed for this (addr, len) in `V6Lanes::begin`.
         let frame = unsafe { area.checked_frame_mut(lane.off, d.len) };
         match Forwarder::route_now_v6(v6, ingress, port_macs, frame, lane.key(), lane.walk) {
@@ -73,29 +121,31 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
             None => later.push(*d, fwd.prepare_routed(rt, ingress, frame)),
         }
     }
-    // The caller counted the first frame's bytes.
-    let first_laned = lanes.lanes().first().map(Lane::frame) == Some(first);
-    if first_laned {
-        bytes -= rest.first().map_or(0, |d| u64::from(d.len));
-    }
-    if lanes.lanes().len() == rest.len() {
-        // Every frame from `first` on had a lane (the usual burst of an IPv6 flow).
-        return bytes;
-    }
+    bytes
+}
+
+/// The frames of `others` (the burst's from its index `at` on) without a lane forwarded
+/// whole (IPv4), or left for pass 2; those `laned` names (the lanes' frames, in order) passed
+/// over. Returns their bytes.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)] // the one pass's state, borrowed apart
+fn forward_others<'r, const TAGGED: bool>(
+    (area, free, stages, frame_mask): (&mut Area, &mut FreeList, &mut [Stage], u64),
+    (fwd, rt, in_port): (&Forwarder, Routes<'r>, PortId),
+    tagged: Option<&TaggedPort<'_>>,
+    (others, at): (&[XdpDesc], usize),
+    mut laned: impl Iterator<Item = usize>,
+    later: &mut Later<'r>,
+    t: &mut Tally,
+) -> u64 {
+    let ingress = fwd.ingress(in_port);
+    let port_macs = fwd.port_macs();
     let v4 = rt.v4();
-    // The frames with a lane, in order: each is passed over (forwarded above).
-    let mut laned = lanes.lanes().iter().map(|l| l.frame());
-    if first_laned {
-        laned.next();
-    } else if let Some(d) = rest.first() {
-        leave_first::<TAGGED>(area, (fwd, rt, in_port), tagged, d, later);
-    }
+    let bounds = area.bounds();
+    let mut bytes = 0u64;
     let mut next_laned = laned.next().unwrap_or(usize::MAX);
-    for (k, d) in descs.iter().enumerate().skip(first + 1) {
-        if let Some(ahead) = descs.get(k + ROUTE_AHEAD) {
-            prefetch_route(area, v4, ahead);
-        }
-        if k == next_laned {
+    for (k, d) in others.iter().enumerate() {
+        if at + k == next_laned {
             next_laned = laned.next().unwrap_or(usize::MAX);
             continue;
         }
@@ -109,13 +159,13 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
             }
             continue;
         }
-        let Some(off) = area.check(d.addr, d.len) else {
+        let Some(off) = bounds.check(d.addr, d.len) else {
             later.push(*d, Err(DropReason::InvalidDescriptor));
             continue;
         };
         // SAFETY: a frame of this burst not yet handed on (staged or freed only after this
         // view; a frame with a lane was passed over just above), and `Area::check` passed
-        // for this (addr, len) just above.
+        // for this (addr, len) just above (`bounds` are the area's).
         let frame = unsafe { area.checked_frame_mut(off, d.len) };
         // A frame without a lane is not IPv6 (or too short to be): the IPv4 path, which
         // leaves anything else unchanged.

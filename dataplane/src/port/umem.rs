@@ -161,6 +161,26 @@ impl FreeList {
     }
 }
 
+/// An area's frame size and length ([`Area::bounds`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Bounds {
+    frame_size: u64,
+    len: u64,
+}
+
+impl Bounds {
+    /// [`Area::check`] against these bounds: the offset, where `[addr, addr + len)` lies
+    /// inside one frame of the area they were taken from.
+    #[inline(always)]
+    pub(crate) fn check(self, addr: u64, len: u32) -> Option<usize> {
+        let fs = self.frame_size;
+        let in_frame = (addr & (fs - 1)) + u64::from(len) <= fs;
+        let end = addr.checked_add(u64::from(len))?;
+        #[allow(clippy::cast_possible_truncation)] // addr < end <= map.len(), a usize
+        (in_frame && end <= self.len).then_some(addr as usize)
+    }
+}
+
 /// The UMEM area: `frames` frames of `frame_size` bytes.
 pub struct Area {
     map: Mmap,
@@ -248,6 +268,17 @@ impl Area {
         let end = addr.checked_add(u64::from(len))?;
         #[allow(clippy::cast_possible_truncation)] // addr < end <= map.len(), a usize
         (in_frame && end <= self.map.len() as u64).then_some(addr as usize)
+    }
+
+    /// The frame size and length [`Area::check`] checks against, as values: a loop that
+    /// writes frames keeps them in registers, where a frame written between two checks
+    /// has `check` read them from the area again.
+    #[inline(always)]
+    pub(crate) fn bounds(&self) -> Bounds {
+        Bounds {
+            frame_size: u64::from(self.frame_size),
+            len: self.map.len() as u64,
+        }
     }
 
     /// Starts loading the cache line at `addr` (a received frame's first bytes). Unchecked:

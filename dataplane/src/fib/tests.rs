@@ -23,7 +23,6 @@ fn brute6(rules: &HashMap<(u128, u8), u32>, dst: u128) -> Option<u32> {
         .find_map(|l| rules.get(&(dst & mask6(l), l)).copied())
 }
 
-/// Random steps per test: fewer under Miri (each atomic access is interpreted).
 /// A lane that keeps its key's little-endian bytes, as the poller's does.
 struct ByteLane<'r> {
     le: [u8; 16],
@@ -63,6 +62,7 @@ fn a_field_read_from_a_keys_bytes_is_the_keys_field() {
     }
 }
 
+/// Random steps per test: fewer under Miri (each atomic access is interpreted).
 fn steps() -> usize {
     if cfg!(miri) {
         40

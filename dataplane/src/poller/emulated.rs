@@ -215,9 +215,16 @@ mod tests {
         let v4 = udp_v4(&FrameSpec::default());
         let v6 = udp_v6(&FrameSpec::default());
         let short = v6[..50].to_vec();
-        let traffic = Arc::new(Traffic::new(&[v4.clone(), short, v6.clone(), v4, v6]));
+        let cycle = [v4.clone(), short, v6.clone(), v4, v6.clone()];
+        let bytes = cycle.iter().map(Vec::len).sum::<usize>() as u64;
+        let traffic = Arc::new(Traffic::new(&cycle));
         let o = run_traffic(Mode::L3fwd, 1024, 10_000, [Faults::default(); 2], traffic);
         assert_eq!(o.stats.get(Counter::RxPackets), 10_000);
+        assert_eq!(
+            o.stats.get(Counter::RxBytes),
+            2_000 * bytes,
+            "each frame's bytes once"
+        );
         assert_eq!(
             o.stats.drop_count(DropReason::Truncated),
             2_000,
@@ -229,6 +236,12 @@ mod tests {
             o.ports[1].transmitted, 8_000,
             "the others routed out of port 1"
         );
+        assert_eq!(o.report.frames.accounted(), 1024, "{:?}", o.report.frames);
+        // Every frame IPv6: each burst's first has a lane, and the one pass takes them all.
+        let all_v6 = Arc::new(Traffic::new(std::slice::from_ref(&v6)));
+        let o = run_traffic(Mode::L3fwd, 1024, 10_000, [Faults::default(); 2], all_v6);
+        assert_eq!(o.stats.get(Counter::RxBytes), 10_000 * v6.len() as u64);
+        assert_eq!(o.ports[1].transmitted, 10_000);
         assert_eq!(o.report.frames.accounted(), 1024, "{:?}", o.report.frames);
     }
 

@@ -41,8 +41,11 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
     let mut lanes = V6Lanes::new();
     lanes.begin::<TAGGED>(area, rt, rest, first);
     let ctx = (&mut *area, &mut *free, &mut *stages, frame_mask);
-    let mut bytes =
-        forward_lanes::<TAGGED>(ctx, (fwd, rt, in_port), tagged, descs, &lanes, later, t);
+    // SAFETY: `lanes` were begun just above on `area` over `descs[first..]`, and no frame
+    // has been handed on since.
+    let mut bytes = unsafe {
+        forward_lanes::<TAGGED>(ctx, (fwd, rt, in_port), tagged, descs, &lanes, later, t)
+    };
     // The caller counted the first frame's bytes.
     let first_laned = lanes.lanes().first().map(Lane::frame) == Some(first);
     if first_laned {
@@ -52,12 +55,10 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
         // Every frame from `first` on had a lane (the usual burst of an IPv6 flow).
         return bytes;
     }
-    // The frames with a lane, in order: each is passed over (forwarded already).
-    let mut laned = lanes.lanes().iter().map(|l| l.frame());
-    if first_laned {
-        laned.next();
-    } else if let Some(d) = rest.first() {
-        leave_first::<TAGGED>(area, (fwd, rt, in_port), tagged, d, later);
+    if !first_laned {
+        if let Some(d) = rest.first() {
+            leave_first::<TAGGED>(area, (fwd, rt, in_port), tagged, d, later);
+        }
     }
     let ctx = (area, free, stages, frame_mask);
     let others = descs.get(first + 1..).unwrap_or_default();
@@ -67,7 +68,7 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
             (fwd, rt, in_port),
             tagged,
             (others, first + 1),
-            laned,
+            &lanes,
             later,
             t,
         )
@@ -76,9 +77,16 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
 /// Each lane's frame forwarded whole by its lane ([`route_rest`]'s first loop), or left for
 /// pass 2. Returns their bytes. Out of line, as is the second loop: each keeps its own
 /// registers.
+///
+/// # Safety
+///
+/// `lanes` were begun ([`V6Lanes::begin`]) on this `area` over `descs[first..]` of this very
+/// `descs`, given that `first`, in this burst, and none of their frames has been handed on
+/// (staged or freed) since: each lane's offset is then the one `Area::check` passed for the
+/// descriptor its frame index names.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)] // the one pass's state, borrowed apart
-fn forward_lanes<'r, const TAGGED: bool>(
+unsafe fn forward_lanes<'r, const TAGGED: bool>(
     (area, free, stages, frame_mask): (&mut Area, &mut FreeList, &mut [Stage], u64),
     (fwd, rt, in_port): (&Forwarder, Routes<'r>, PortId),
     tagged: Option<&TaggedPort<'_>>,
@@ -109,12 +117,13 @@ fn forward_lanes<'r, const TAGGED: bool>(
             }
             continue;
         }
-        // A lane's offset is the one `Area::check` gave this very descriptor: `begin` was
-        // given `descs[first..]` and kept each lane with `first` plus its index there.
+        // A lane's offset is the one `Area::check` gave this very descriptor (as the caller
+        // guarantees).
         debug_assert_eq!(area.check(d.addr, d.len), Some(lane.off));
         // SAFETY: a frame of this burst not yet handed on (each lane's frame is forwarded
         // here once, and `forward_others` passes over it; staged or freed only after this
-        // view), and `Area::check` passed for this (addr, len) in `V6Lanes::begin`.
+        // view), and `Area::check` passed for this (addr, len) in `V6Lanes::begin` on this
+        // area: the lane is `d`'s, as the caller guarantees.
         let frame = unsafe { area.checked_frame_mut(lane.off, d.len) };
         match Forwarder::route_now_v6(v6, ingress, port_macs, frame, lane.key(), lane.walk) {
             Some(out) => stage_or_drop(stages, out, d.addr, d.len, free, frame_mask, t),
@@ -125,8 +134,8 @@ fn forward_lanes<'r, const TAGGED: bool>(
 }
 
 /// The frames of `others` (the burst's from its index `at` on) without a lane forwarded
-/// whole (IPv4), or left for pass 2; those `laned` names (the lanes' frames, in order) passed
-/// over. Returns their bytes.
+/// whole (IPv4), or left for pass 2; the lanes' frames passed over (`forward_lanes` forwards
+/// them). Returns their bytes.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)] // the one pass's state, borrowed apart
 fn forward_others<'r, const TAGGED: bool>(
@@ -134,7 +143,7 @@ fn forward_others<'r, const TAGGED: bool>(
     (fwd, rt, in_port): (&Forwarder, Routes<'r>, PortId),
     tagged: Option<&TaggedPort<'_>>,
     (others, at): (&[XdpDesc], usize),
-    mut laned: impl Iterator<Item = usize>,
+    lanes: &V6Lanes<'r>,
     later: &mut Later<'r>,
     t: &mut Tally,
 ) -> u64 {
@@ -143,6 +152,14 @@ fn forward_others<'r, const TAGGED: bool>(
     let v4 = rt.v4();
     let bounds = area.bounds();
     let mut bytes = 0u64;
+    // The lanes' frames from `at` on, in order (as `begin` made them): each passed over.
+    let lanes = lanes.lanes();
+    let after = lanes.partition_point(|l| l.frame() < at);
+    let mut laned = lanes
+        .get(after..)
+        .unwrap_or_default()
+        .iter()
+        .map(Lane::frame);
     let mut next_laned = laned.next().unwrap_or(usize::MAX);
     for (k, d) in others.iter().enumerate() {
         if at + k == next_laned {

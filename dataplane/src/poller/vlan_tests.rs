@@ -407,9 +407,10 @@ fn tagged_ipv6_and_ipv4_each_leave_in_the_order_they_came_forwarded_in_one_pass(
     // IPv4 untagged). The one pass forwards a burst's IPv6 frames at its first, then the
     // IPv4 frames after it; a frame left to pass 2 leaves after all of them. So each family
     // leaves in the order it came, and the n-th IPv6 frame (just before the n-th IPv4 frame
-    // in) leaves before the n-th IPv4 frame, only if every IPv6 frame was forwarded in the
-    // one pass, each by its own lane (a lane taken by another frame fails its destination
-    // check and sends that frame to pass 2).
+    // in) leaves before the n-th IPv4 frame, where every IPv6 frame was forwarded in the
+    // one pass, each by its own lane. A lane taken by another frame fails its destination
+    // check and sends that frame to pass 2, after the IPv4 frames of its burst: out of
+    // order, unless it was its burst's last frame and its IPv4 twin opens the next.
     let v6 = |last: &str| {
         udp_v6(&FrameSpec {
             dst6: format!("2001:2:0:3::{last}").parse().unwrap(),

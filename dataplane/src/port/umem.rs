@@ -360,8 +360,9 @@ impl Area {
     /// # Safety
     ///
     /// As for [`Area::frame_mut`]; and `[off, off + len)` must lie within a range that
-    /// [`Area::check`] passed on this area (the offset it returned and its length, or a part
-    /// of them), so that `off + len` is within the mapping.
+    /// [`Area::check`] passed on this area, or [`Bounds::check`] on this area's
+    /// [`Area::bounds`] (the offset it returned and its length, or a part of them), so that
+    /// `off + len` is within the mapping.
     #[inline(always)]
     pub(crate) unsafe fn checked_frame_mut(&mut self, off: usize, len: u32) -> &mut [u8] {
         debug_assert!(off

@@ -87,7 +87,9 @@ impl Key for u128 {
 /// A lookup in progress, taken one level at a time ([`Dir::step`]): the entry read last, the
 /// key bits it consumed (0: not begun; `BITS` once [`Dir::walk_all`] has ended it, from its
 /// first level on), and, while it links on, the index of the entry to read next (computed
-/// once, when that entry's prefetch is issued; [`ENDED`] once `walk_all` has ended it).
+/// once, when that entry's prefetch is issued). [`Dir::walk_all`] stores the entry a walk
+/// ends on once, with `next` set to `ENDED`; until then the entry is the first level's
+/// link, and a link out of the groups' range (never written) stays so: no route.
 ///
 /// `'r` is the borrow of the online reader token it was begun under (`Routes::walk`): a
 /// group it links into may be reclaimed and reused once the reader passes a quiescent state,
@@ -298,8 +300,9 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
             (w.entry, w.end, w.next) = (e, BITS, next);
         }
         // Every walk still going is at the round's depth, `end`; an ended one is passed over
-        // by its `next`. A link out of the groups' range (never written) ends a walk on its
-        // link: no route, as `Walk::leaf_target` reads it.
+        // by its `next`. A link out of the groups' range (never written) is passed over too:
+        // its walk's entry stays the first level's link, no route as `Walk::leaf_target`
+        // reads it.
         let mut end = FIRST;
         while more && end < BITS {
             end += STRIDE;

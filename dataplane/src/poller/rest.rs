@@ -181,8 +181,8 @@ fn forward_others<'r, const TAGGED: bool>(
             continue;
         };
         // SAFETY: a frame of this burst not yet handed on (staged or freed only after this
-        // view; a frame with a lane was passed over just above), and `Area::check` passed
-        // for this (addr, len) just above (`bounds` are the area's).
+        // view; a frame with a lane was passed over just above), and `Bounds::check` of this
+        // area's bounds passed for this (addr, len) just above.
         let frame = unsafe { area.checked_frame_mut(off, d.len) };
         // A frame without a lane is not IPv6 (or too short to be): the IPv4 path, which
         // leaves anything else unchanged.

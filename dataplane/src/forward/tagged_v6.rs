@@ -58,10 +58,13 @@ impl TaggedPort<'_> {
         if !self.ingress.accepts(macs) {
             return None;
         }
-        let (dst, len) = packet::parse_v6_plain(view.last_chunk()?, ip_wire)?;
-        if dst != walked {
+        let hdr = view.last_chunk::<{ ipv6::HLEN }>()?;
+        // The header's destination compared with the lane's as bytes: the lane read it past
+        // tags of its own reading (`packet::v6_destination_hint_tagged`).
+        if hdr.last_chunk::<16>() != Some(&walked.to_be_bytes()) {
             return None;
         }
+        let len = packet::parse_v6_plain_to(hdr, ip_wire, walked)?;
         // The flow hash reads the ports past the header: the whole frame from `at`.
         let hop = rt
             .route_ended(walk, || {

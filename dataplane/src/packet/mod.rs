@@ -21,7 +21,9 @@ use v4::parse_v4;
 #[cfg(test)]
 use v4::parse_v4_general;
 pub(crate) use v4::parse_v4_plain;
-pub(crate) use v6::{is_v6_frame, parse_v6_plain, v6_destination_hint, v6_destination_hint_tagged};
+pub(crate) use v6::{
+    is_v6_frame, parse_v6_plain_to, v6_destination_hint, v6_destination_hint_tagged,
+};
 
 /// Ethernet header length (no VLAN tag).
 pub(crate) const ETH_HLEN: usize = field::eth::HLEN;

@@ -69,13 +69,15 @@ fn plain_prefix(a: u128) -> bool {
     hi.wrapping_sub(1) < 0xfe80_0000_0000_0000 - 1
 }
 
-/// The checks of an IPv6 header whose packet the one pass may forward as it is, in a frame
-/// `ip_wire` bytes long from this header on: version 6, the payload inside the frame, no
-/// extension header, a hop limit above 1, no martian or link-local address. Returns the
-/// destination and the packet's length; None for anything else, which [`super::parse_l3`]
-/// then decides (the same verdict where it forwards: `forward::one_pass_v6`'s test).
+/// The checks of an IPv6 header whose packet the one pass may forward as it is, sent on to
+/// `dst` (its destination, read from the header before: a lane's key; the header's copy is
+/// not read again), in a frame `ip_wire` bytes long from this header on: version 6, the
+/// payload inside the frame, no extension header, a hop limit above 1, no martian or
+/// link-local address. Returns the packet's length; None for anything else, which
+/// [`super::parse_l3`] then decides (the same verdict where it forwards:
+/// `forward::one_pass_v6`'s test).
 #[inline(always)]
-pub(crate) fn parse_v6_plain(hdr: &[u8; ipv6::HLEN], ip_wire: usize) -> Option<(u128, u32)> {
+pub(crate) fn parse_v6_plain_to(hdr: &[u8; ipv6::HLEN], ip_wire: usize, dst: u128) -> Option<u32> {
     let payload = u16::from_be_bytes([hdr[ipv6::PAYLOAD_LEN], hdr[ipv6::PAYLOAD_LEN + 1]]);
     let len = ipv6::HLEN + usize::from(payload);
     if hdr[ipv6::VER_TC_FLOW] >> 4 != 6
@@ -85,12 +87,10 @@ pub(crate) fn parse_v6_plain(hdr: &[u8; ipv6::HLEN], ip_wire: usize) -> Option<(
     {
         return None;
     }
-    let (_, addrs) = hdr.split_last_chunk::<32>()?;
-    let (src, dst) = addrs.split_first_chunk::<16>()?;
-    let dst = u128::from_be_bytes(*dst.first_chunk::<16>()?);
+    let src = hdr.get(ipv6::SRC..ipv6::SRC + 16)?.first_chunk::<16>()?;
     if !plain_prefix(u128::from_be_bytes(*src)) || !plain_prefix(dst) {
         return None;
     }
     #[allow(clippy::cast_possible_truncation)] // 40 + a u16 fits a u32
-    Some((dst, len as u32))
+    Some(len as u32)
 }

@@ -75,8 +75,8 @@ pub(super) struct V6Lanes<'r> {
     lanes: ArrayVec<Lane<'r>, MAX_BATCH>,
 }
 
-/// A lane of [`V6Lanes`]: its frame (the index in the burst, and the offset [`Area::check`]
-/// gave its descriptor), the destination read from the frame, and its lookup.
+/// A lane of [`V6Lanes`]: its frame (the index in the burst, and its descriptor's length and
+/// the offset [`Area::check`] gave it), the destination read from the frame, and its lookup.
 #[derive(Clone, Copy)]
 pub(super) struct Lane<'r> {
     /// The destination's little-endian bytes (the u128 in host order): the walk reads each
@@ -84,7 +84,8 @@ pub(super) struct Lane<'r> {
     key: [u8; 16],
     pub(super) walk: Walk<'r>,
     pub(super) off: usize,
-    frame: usize,
+    len: u32,
+    frame: u32,
 }
 
 impl Lane<'_> {
@@ -97,7 +98,25 @@ impl Lane<'_> {
     /// The index of its frame in the burst.
     #[inline(always)]
     pub(super) fn frame(&self) -> usize {
-        self.frame
+        self.frame as usize
+    }
+
+    /// Its frame's length (its descriptor's).
+    #[inline(always)]
+    pub(super) fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Its frame's descriptor: the received one's address (the area's offset is the
+    /// address, [`Area::check`]) and length. No options: a burst with lanes has no chain
+    /// (`XDP_PKT_CONTD` is the only receive option), as staged descriptors have none.
+    #[inline(always)]
+    pub(super) fn desc(&self) -> XdpDesc {
+        XdpDesc {
+            addr: self.off as u64,
+            len: self.len,
+            options: 0,
+        }
     }
 }
 
@@ -167,11 +186,14 @@ impl<'r> V6Lanes<'r> {
             };
             Routes::prefetch_v6_in(v6, key);
             // Never full: one lane per descriptor of a burst, at most MAX_BATCH.
+            #[allow(clippy::cast_possible_truncation)] // an index in a burst of MAX_BATCH
+            let frame = (first + k) as u32;
             let _ = self.lanes.try_push(Lane {
                 key: key.to_le_bytes(),
                 walk: rt.walk(),
                 off,
-                frame: first + k,
+                len: d.len,
+                frame,
             });
         }
         rt.walk_all_v6(&mut self.lanes);

@@ -282,6 +282,9 @@ impl<Q: RingIo> Poller<Q> {
         for d in descs.get(..ROUTE_AHEAD).unwrap_or(descs) {
             prefetch_route(area, v4, d);
         }
+        // The area's bounds in registers: a frame written between two `Area::check`s may
+        // have it read them from the area again.
+        let bounds = area.bounds();
         let mut bytes = 0u64;
         // The burst's first IPv6 frame, where the one pass goes on in `route_rest`.
         let mut v6_from = usize::MAX;
@@ -306,12 +309,12 @@ impl<Q: RingIo> Poller<Q> {
                 vlan::leave(area, (fwd, rt, in_port), tagged.as_ref(), d, later);
                 continue;
             }
-            let Some(off) = area.check(d.addr, d.len) else {
+            let Some(off) = bounds.check(d.addr, d.len) else {
                 later.push(*d, Err(DropReason::InvalidDescriptor));
                 continue;
             };
             // SAFETY: as in pass 0; it is staged for TX or freed only after this view, and
-            // `Area::check` passed for this (addr, len) just above.
+            // `Bounds::check` of this area's bounds passed for this (addr, len) just above.
             let frame = unsafe { area.checked_frame_mut(off, d.len) };
             match Forwarder::route_now(v4, ingress, port_macs, frame) {
                 Some(out) => stage_or_drop(stages, out, d.addr, d.len, free, *frame_mask, t),

@@ -41,15 +41,15 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
     let mut lanes = V6Lanes::new();
     lanes.begin::<TAGGED>(area, rt, rest, first);
     let ctx = (&mut *area, &mut *free, &mut *stages, frame_mask);
-    // SAFETY: `lanes` were begun just above on `area` over `descs[first..]`, and no frame
-    // has been handed on since.
-    let mut bytes = unsafe {
-        forward_lanes::<TAGGED>(ctx, (fwd, rt, in_port), tagged, descs, &lanes, later, t)
-    };
+    // SAFETY: `lanes` were begun just above on `area` over frames of this burst, and no
+    // frame has been handed on since.
+    let mut bytes =
+        unsafe { forward_lanes::<TAGGED>(ctx, (fwd, rt, in_port), tagged, &lanes, later, t) };
     // The caller counted the first frame's bytes.
-    let first_laned = lanes.lanes().first().map(Lane::frame) == Some(first);
-    if first_laned {
-        bytes -= rest.first().map_or(0, |d| u64::from(d.len));
+    let first_lane = lanes.lanes().first().filter(|l| l.frame() == first);
+    let first_laned = first_lane.is_some();
+    if let Some(l) = first_lane {
+        bytes -= u64::from(l.len());
     }
     if lanes.lanes().len() == rest.len() {
         // Every frame from `first` on had a lane (the usual burst of an IPv6 flow).
@@ -75,22 +75,21 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
 }
 
 /// Each lane's frame forwarded whole by its lane ([`route_rest`]'s first loop), or left for
-/// pass 2. Returns their bytes. Out of line, as is the second loop: each keeps its own
-/// registers.
+/// pass 2. Returns their bytes. Each frame's descriptor is its lane's ([`Lane::desc`]), read
+/// with the lane rather than from the burst. Out of line, as is the second loop: each keeps
+/// its own registers.
 ///
 /// # Safety
 ///
-/// `lanes` were begun ([`V6Lanes::begin`]) on this `area` over `descs[first..]` of this very
-/// `descs`, given that `first`, in this burst, and none of their frames has been handed on
-/// (staged or freed) since: each lane's offset is then the one `Area::check` passed for the
-/// descriptor its frame index names.
+/// `lanes` were begun ([`V6Lanes::begin`]) on this `area` over frames received in this burst,
+/// and none of their frames has been handed on (staged or freed) since: each lane's offset
+/// is then the one `Area::check` passed for its frame's descriptor, and the frame is this
+/// poller's.
 #[inline(never)]
-#[allow(clippy::too_many_arguments)] // the one pass's state, borrowed apart
 unsafe fn forward_lanes<'r, const TAGGED: bool>(
     (area, free, stages, frame_mask): (&mut Area, &mut FreeList, &mut [Stage], u64),
     (fwd, rt, in_port): (&Forwarder, Routes<'r>, PortId),
     tagged: Option<&TaggedPort<'_>>,
-    descs: &[XdpDesc],
     lanes: &V6Lanes<'r>,
     later: &mut Later<'r>,
     t: &mut Tally,
@@ -100,34 +99,34 @@ unsafe fn forward_lanes<'r, const TAGGED: bool>(
     let v6 = rt.v6();
     let mut bytes = 0u64;
     for lane in lanes.lanes() {
-        // Always there: `begin` kept each lane with its index in `descs`.
-        let Some(d) = descs.get(lane.frame()) else {
-            continue;
-        };
-        bytes += u64::from(d.len);
+        let len = lane.len();
+        bytes += u64::from(len);
         if TAGGED {
+            let d = lane.desc();
             let routed = tagged.and_then(|tp| {
-                vlan::route_now_tagged_v6(area, tp, v6, frame_mask, d, (lane.key(), lane.walk))
+                vlan::route_now_tagged_v6(area, tp, v6, frame_mask, &d, (lane.key(), lane.walk))
             });
             match routed {
                 Some((out, addr, len)) => {
                     stage_or_drop(stages, out, addr, len, free, frame_mask, t);
                 }
-                None => vlan::leave(area, (fwd, rt, in_port), tagged, d, later),
+                None => vlan::leave(area, (fwd, rt, in_port), tagged, &d, later),
             }
             continue;
         }
-        // A lane's offset is the one `Area::check` gave this very descriptor (as the caller
+        // A lane's offset is the one `Area::check` gave its descriptor (as the caller
         // guarantees).
-        debug_assert_eq!(area.check(d.addr, d.len), Some(lane.off));
+        debug_assert_eq!(area.check(lane.off as u64, len), Some(lane.off));
         // SAFETY: a frame of this burst not yet handed on (each lane's frame is forwarded
         // here once, and `forward_others` passes over it; staged or freed only after this
-        // view), and `Area::check` passed for this (addr, len) in `V6Lanes::begin` on this
-        // area: the lane is `d`'s, as the caller guarantees.
-        let frame = unsafe { area.checked_frame_mut(lane.off, d.len) };
+        // view), and `Area::check` passed for this (offset, len) in `V6Lanes::begin` on this
+        // area, as the caller guarantees.
+        let frame = unsafe { area.checked_frame_mut(lane.off, len) };
+        // The lane's key is the destination `begin` read from this frame's header, unwritten
+        // since: the frame goes on toward it.
         match Forwarder::route_now_v6(v6, ingress, port_macs, frame, lane.key(), lane.walk) {
-            Some(out) => stage_or_drop(stages, out, d.addr, d.len, free, frame_mask, t),
-            None => later.push(*d, fwd.prepare_routed(rt, ingress, frame)),
+            Some(out) => stage_or_drop(stages, out, lane.off as u64, len, free, frame_mask, t),
+            None => later.push(lane.desc(), fwd.prepare_routed(rt, ingress, frame)),
         }
     }
     bytes

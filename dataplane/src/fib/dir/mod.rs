@@ -283,6 +283,12 @@ impl<const FIRST: u32, const STRIDE: u32, const BITS: u32> Dir<FIRST, STRIDE, BI
     #[inline(always)]
     pub(crate) fn walk_all<'r, K: Key, L: Lane<'r, K>>(&self, lanes: &mut [L]) {
         let (top, groups) = (self.top.get(), self.groups.get());
+        // The first level holds 1 << FIRST cells (`Dir::new`): sliced to that length, a
+        // FIRST-bit field's read needs no bounds check. A shorter one does not occur; its
+        // walks would stay as begun, no route.
+        let Some(top) = top.get(..1 << FIRST) else {
+            return;
+        };
         // A round is due while a walk links on.
         let mut more = false;
         for lane in lanes.iter_mut() {

@@ -4,7 +4,7 @@
 use super::{Forwarder, Ingress};
 use crate::fib::dir::Walk;
 use crate::fib::V6Routes;
-use crate::packet::{self, field::ipv6};
+use crate::packet::{self, field::ipv6, HeaderDst};
 use crate::types::PortId;
 
 impl Forwarder {
@@ -14,18 +14,17 @@ impl Forwarder {
     /// unchanged, to be decided by `prepare` and `finish`, which give every other outcome its
     /// reason (an extension header, anything refused).
     ///
-    /// `dst` is the destination the caller read from this frame's header for its lookup (a
-    /// lane's key, `poller::later::V6Lanes::begin`): it is checked as the header's would be
-    /// ([`packet::parse_v6_plain_to`]), and the header's copy is not read again. Reading it
-    /// twice and comparing cost 7 instructions a packet of the 300 (callgrind, ring-bench
-    /// cell 4).
+    /// `dst` is a destination read from a frame's header ([`HeaderDst`]), this frame's where
+    /// the caller read it for the frame's lookup (a lane's, `poller::later::V6Lanes::begin`):
+    /// it is checked as the header's would be ([`packet::parse_v6_plain_to`]), and the
+    /// header's copy is not read again.
     #[inline(always)]
     pub(crate) fn route_now_v6<'r>(
         rt: V6Routes<'r>,
         ingress: Ingress,
         port_macs: &[u64],
         frame: &mut [u8],
-        dst: u128,
+        dst: HeaderDst,
         walk: Walk<'r>,
     ) -> Option<PortId> {
         const HEAD: usize = packet::ETH_HLEN + ipv6::HLEN;
@@ -126,10 +125,26 @@ pub(super) mod tests {
                 let dst = frame
                     .get(eth::HLEN + 24..eth::HLEN + 40)
                     .map_or(0, |d| u128::from_be_bytes(d.try_into().unwrap()));
-                // Now and then a lane whose destination is not the header's: the one pass
-                // sends the frame on toward the lane's, as the general path sends a frame
-                // whose header names it (`seen`).
-                let walked = if rng.gen_bool(0.05) { dst ^ 1 } else { dst };
+                // Now and then a lane whose destination is not the header's (the next
+                // address, or one of another route or class: link-local, multicast, ::1):
+                // the one pass sends the frame on toward the lane's, checked as the general
+                // path checks and sends a frame whose header names it (`seen`).
+                let other = [
+                    "2001:2:0:3::9",
+                    "fe80::1",
+                    "ff02::1",
+                    "::1",
+                    "2001:2:0:1::9",
+                ];
+                let walked = match rng.gen_range(0..40) {
+                    0 => dst ^ 1,
+                    1 => u128::from(
+                        other[rng.gen_range(0..other.len())]
+                            .parse::<std::net::Ipv6Addr>()
+                            .unwrap(),
+                    ),
+                    _ => dst,
+                };
                 let at = eth::HLEN + 24..eth::HLEN + 40;
                 let mut seen = frame.clone();
                 if let Some(d) = seen.get_mut(at.clone()) {
@@ -142,7 +157,7 @@ pub(super) mod tests {
                     fwd.ingress(0),
                     fwd.port_macs(),
                     &mut one,
-                    walked,
+                    HeaderDst::assumed(walked),
                     walk,
                 );
                 let mut general = seen.clone();

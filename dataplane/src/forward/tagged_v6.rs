@@ -7,7 +7,7 @@ use crate::fib::dir::Walk;
 use crate::fib::V6Routes;
 use crate::packet::field::ipv6;
 use crate::packet::vlan::TAG_LEN;
-use crate::packet::{self, ETH_HLEN, ETH_P_IPV6};
+use crate::packet::{self, HeaderDst, ETH_HLEN, ETH_P_IPV6};
 use crate::types::PortId;
 
 impl TaggedPort<'_> {
@@ -24,7 +24,7 @@ impl TaggedPort<'_> {
         &self,
         rt: V6Routes<'r>,
         buf: &mut [u8],
-        walked: u128,
+        walked: HeaderDst,
         walk: Walk<'r>,
     ) -> Option<(PortId, usize)> {
         match self.known_tags(buf, ETH_P_IPV6)? {
@@ -41,7 +41,7 @@ impl TaggedPort<'_> {
         &self,
         rt: V6Routes<'r>,
         buf: &mut [u8],
-        walked: u128,
+        walked: HeaderDst,
         walk: Walk<'r>,
     ) -> Option<(PortId, usize)> {
         // From `at` the frame is read as an untagged one: its last ethertype and IPv6 header
@@ -61,7 +61,7 @@ impl TaggedPort<'_> {
         let hdr = view.last_chunk::<{ ipv6::HLEN }>()?;
         // The header's destination compared with the lane's as bytes: the lane read it past
         // tags of its own reading (`packet::v6_destination_hint_tagged`).
-        if hdr.last_chunk::<16>() != Some(&walked.to_be_bytes()) {
+        if hdr.last_chunk::<16>() != Some(&walked.get().to_be_bytes()) {
             return None;
         }
         let len = packet::parse_v6_plain_to(hdr, ip_wire, walked)?;
@@ -102,7 +102,7 @@ mod tests {
 
     use super::super::one_pass_v6::tests::near_plain;
     use crate::packet::build::{udp_v6, FrameSpec};
-    use crate::packet::v6_destination_hint_tagged;
+    use crate::packet::{v6_destination_hint_tagged, HeaderDst};
     use crate::packet::vlan::{pop_tags, push_tags, Tag, TagStack};
     use crate::testkit::corpus::{
         subif_egress, subif_named, subif_qinq, subif_vlan100, testbed_forwarder_with_subifs,
@@ -165,11 +165,12 @@ mod tests {
             let routed = if rng.gen_bool(0.9) {
                 one_pass_tagged(&fwd, rt, port, &mut buf)
             } else {
-                let hint = v6_destination_hint_tagged(&frame).unwrap_or(0);
+                let hint = v6_destination_hint_tagged(&frame).map_or(0, HeaderDst::get);
                 let walked = hint ^ (1 << 80);
-                let routed = fwd
-                    .tagged_port(port)
-                    .and_then(|tp| tp.route_now_v6(rt.v6(), &mut buf, walked, walk_to(rt, walked)));
+                let routed = fwd.tagged_port(port).and_then(|tp| {
+                    let dst = HeaderDst::assumed(walked);
+                    tp.route_now_v6(rt.v6(), &mut buf, dst, walk_to(rt, walked))
+                });
                 assert_eq!(routed, None, "a lane walked for {walked:x} routed {hint:x}");
                 routed
             };

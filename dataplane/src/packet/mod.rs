@@ -22,7 +22,7 @@ use v4::parse_v4;
 use v4::parse_v4_general;
 pub(crate) use v4::parse_v4_plain;
 pub(crate) use v6::{
-    is_v6_frame, parse_v6_plain_to, v6_destination_hint, v6_destination_hint_tagged,
+    is_v6_frame, parse_v6_plain_to, v6_destination_hint, v6_destination_hint_tagged, HeaderDst,
 };
 
 /// Ethernet header length (no VLAN tag).

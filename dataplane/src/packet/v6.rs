@@ -9,24 +9,59 @@ use super::{link_local_v6, martian_v6};
 /// The first bytes of a frame [`v6_destination_hint`] reads.
 pub(crate) const V6_HINT_LEN: usize = ETH_HLEN + ipv6::HLEN;
 
-/// The destination of the IPv6 packet a frame's first bytes seem to carry, unchecked: for
-/// starting its route lookup, never to route by.
+/// An IPv6 destination as read from a frame's header by [`v6_destination_hint`] or
+/// [`v6_destination_hint_tagged`], which alone make one: what takes it is given a header's
+/// destination, not any address (the one pass sends a frame on toward its lane's, checked by
+/// [`parse_v6_plain_to`]). Kept as the address's little-endian bytes, where a trie walk
+/// reads each stride's byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HeaderDst([u8; 16]);
+
+impl HeaderDst {
+    #[inline(always)]
+    fn read(be: &[u8; 16]) -> HeaderDst {
+        HeaderDst(u128::from_be_bytes(*be).to_le_bytes())
+    }
+
+    /// The address, host order.
+    #[inline(always)]
+    pub(crate) fn get(self) -> u128 {
+        u128::from_le_bytes(self.0)
+    }
+
+    /// The address's little-endian bytes.
+    #[inline(always)]
+    pub(crate) fn le_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+
+    /// An address taken as a header's, for tests that hand the one pass a destination the
+    /// header does not carry.
+    #[cfg(test)]
+    pub(crate) fn assumed(a: u128) -> HeaderDst {
+        HeaderDst(a.to_le_bytes())
+    }
+}
+
+/// The destination of the IPv6 packet a frame's first bytes seem to carry, unchecked: its
+/// route lookup begins with it, and the untagged one pass checks the header with it
+/// ([`parse_v6_plain_to`]) and sends the frame on toward it, reading the header's copy once.
 #[inline(always)]
-pub(crate) fn v6_destination_hint(h: &[u8; V6_HINT_LEN]) -> Option<u128> {
+pub(crate) fn v6_destination_hint(h: &[u8; V6_HINT_LEN]) -> Option<HeaderDst> {
     let (eth, ip) = h.split_first_chunk::<ETH_HLEN>()?;
     if eth.get(eth::ETHERTYPE..)? != ETH_P_IPV6.to_be_bytes() {
         return None;
     }
-    let dst = ip.last_chunk::<16>()?;
-    Some(u128::from_be_bytes(*dst))
+    ip.last_chunk::<16>().map(HeaderDst::read)
 }
 
 /// [`v6_destination_hint`] of a frame with up to two tags before its ethertype (802.1Q or
 /// 802.1ad TPIDs, whichever stack): the destination of the IPv6 packet it seems to carry,
-/// unchecked (the stack is not looked up: a hint only starts a lookup). None where the
-/// frame is not IPv6 past its tags or is shorter than its header.
+/// unchecked (the stack is not looked up here: the tagged one pass compares the header's
+/// destination past the tags it knows with this one). None where the frame is not IPv6
+/// past its tags or is shorter than its header.
 #[inline(always)]
-pub(crate) fn v6_destination_hint_tagged(frame: &[u8]) -> Option<u128> {
+pub(crate) fn v6_destination_hint_tagged(frame: &[u8]) -> Option<HeaderDst> {
     const TAG: usize = super::vlan::TAG_LEN;
     let v6 = ETH_P_IPV6.to_be_bytes();
     let h = frame
@@ -44,8 +79,10 @@ pub(crate) fn v6_destination_hint_tagged(frame: &[u8]) -> Option<u128> {
         return None;
     };
     let dst = ETH_HLEN + tags * TAG + ipv6::DST;
-    let dst = frame.get(dst..dst + 16)?.first_chunk::<16>()?;
-    Some(u128::from_be_bytes(*dst))
+    frame
+        .get(dst..dst + 16)?
+        .first_chunk::<16>()
+        .map(HeaderDst::read)
 }
 
 /// Whether a frame is IPv6 by its ethertype and holds at least [`V6_HINT_LEN`] bytes: one
@@ -77,7 +114,11 @@ fn plain_prefix(a: u128) -> bool {
 /// [`super::parse_l3`] then decides (the same verdict where it forwards:
 /// `forward::one_pass_v6`'s test).
 #[inline(always)]
-pub(crate) fn parse_v6_plain_to(hdr: &[u8; ipv6::HLEN], ip_wire: usize, dst: u128) -> Option<u32> {
+pub(crate) fn parse_v6_plain_to(
+    hdr: &[u8; ipv6::HLEN],
+    ip_wire: usize,
+    dst: HeaderDst,
+) -> Option<u32> {
     let payload = u16::from_be_bytes([hdr[ipv6::PAYLOAD_LEN], hdr[ipv6::PAYLOAD_LEN + 1]]);
     let len = ipv6::HLEN + usize::from(payload);
     if hdr[ipv6::VER_TC_FLOW] >> 4 != 6
@@ -88,7 +129,7 @@ pub(crate) fn parse_v6_plain_to(hdr: &[u8; ipv6::HLEN], ip_wire: usize, dst: u12
         return None;
     }
     let src = hdr.get(ipv6::SRC..ipv6::SRC + 16)?.first_chunk::<16>()?;
-    if !plain_prefix(u128::from_be_bytes(*src)) || !plain_prefix(dst) {
+    if !plain_prefix(u128::from_be_bytes(*src)) || !plain_prefix(dst.get()) {
         return None;
     }
     #[allow(clippy::cast_possible_truncation)] // 40 + a u16 fits a u32

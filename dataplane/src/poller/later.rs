@@ -11,7 +11,7 @@ use super::MAX_BATCH;
 use crate::fib::dir::{self, Walk};
 use crate::fib::Routes;
 use crate::forward::Parsed;
-use crate::packet::{self, DropReason};
+use crate::packet::{self, DropReason, HeaderDst};
 use crate::port::umem::Area;
 use crate::types::PortId;
 
@@ -79,9 +79,9 @@ pub(super) struct V6Lanes<'r> {
 /// the offset [`Area::check`] gave it), the destination read from the frame, and its lookup.
 #[derive(Clone, Copy)]
 pub(super) struct Lane<'r> {
-    /// The destination's little-endian bytes (the u128 in host order): the walk reads each
-    /// stride's byte from here ([`dir::le_byte_field`]).
-    key: [u8; 16],
+    /// The destination read from the frame's header, as little-endian bytes: the walk reads
+    /// each stride's byte from here ([`dir::le_byte_field`]).
+    key: HeaderDst,
     pub(super) walk: Walk<'r>,
     pub(super) off: usize,
     len: u32,
@@ -92,7 +92,13 @@ impl Lane<'_> {
     /// The destination, host order.
     #[inline(always)]
     pub(super) fn key(&self) -> u128 {
-        u128::from_le_bytes(self.key)
+        self.key.get()
+    }
+
+    /// The destination, as read from the frame's header.
+    #[inline(always)]
+    pub(super) fn dst(&self) -> HeaderDst {
+        self.key
     }
 
     /// The index of its frame in the burst.
@@ -133,17 +139,20 @@ impl<'r> dir::Lane<'r, u128> for Lane<'r> {
 
     #[inline(always)]
     fn field(&self, shift: u32, width: u32) -> usize {
-        dir::le_byte_field(&self.key, shift, width)
+        dir::le_byte_field(self.key.le_bytes(), shift, width)
     }
 }
 
 /// Whether a frame is one [`V6Lanes::begin`] gives a lane: inside the area (`Area::check`, so
 /// the bytes read are this frame's), at least its hint's length, IPv6 by its ethertype (so a
 /// frame of `route_rest` without a lane is not IPv6 by its hint). Its offset
-/// ([`Area::check`]'s) and its destination, read for the walk only. `TAGGED`: past up to two
-/// tags ([`packet::v6_destination_hint_tagged`]).
+/// ([`Area::check`]'s) and its destination, read for the walk and, untagged, the frame's
+/// forwarding. `TAGGED`: past up to two tags ([`packet::v6_destination_hint_tagged`]).
 #[inline(always)]
-pub(super) fn v6_lane_key<const TAGGED: bool>(area: &Area, d: &XdpDesc) -> Option<(usize, u128)> {
+pub(super) fn v6_lane_key<const TAGGED: bool>(
+    area: &Area,
+    d: &XdpDesc,
+) -> Option<(usize, HeaderDst)> {
     let off = area.check(d.addr, d.len)?;
     // SAFETY: the descriptor's frame, inside one frame of the area (`Area::check` just
     // above), received in this burst and not yet handed on: the one pass begins its lanes
@@ -184,12 +193,12 @@ impl<'r> V6Lanes<'r> {
                 prefetch_route(area, v4, d);
                 continue;
             };
-            Routes::prefetch_v6_in(v6, key);
+            Routes::prefetch_v6_in(v6, key.get());
             // Never full: one lane per descriptor of a burst, at most MAX_BATCH.
             #[allow(clippy::cast_possible_truncation)] // an index in a burst of MAX_BATCH
             let frame = (first + k) as u32;
             let _ = self.lanes.try_push(Lane {
-                key: key.to_le_bytes(),
+                key,
                 walk: rt.walk(),
                 off,
                 len: d.len,

@@ -10,7 +10,7 @@ use super::tally::Tally;
 use super::{vlan, Stage};
 use crate::fib::Routes;
 use crate::forward::{Forwarder, TaggedPort};
-use crate::packet::DropReason;
+use crate::packet::{self, DropReason};
 use crate::port::umem::{Area, FreeList};
 use crate::types::PortId;
 
@@ -104,7 +104,7 @@ unsafe fn forward_lanes<'r, const TAGGED: bool>(
         if TAGGED {
             let d = lane.desc();
             let routed = tagged.and_then(|tp| {
-                vlan::route_now_tagged_v6(area, tp, v6, frame_mask, &d, (lane.key(), lane.walk))
+                vlan::route_now_tagged_v6(area, tp, v6, frame_mask, &d, (lane.dst(), lane.walk))
             });
             match routed {
                 Some((out, addr, len)) => {
@@ -122,9 +122,13 @@ unsafe fn forward_lanes<'r, const TAGGED: bool>(
         // view), and `Area::check` passed for this (offset, len) in `V6Lanes::begin` on this
         // area, as the caller guarantees.
         let frame = unsafe { area.checked_frame_mut(lane.off, len) };
-        // The lane's key is the destination `begin` read from this frame's header, unwritten
+        // The lane's destination is the one `begin` read from this frame's header, unwritten
         // since: the frame goes on toward it.
-        match Forwarder::route_now_v6(v6, ingress, port_macs, frame, lane.key(), lane.walk) {
+        debug_assert_eq!(
+            frame.first_chunk().and_then(packet::v6_destination_hint),
+            Some(lane.dst())
+        );
+        match Forwarder::route_now_v6(v6, ingress, port_macs, frame, lane.dst(), lane.walk) {
             Some(out) => stage_or_drop(stages, out, lane.off as u64, len, free, frame_mask, t),
             None => later.push(lane.desc(), fwd.prepare_routed(rt, ingress, frame)),
         }

@@ -13,7 +13,7 @@ use crate::fib::dir::Walk;
 use crate::fib::{Routes, V4Routes, V6Routes};
 use crate::forward::{subif, Forwarder, Ingress, Parsed, TaggedPort};
 use crate::packet::vlan::{self, TagStack};
-use crate::packet::{self, DropReason};
+use crate::packet::{self, DropReason, HeaderDst};
 use crate::port::umem::{Area, FreeList};
 use crate::types::PortId;
 
@@ -44,7 +44,7 @@ pub(super) fn route_now_tagged_v6<'r>(
     rt: V6Routes<'r>,
     frame_mask: u64,
     d: &XdpDesc,
-    (walked, walk): (u128, Walk<'r>),
+    (walked, walk): (HeaderDst, Walk<'r>),
 ) -> Option<(PortId, u64, u32)> {
     let (addr, len, buf) = in_room(area, frame_mask, d)?;
     let (out, start) = port.route_now_v6(rt, buf, walked, walk)?;

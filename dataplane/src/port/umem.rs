@@ -258,9 +258,10 @@ impl Area {
         f
     }
 
-    /// Checks that `[addr, addr + len)` lies inside one frame of the area; returns the offset.
-    /// Descriptors come from rings the kernel writes, so they are checked before any slice is
-    /// made (a bad one is dropped as `invalid_descriptor`).
+    /// Checks that `[addr, addr + len)` lies inside one frame of the area; returns the offset,
+    /// which is `addr` itself (a UMEM address is an offset into the area). Descriptors come
+    /// from rings the kernel writes, so they are checked before any slice is made (a bad one
+    /// is dropped as `invalid_descriptor`).
     #[inline(always)]
     pub(crate) fn check(&self, addr: u64, len: u32) -> Option<usize> {
         let fs = u64::from(self.frame_size);

@@ -39,7 +39,7 @@ pub fn one_pass(
         fwd.port_macs(),
         frame,
         key,
-        walked(rt, key),
+        walked(rt, key.get()),
     )
 }
 
@@ -58,7 +58,7 @@ pub fn one_pass_tagged(
     let port = fwd.tagged_port(in_port)?;
     let frame = buf.get(crate::forward::subif::ROOM..)?;
     match crate::packet::v6_destination_hint_tagged(frame) {
-        Some(key) => port.route_now_v6(rt.v6(), buf, key, walked(rt, key)),
+        Some(key) => port.route_now_v6(rt.v6(), buf, key, walked(rt, key.get())),
         None => port.route_now(rt.v4(), buf),
     }
 }

@@ -102,8 +102,8 @@ mod tests {
 
     use super::super::one_pass_v6::tests::near_plain;
     use crate::packet::build::{udp_v6, FrameSpec};
-    use crate::packet::{v6_destination_hint_tagged, HeaderDst};
     use crate::packet::vlan::{pop_tags, push_tags, Tag, TagStack};
+    use crate::packet::{v6_destination_hint_tagged, HeaderDst};
     use crate::testkit::corpus::{
         subif_egress, subif_named, subif_qinq, subif_vlan100, testbed_forwarder_with_subifs,
         PORT0_MAC,

@@ -62,8 +62,10 @@ class Ctl:
         return ok
 
 
-def sh(*args, check=True):
-    r = subprocess.run(list(args), capture_output=True, text=True)
+def sh(*args, check=True, timeout=120):
+    """Runs a command to its end (at most `timeout` s: a command that hangs becomes a failed
+    check naming it, not a guest that never reports)."""
+    r = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(args)}: {r.stderr.strip()}")
     return r.stdout
@@ -327,7 +329,7 @@ def irq_args(topo):
 
 def plan(dp, layout, cfg_path, topo):
     return subprocess.run([dp, "plan", "--config", cfg_path, "--layout", layout, "--json"]
-                          + irq_args(topo), capture_output=True, text=True)
+                          + irq_args(topo), capture_output=True, text=True, timeout=120)
 
 
 def stop_run(proc):
@@ -498,7 +500,7 @@ def vlan_test(ctl, dp, ports, cfg_path, topo):
     has no 802.1Q module, so the test is here, where the guest kernel has one."""
     port = ports[0]
     r = subprocess.run(["ip", "link", "add", "link", port, "name", "vl10", "type", "vlan", "id", "10"],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, timeout=60)
     if not ctl.check("vlan: an 802.1Q sub-interface can be made in the guest", r.returncode == 0,
                      r.stderr.strip()):
         return

@@ -193,6 +193,7 @@ class Bed:
         self.quota = None  # a VcpuQuota while the comparison's traffic runs
         self.args = args
         self.checks_failed = 0
+        self.went_silent = False  # the boot ended on the guest's silence, not on DONE
         self.failures = []  # the guest's failed checks, for the run's closing summary
         self.vm = os.path.join(REPO, "target", "vm", args.kernel)
 
@@ -619,9 +620,11 @@ def serve(bed, timeout, ran, rows):
     sock.settimeout(1.0)
     buf = b""
     passed = failed = 0
+    heard = time.time()  # the guest's last line, or the end of the host's last answer
     while True:
         if time.time() > deadline:
             print(f"vmtest: FAIL: no verdict from the guest within {timeout} s", flush=True)
+            bed.went_silent = True
             return False
         if bed.qemu.poll() is not None and b"\n" not in buf:
             print("vmtest: FAIL: the guest powered off before reporting DONE", flush=True)
@@ -637,10 +640,16 @@ def serve(bed, timeout, ran, rows):
             if timer_stalled(bed):
                 print(f"vmtest: FAIL: the guest's console says {TIMER_STALL!r}: ending this boot", flush=True)
                 return False
+            if time.time() - heard > STALL_SILENCE and kernel_stall(bed):
+                print(f"vmtest: FAIL: the guest's kernel reported a stall ({kernel_stall(bed)!r}) and it "
+                      f"has been silent for {STALL_SILENCE} s: ending this boot", flush=True)
+                bed.went_silent = True
+                return False
             continue
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
             line = line.decode(errors="replace").strip()
+            heard = time.time()
             if not line:
                 continue
             word = line.split()[0]
@@ -727,6 +736,8 @@ def serve(bed, timeout, ran, rows):
                 ran.add(line.split()[1])
             elif word == "LOG":
                 print("vmtest: guest:", line[4:], flush=True)
+        if chunk:
+            heard = time.time()  # after the host's answers, which may have taken a while
 
 
 def write_summary(a, rows):
@@ -755,6 +766,8 @@ def main():
     p.add_argument("--timeout", type=int, default=600, help="per boot, seconds")
     p.add_argument("--topologies", default="2x1x2,2x2x1",
                    help="SOCKETSxCORESxTHREADS, comma-separated; one NUMA node per socket")
+    p.add_argument("--layouts-only", action="store_true",
+                   help="the layouts alone on every topology (no checks beyond them, no extra boots)")
     p.add_argument("--bench", metavar="DIR",
                    help="instead of the tests, the layouts matrix in the guest; summary in DIR")
     p.add_argument("--rate", type=int, default=30000, help="with --bench: offered frames/s")
@@ -822,7 +835,7 @@ def main():
         write_summary(a, rows)
     for what, failures in FAILED_BOOTS:
         for f in failures:
-            print(f"vmtest: failed in {what}: {f[:400]}", flush=True)
+            print(f"vmtest: failed in {what}: {f[:2000]}", flush=True)
     print(f"vmtest: {'passed' if all_ok else 'FAILED'} in {time.time() - t0:.0f} s", flush=True)
     sys.exit(0 if all_ok else 1)
 
@@ -843,7 +856,7 @@ def boot_all(a, kernel, rows):
         cost = a.cost if kernel == "zc" and i == 0 and a.cost and not a.bench else None
         bed = Bed(argparse.Namespace(sockets=s, cores=c, threads=t, nodes=s, kernel=kernel,
                                      bench=f"{a.rate}x{a.seconds}" if a.bench else None, cost=cost,
-                                     extras=i == 0, txfill=None, rss=None))
+                                     extras=i == 0 and not a.layouts_only, txfill=None, rss=None))
         all_ok &= boot(a, bed, ran, rows, f"{kernel} {topo}")
     if kernel == "zc" and a.txfill and not a.bench:
         # One more boot with the egress NIC's transmit slowed: a TX ring that fills.
@@ -974,6 +987,13 @@ def shown(x, fmt=".2f"):
 # the zero-copy guest's kernel (its CPU 0 idle for minutes, at 23 s after boot); the CPU's
 # softirqs stop with it (NAPI, RCU), so everything after fails.
 TIMER_STALL = "timer wakeup didn't happen"
+# What the guest kernel prints when a vCPU stops making progress: RCU's stall reports and the
+# soft-lockup and hung-task watchdogs. Under TCG a vCPU is a host thread, and a loaded host
+# starves it; the guest may recover, so these end a boot only once the guest has also gone
+# silent (`STALL_SILENCE`).
+KERNEL_STALLS = ("detected stalls on CPUs", "self-detected stall", "soft lockup",
+                 "blocked for more than")
+STALL_SILENCE = 120
 
 
 def timer_stalled(bed):
@@ -984,12 +1004,31 @@ def timer_stalled(bed):
         return False
 
 
+def kernel_stall(bed):
+    """The first console line that reports a stalled guest CPU or task, or None."""
+    try:
+        lines = open(bed.console, errors="replace").read().splitlines()
+    except OSError:
+        return None
+    return next((line.strip() for line in lines if any(k in line for k in KERNEL_STALLS)), None)
+
+
+def console_end(bed, n=12):
+    """The console's last `n` non-empty lines, joined: where a silent guest stopped."""
+    try:
+        lines = [line.strip() for line in open(bed.console, errors="replace").read().splitlines()]
+    except OSError:
+        return "(no console)"
+    return " | ".join([line for line in lines if line][-n:])
+
+
 def emulation_crash(bed):
     """What the emulator did to the guest before any check failed, or None: the guest kernel
     died on an int3 oops (TCG's cross-vCPU code patching, seen at boot in sched_clock_cpu and
-    in the XDP dispatcher while programs are attached and detached), or a vCPU's timer
-    stopped firing (`TIMER_STALL`, reported before the first failed check). Not something a
-    check found."""
+    in the XDP dispatcher while programs are attached and detached), a vCPU's timer stopped
+    firing (`TIMER_STALL`, reported before the first failed check), or the guest went silent
+    with no check failed, its kernel's stall report (`KERNEL_STALLS`) named where there is one.
+    Not something a check found."""
     try:
         text = open(bed.console, errors="replace").read()
     except OSError:
@@ -1001,6 +1040,13 @@ def emulation_crash(bed):
     # boot with any of them is not retried.
     if stall >= 0 and (failed < 0 or stall < failed) and not bed.failures:
         return "a guest CPU's timer stopped firing before any check failed (RCU: " + TIMER_STALL + ")"
+    line = kernel_stall(bed)
+    if bed.went_silent and line and (failed < 0 or text.find(line) < failed) and not bed.failures:
+        return f"the guest went silent after its kernel reported a stall before any check failed ({line})"
+    # Every command the guest runs is bounded and reports a failed check when it overruns, so
+    # a guest that went silent with no check failed is one whose kernel stopped running it.
+    if bed.went_silent and failed < 0 and bed.checks_failed == 0 and not bed.failures:
+        return f"the guest went silent before any check failed; its console ended: {console_end(bed, 6)}"
     return None
 
 
@@ -1051,8 +1097,8 @@ def boot_once(a, bed, ran, rows, what):
             pass
     print(f"vmtest: {what}: {'passed' if ok else 'FAILED'} in {time.time() - t1:.0f} s", flush=True)
     if not ok:
-        FAILED_BOOTS.append((what, bed.failures or ["no failed check: the guest gave no verdict "
-                                                    "(see its console above)"]))
+        FAILED_BOOTS.append((what, bed.failures or ["no failed check: the guest gave no verdict; "
+                                                    f"its console ended: {console_end(bed)}"]))
     return ok
 
 

@@ -450,13 +450,23 @@ class Schedule:
     """The comparison's traffic, the same for every run: phase 1, heavy flows the default
     table puts on queue 0 plus light flows everywhere; phase 2, the heavy flows move to
     queue 2 (new flows); phase 3, light flows only, at an eighth of their rate (night).
-    Each phase `phase` seconds; one sink counts the whole run (received, reordered)."""
+    Each phase `phase` seconds; one sink counts the whole run (received, reordered).
+    `spread`: the same load with each phase's heavy flows one on each queue (new flows in
+    phase 2): the placement a balancer aims at, there from the first frame."""
 
     def __init__(self, bed, key, phase, heavy_rate, light_rate, heavy=4, light=256, phases=3, first=0,
-                 size=64, below=None):
+                 size=64, below=None, spread=False):
         self.bed, self.phase = bed, phase
         self.heavy_rate, self.light_rate = heavy_rate, light_rate
-        q0, q2 = flows_on_queue(key, 0, heavy, 20000, below=below), flows_on_queue(key, 2, heavy, 40000)
+        self.spread = spread
+        if spread:
+            # Flow k of the phase on queue k % 4, each in a bucket of its own.
+            per = [[flows_on_queue(key, q, 1, base + 1000 * k) for k, q in enumerate(i % 4 for i in range(heavy))]
+                   for base in (20000, 40000)]
+            q0 = ([f[0][0] for f in per[0]], [f[1][0] for f in per[0]])
+            q2 = ([f[0][0] for f in per[1]], [f[1][0] for f in per[1]])
+        else:
+            q0, q2 = flows_on_queue(key, 0, heavy, 20000, below=below), flows_on_queue(key, 2, heavy, 40000)
         self.plan = [q0[0], q2[0]]
         self.buckets = [q0[1], q2[1]]
         self.light, self.phases, self.first = light, phases, first
@@ -699,21 +709,23 @@ def serve(bed, timeout, ran, rows):
                 print(f"vmtest: RSS key {line.split()[1][:16]}...", flush=True)
             elif word == "SCHEDULE":
                 # SCHEDULE name phase heavy light phases [first phase [heavy frames' size
-                # [queue 0's heavy buckets below this]]]
+                # [queue 0's heavy buckets below this, or -, [spread]]]]
                 _, name, phase, heavy_rate, light_rate, phases, *rest = line.split()
                 bed.schedule = Schedule(bed, bed.rss_key, int(phase), float(heavy_rate),
                                         float(light_rate), phases=int(phases),
                                         first=int(rest[0]) if rest else 0,
                                         size=int(rest[1]) if len(rest) > 1 else 64,
-                                        below=int(rest[2]) if len(rest) > 2 else None)
+                                        below=int(rest[2]) if len(rest) > 2 and rest[2] != "-" else None,
+                                        spread=rest[3:4] == ["spread"])
                 if getattr(bed.args, "vcpu_quota", None):
                     bed.quota = VcpuQuota(bed.qemu.pid, bed.args.vcpu_quota)
                     n, quota = bed.quota.apply()
                     print(f"vmtest: {name}: {n} vCPUs held to {quota} us of CPU per "
                           f"{VcpuQuota.PERIOD_US} us while the traffic runs", flush=True)
                 bed.schedule.run()
-                print(f"vmtest: {name}: traffic started, heavy flows on queue 0 {bed.schedule.plan[0]}, "
-                      f"then queue 2 {bed.schedule.plan[1]}", flush=True)
+                first, then = ("one on each queue",) * 2 if bed.schedule.spread else ("on queue 0", "on queue 2")
+                print(f"vmtest: {name}: traffic started, heavy flows {first} {bed.schedule.plan[0]}, "
+                      f"then {then} {bed.schedule.plan[1]}", flush=True)
                 b = bed.schedule.buckets
                 sock.sendall(f"STARTED {','.join(map(str, b[0]))} {','.join(map(str, b[1]))}\n".encode())
             elif word == "COLLECT":
@@ -939,6 +951,9 @@ def compare(a):
              f"Traffic per run ({a.compare_load}, PHASExHEAVYxLIGHT[xSIZE of the heavy flows' frames[xRING size]]):",
              f"{phase} s of 4 heavy flows the default table puts on queue 0 plus 256 light",
              f"flows, {phase} s with the heavy flows on queue 2, {phase} s of light flows at 1/8 (night).",
+             "One more static RSS run has each phase's heavy flows one on each queue: the placement a",
+             "balancer aims at, there from the first frame, so what it loses no placement saves on this",
+             "machine (the floor).",
              f"The rebalancer runs {a.compare_repeats} times in the same boot; its goals are judged on the",
              "median of those runs (timings on emulated CPUs sharing 2 host cores are noisy), with",
              "each run's figures beside it.",

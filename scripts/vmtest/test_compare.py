@@ -81,6 +81,30 @@ class Goals(unittest.TestCase):
         g = goals(run("static RSS", drops=1000), [run("rebalancer", moves=None)])
         self.assertFalse(goal(g, "every rebalancer run's moves"))
 
+    def test_the_floor_is_reported_beside_the_drops_goal_and_its_missing_count_fails(self):
+        st, rb = run("static RSS", drops=1000), [run("rebalancer", drops=30)]
+        rb[0]["goal_figures"] = guest.rebalancer_figures(rb[0])
+        checks = guest.goal_checks(st, rb[0], rb, [], run(guest.FLOOR, drops=20))
+        drops = next(d for text, _, d in checks if text.startswith("drops <= 1%"))
+        self.assertIn("lost 20 of 100000, 2.0% of static RSS's loss", drops)
+        self.assertIn("+10 over it", drops)
+        floor = [ok for text, ok, _ in checks if text.startswith("the floor measured")]
+        self.assertEqual(floor, [True])
+        checks = guest.goal_checks(st, rb[0], rb, [], run(guest.FLOOR, drops=None))
+        self.assertEqual([ok for text, ok, _ in checks if text.startswith("the floor measured")], [False])
+        # Without a floor run (an older comparison), no line for it.
+        checks = guest.goal_checks(st, rb[0], rb, [])
+        self.assertFalse(any(text.startswith("the floor") for text, _, _ in checks))
+
+    def test_a_spread_schedule_puts_one_heavy_flow_on_each_queue_in_each_phase(self):
+        key = bytes(range(40))
+        s = host.Schedule(None, key, 10, 1000, 1000, spread=True)
+        for buckets in s.buckets:
+            self.assertEqual(sorted(b % 4 for b in buckets), [0, 1, 2, 3])
+        self.assertFalse(set(s.plan[0]) & set(s.plan[1]))
+        skewed = host.Schedule(None, key, 10, 1000, 1000)
+        self.assertEqual([b % 4 for b in skewed.buckets[0]], [0] * 4)
+
     def test_a_comparison_without_tunes_row_fails(self):
         self.assertFalse(host.compare_passed(True, None))
         self.assertTrue(host.compare_passed(True, "spread"))

@@ -1410,8 +1410,8 @@ def floor_detail(floor, static_drops, drops):
         return "; the floor: no count"
     lost, share = floor["drops"], floor["drops"] / max(static_drops, 1)
     return (f"; the floor (heavy flows one per queue from the first frame) lost {lost} of "
-            f"{floor['offered']}, {share:.1%} of static RSS's loss; the rebalancer's median is "
-            f"{median(drops) - lost:+} over it")
+            f"{floor['offered']}, {share:.1%} of static RSS's loss; the rebalancer's median less "
+            f"the floor: {median(drops) - lost:+}")
 
 
 def compare_test(ctl, dp, ports, spec, best, repeats):

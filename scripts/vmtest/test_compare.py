@@ -87,7 +87,7 @@ class Goals(unittest.TestCase):
         checks = guest.goal_checks(st, rb[0], rb, [], run(guest.FLOOR, drops=20))
         drops = next(d for text, _, d in checks if text.startswith("drops <= 1%"))
         self.assertIn("lost 20 of 100000, 2.0% of static RSS's loss", drops)
-        self.assertIn("+10 over it", drops)
+        self.assertIn("median less the floor: +10", drops)
         floor = [ok for text, ok, _ in checks if text.startswith("the floor measured")]
         self.assertEqual(floor, [True])
         checks = guest.goal_checks(st, rb[0], rb, [], run(guest.FLOOR, drops=None))

@@ -81,20 +81,20 @@ class Goals(unittest.TestCase):
         g = goals(run("static RSS", drops=1000), [run("rebalancer", moves=None)])
         self.assertFalse(goal(g, "every rebalancer run's moves"))
 
-    def test_the_floor_is_reported_beside_the_drops_goal_and_its_missing_count_fails(self):
+    def test_the_even_placement_is_reported_beside_the_drops_goal_and_its_missing_count_fails(self):
         st, rb = run("static RSS", drops=1000), [run("rebalancer", drops=30)]
         rb[0]["goal_figures"] = guest.rebalancer_figures(rb[0])
-        checks = guest.goal_checks(st, rb[0], rb, [], run(guest.FLOOR, drops=20))
+        checks = guest.goal_checks(st, rb[0], rb, [], run(guest.EVEN, drops=20))
         drops = next(d for text, _, d in checks if text.startswith("drops <= 1%"))
         self.assertIn("lost 20 of 100000, 2.0% of static RSS's loss", drops)
-        self.assertIn("median less the floor: +10", drops)
-        floor = [ok for text, ok, _ in checks if text.startswith("the floor measured")]
-        self.assertEqual(floor, [True])
-        checks = guest.goal_checks(st, rb[0], rb, [], run(guest.FLOOR, drops=None))
-        self.assertEqual([ok for text, ok, _ in checks if text.startswith("the floor measured")], [False])
-        # Without a floor run (an older comparison), no line for it.
+        self.assertIn("median less the even placement's: +10", drops)
+        even = [ok for text, ok, _ in checks if text.startswith("the even placement measured")]
+        self.assertEqual(even, [True])
+        checks = guest.goal_checks(st, rb[0], rb, [], run(guest.EVEN, drops=None))
+        self.assertEqual([ok for text, ok, _ in checks if text.startswith("the even placement measured")], [False])
+        # Without its run (an older comparison), no line for it.
         checks = guest.goal_checks(st, rb[0], rb, [])
-        self.assertFalse(any(text.startswith("the floor") for text, _, _ in checks))
+        self.assertFalse(any(text.startswith("the even placement") for text, _, _ in checks))
 
     def test_a_spread_schedule_puts_one_heavy_flow_on_each_queue_in_each_phase(self):
         key = bytes(range(40))

@@ -63,8 +63,9 @@ class Ctl:
 
 
 def sh(*args, check=True, timeout=120):
-    """Runs a command to its end (at most `timeout` s: a command that hangs becomes a failed
-    check naming it, not a guest that never reports)."""
+    """Runs a command to its end, at most `timeout` s: past that, `TimeoutExpired` (naming
+    the command) fails the test that ran it, and the guest goes on reporting. A command
+    stuck in the kernel cannot be killed; the kernel's hung-task watchdog reports it."""
     r = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(args)}: {r.stderr.strip()}")
@@ -1404,23 +1405,25 @@ def goal_checks(st, sc, rebalanced, night, even=None):
 
 def even_detail(even, static_drops, drops):
     """The even placement's loss beside static RSS's and the rebalancer's median, for the
-    drops goal's line: a balancer that reached that placement at once would lose about as
-    much, so the goal is within a balancer's reach where it is under 1% of static RSS's."""
+    drops goal's line: what a balancer that reached that placement at once would lose in
+    that run's conditions."""
     if even is None:
         return ""
     if even["drops"] is None:
         return "; the even placement: no count"
-    lost, share = even["drops"], even["drops"] / max(static_drops, 1)
+    lost = even["drops"]
+    share = f"{lost / static_drops:.1%} of static RSS's loss" if static_drops else "static RSS lost none"
     return (f"; the even placement (heavy flows one per queue from the first frame) lost {lost} of "
-            f"{even['offered']}, {share:.1%} of static RSS's loss; the rebalancer's median less "
-            f"the even placement's: {median(drops) - lost:+}")
+            f"{even['offered']}, {share}; the rebalancer's median less the even placement's: "
+            f"{median(drops) - lost:+}")
 
 
 def compare_test(ctl, dp, ports, spec, best, repeats):
-    """make rebalance-compare, the guest side: static RSS, tune's best layout (`best`, from
-    the first boot), and the rebalancer (`repeats` times: its goals are judged on the median
-    of those runs, each run's figures reported) and with target_load, each under the host's
-    same three phases of traffic."""
+    """make rebalance-compare, the guest side: static RSS, static RSS with the heavy flows
+    one per queue (`EVEN`), tune's best layout (`best`, from the first boot), and the
+    rebalancer (`repeats` times: its goals are judged on the median of those runs, each
+    run's figures reported) and with target_load, each under the host's three phases of
+    traffic (the same for all but `EVEN`, whose heavy flows are spread)."""
     load = compare_load(spec)
     phase, heavy, light, _ = load
     compare_setup(ctl, ports)

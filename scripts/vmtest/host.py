@@ -193,7 +193,10 @@ class Bed:
         self.quota = None  # a VcpuQuota while the comparison's traffic runs
         self.args = args
         self.checks_failed = 0
-        self.went_silent = False  # the boot ended on the guest's silence, not on DONE
+        # The boot ended with the guest silent for STALL_SILENCE s or more (at the boot's
+        # deadline, or after an RCU stall report), not on DONE.
+        self.went_silent = False
+        self.heard_at = 0  # the console's length when the guest last spoke
         self.failures = []  # the guest's failed checks, for the run's closing summary
         self.vm = os.path.join(REPO, "target", "vm", args.kernel)
 
@@ -634,7 +637,7 @@ def serve(bed, timeout, ran, rows):
     while True:
         if time.time() > deadline:
             print(f"vmtest: FAIL: no verdict from the guest within {timeout} s", flush=True)
-            bed.went_silent = True
+            bed.went_silent = time.time() - heard > STALL_SILENCE
             return False
         if bed.qemu.poll() is not None and b"\n" not in buf:
             print("vmtest: FAIL: the guest powered off before reporting DONE", flush=True)
@@ -650,16 +653,17 @@ def serve(bed, timeout, ran, rows):
             if timer_stalled(bed):
                 print(f"vmtest: FAIL: the guest's console says {TIMER_STALL!r}: ending this boot", flush=True)
                 return False
-            if time.time() - heard > STALL_SILENCE and kernel_stall(bed):
-                print(f"vmtest: FAIL: the guest's kernel reported a stall ({kernel_stall(bed)!r}) and it "
-                      f"has been silent for {STALL_SILENCE} s: ending this boot", flush=True)
+            stall = kernel_stall(bed, since=bed.heard_at) if time.time() - heard > STALL_SILENCE else None
+            if stall:
+                print(f"vmtest: FAIL: the guest's kernel reported a stall ({stall!r}) after its last "
+                      f"line, and it has been silent for {STALL_SILENCE} s: ending this boot", flush=True)
                 bed.went_silent = True
                 return False
             continue
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
             line = line.decode(errors="replace").strip()
-            heard = time.time()
+            heard, bed.heard_at = time.time(), console_len(bed)
             if not line:
                 continue
             word = line.split()[0]
@@ -870,14 +874,14 @@ def boot_all(a, kernel, rows):
                                      bench=f"{a.rate}x{a.seconds}" if a.bench else None, cost=cost,
                                      extras=i == 0 and not a.layouts_only, txfill=None, rss=None))
         all_ok &= boot(a, bed, ran, rows, f"{kernel} {topo}")
-    if kernel == "zc" and a.txfill and not a.bench:
+    if kernel == "zc" and a.txfill and not a.bench and not a.layouts_only:
         # One more boot with the egress NIC's transmit slowed: a TX ring that fills.
         s, c, t = map(int, a.topologies.split(",")[0].split("x"))
         print(f"vmtest: booting the {kernel} guest again with its egress NIC's transmit slowed (TX ring full)", flush=True)
         bed = Bed(argparse.Namespace(sockets=s, cores=c, threads=t, nodes=s, kernel=kernel,
                                      bench=None, cost=None, extras=False, txfill=a.txfill, rss=None))
         all_ok &= boot(a, bed, ran, rows, f"{kernel} TX ring full")
-    if kernel == "zc" and a.igb and not a.bench:
+    if kernel == "zc" and a.igb and not a.bench and not a.layouts_only:
         # One more boot with Intel 82576 NICs (QEMU's igb) in place of virtio-net: the
         # zero-copy checks and live rebalancing on an Intel driver (igb, AF_XDP zero-copy
         # since Linux 6.14), 4 vCPUs: 4 queues per NIC.
@@ -886,7 +890,7 @@ def boot_all(a, kernel, rows):
                                      bench=None, cost=None, extras=False, txfill=None, rss=a.igb,
                                      nic="igb"))
         all_ok &= boot(a, bed, ran, rows, f"{kernel} igb")
-    if kernel == "copy" and a.rss and not a.bench:
+    if kernel == "copy" and a.rss and not a.bench and not a.layouts_only:
         # Two more boots: 4 vCPUs, 4 queues per NIC, QEMU's RSS: live rebalancing, with the
         # device reporting its hash (hash=on: the rx-hash kfunc) and without (hash=off: the
         # steering program computes the Toeplitz hash by the device's key).
@@ -1002,12 +1006,15 @@ def shown(x, fmt=".2f"):
 # the zero-copy guest's kernel (its CPU 0 idle for minutes, at 23 s after boot); the CPU's
 # softirqs stop with it (NAPI, RCU), so everything after fails.
 TIMER_STALL = "timer wakeup didn't happen"
-# What the guest kernel prints when a vCPU stops making progress: RCU's stall reports and the
-# soft-lockup and hung-task watchdogs. Under TCG a vCPU is a host thread, and a loaded host
-# starves it; the guest may recover, so these end a boot only once the guest has also gone
-# silent (`STALL_SILENCE`).
-KERNEL_STALLS = ("detected stalls on CPUs", "self-detected stall", "soft lockup",
-                 "blocked for more than")
+# What the guest kernel prints when a vCPU stops making progress: RCU's stall reports. Under
+# TCG a vCPU is a host thread, and a loaded host starves it; the guest may recover, so one
+# ends a boot only when written after the guest's last line and followed by
+# `STALL_SILENCE` s of silence.
+KERNEL_STALLS = ("detected stalls on CPUs", "self-detected stall")
+# What the kernel prints when a task or a CPU is stuck in the kernel: the hung-task and
+# soft-lockup watchdogs. That can be the dataplane's doing (an XDP teardown, a lock), so a
+# silent boot with one of these is a failure, never booted again.
+KERNEL_HANGS = ("blocked for more than", "soft lockup")
 STALL_SILENCE = 120
 
 
@@ -1019,13 +1026,24 @@ def timer_stalled(bed):
         return False
 
 
-def kernel_stall(bed):
-    """The first console line that reports a stalled guest CPU or task, or None."""
+def console_len(bed):
+    """How many bytes the guest's console holds now."""
     try:
-        lines = open(bed.console, errors="replace").read().splitlines()
+        return os.path.getsize(bed.console)
+    except OSError:
+        return 0
+
+
+def kernel_stall(bed, since=0, patterns=KERNEL_STALLS):
+    """The first console line from byte `since` on that holds one of `patterns` (RCU's stall
+    reports unless told), or None."""
+    try:
+        with open(bed.console, "rb") as f:
+            f.seek(since)
+            lines = f.read().decode(errors="replace").splitlines()
     except OSError:
         return None
-    return next((line.strip() for line in lines if any(k in line for k in KERNEL_STALLS)), None)
+    return next((line.strip() for line in lines if any(k in line for k in patterns)), None)
 
 
 def console_end(bed, n=12):
@@ -1042,8 +1060,9 @@ def emulation_crash(bed):
     died on an int3 oops (TCG's cross-vCPU code patching, seen at boot in sched_clock_cpu and
     in the XDP dispatcher while programs are attached and detached), a vCPU's timer stopped
     firing (`TIMER_STALL`, reported before the first failed check), or the guest went silent
-    with no check failed, its kernel's stall report (`KERNEL_STALLS`) named where there is one.
-    Not something a check found."""
+    (`Bed.went_silent`) with no check failed and no hung task or soft lockup reported
+    (`KERNEL_HANGS`), its RCU stall report (`KERNEL_STALLS`) named where there is one. Not
+    something a check found."""
     try:
         text = open(bed.console, errors="replace").read()
     except OSError:
@@ -1055,19 +1074,24 @@ def emulation_crash(bed):
     # boot with any of them is not retried.
     if stall >= 0 and (failed < 0 or stall < failed) and not bed.failures:
         return "a guest CPU's timer stopped firing before any check failed (RCU: " + TIMER_STALL + ")"
+    if not bed.went_silent or failed >= 0 or bed.checks_failed or bed.failures:
+        return None
+    # A task or CPU stuck in the guest kernel may be the dataplane's doing: a failure.
+    if kernel_stall(bed, patterns=KERNEL_HANGS):
+        return None
     line = kernel_stall(bed)
-    if bed.went_silent and line and (failed < 0 or text.find(line) < failed) and not bed.failures:
-        return f"the guest went silent after its kernel reported a stall before any check failed ({line})"
-    # Every command the guest runs is bounded and reports a failed check when it overruns, so
-    # a guest that went silent with no check failed is one whose kernel stopped running it.
-    if bed.went_silent and failed < 0 and bed.checks_failed == 0 and not bed.failures:
-        return f"the guest went silent before any check failed; its console ended: {console_end(bed, 6)}"
-    return None
+    if line:
+        return f"the guest went silent after its kernel reported an RCU stall, before any check failed ({line})"
+    # The guest's commands are bounded (a failed check when one overruns) and the kernel's
+    # watchdogs reported no stuck task: a guest silent with no check failed is one whose
+    # emulated CPUs stopped running it.
+    return f"the guest went silent before any check failed; its console ended: {console_end(bed, 6)}"
 
 
 def boot(a, bed, ran, rows, what):
     """Boots `bed`, serves its guest until DONE, tears it down; true when every check
-    passed. A guest whose kernel died in the emulator (`emulation_crash`) boots once more."""
+    passed. A guest the emulator stopped before any check failed (`emulation_crash`) boots
+    once more."""
     kept = len(rows)
     ok = boot_once(a, bed, ran, rows, what)
     why = None if ok else emulation_crash(bed)

@@ -92,7 +92,7 @@ class Goals(unittest.TestCase):
         self.assertEqual(even, [True])
         checks = guest.goal_checks(st, rb[0], rb, [], run(guest.EVEN, drops=None))
         self.assertEqual([ok for text, ok, _ in checks if text.startswith("the even placement measured")], [False])
-        # Without its run (an older comparison), no line for it.
+        # Without its run, no line for it.
         checks = guest.goal_checks(st, rb[0], rb, [])
         self.assertFalse(any(text.startswith("the even placement") for text, _, _ in checks))
 

@@ -89,12 +89,6 @@ pub(super) struct Lane<'r> {
 }
 
 impl Lane<'_> {
-    /// The destination, host order.
-    #[inline(always)]
-    pub(super) fn key(&self) -> u128 {
-        self.key.get()
-    }
-
     /// The destination, as read from the frame's header.
     #[inline(always)]
     pub(super) fn dst(&self) -> HeaderDst {
@@ -129,7 +123,7 @@ impl Lane<'_> {
 impl<'r> dir::Lane<'r, u128> for Lane<'r> {
     #[inline(always)]
     fn key(&self) -> u128 {
-        Lane::key(self)
+        self.key.get()
     }
 
     #[inline(always)]

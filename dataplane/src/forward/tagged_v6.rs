@@ -7,14 +7,17 @@ use crate::fib::dir::Walk;
 use crate::fib::V6Routes;
 use crate::packet::field::ipv6;
 use crate::packet::vlan::TAG_LEN;
-use crate::packet::{self, HeaderDst, ETH_HLEN, ETH_P_IPV6};
+use crate::packet::{self, HeaderDst, ETH_HLEN};
 use crate::types::PortId;
 
 impl TaggedPort<'_> {
-    /// An IPv6 frame with no tag, one or two (a stack of the port's, as
-    /// [`TaggedPort::route_now`] reads it) forwarded whole, its route lookup begun with
+    /// An IPv6 frame with no tag, one or two forwarded whole, its route lookup begun with
     /// [`Routes::walk`] for destination `walked` and taken to its end with the burst's others
-    /// ([`Routes::walk_all_v6`]). `buf` is the frame with [`ROOM`] bytes before it. The
+    /// ([`Routes::walk_all_v6`]). `walked` and `tags` are what
+    /// [`packet::v6_destination_hint_tagged`] read from this frame: the header's destination
+    /// and the tags before its ethertype, which must name an interface of the port
+    /// ([`TaggedPort::names_interface`]); the header is not read for its destination again.
+    /// `buf` is the frame with [`ROOM`] bytes before it. The
     /// fixed header is checked as `Forwarder::route_now_v6` checks it, the hop limit
     /// decremented in place, and the Ethernet header written anew in front of the IPv6
     /// header with the egress interface's tags. Returns the egress port and where the frame
@@ -24,13 +27,20 @@ impl TaggedPort<'_> {
         &self,
         rt: V6Routes<'r>,
         buf: &mut [u8],
-        walked: HeaderDst,
+        (walked, tags): (HeaderDst, u8),
         walk: Walk<'r>,
     ) -> Option<(PortId, usize)> {
-        match self.known_tags(buf, ETH_P_IPV6)? {
+        const HEAD: usize = ROOM + ETH_HLEN + 2 * TAG_LEN;
+        let head = buf.first_chunk::<HEAD>()?;
+        match tags {
             0 => self.route_tags_v6::<0>(rt, buf, walked, walk),
-            1 => self.route_tags_v6::<1>(rt, buf, walked, walk),
-            _ => self.route_tags_v6::<2>(rt, buf, walked, walk),
+            1 if self.names_interface::<1, HEAD>(head) => {
+                self.route_tags_v6::<1>(rt, buf, walked, walk)
+            }
+            2 if self.names_interface::<2, HEAD>(head) => {
+                self.route_tags_v6::<2>(rt, buf, walked, walk)
+            }
+            _ => None,
         }
     }
 
@@ -59,11 +69,8 @@ impl TaggedPort<'_> {
             return None;
         }
         let hdr = view.last_chunk::<{ ipv6::HLEN }>()?;
-        // The header's destination compared with the lane's as bytes: the lane read it past
-        // tags of its own reading (`packet::v6_destination_hint_tagged`).
-        if hdr.last_chunk::<16>() != Some(&walked.get().to_be_bytes()) {
-            return None;
-        }
+        // The lane's destination is the one its hint read from this header, past these `K`
+        // tags (the hint's pair): the frame goes on toward it.
         let len = packet::parse_v6_plain_to(hdr, ip_wire, walked)?;
         // The flow hash reads the ports past the header: the whole frame from `at`.
         let hop = rt
@@ -160,19 +167,38 @@ mod tests {
             let mut buf = vec![0u8; super::ROOM];
             buf.extend_from_slice(&frame);
             let before = buf.clone();
-            // Mostly the one pass as the poller takes it; now and then a lane walked for
-            // another destination (one with another route), which must leave the frame.
-            let routed = if rng.gen_bool(0.9) {
-                one_pass_tagged(&fwd, rt, port, &mut buf)
-            } else {
-                let hint = v6_destination_hint_tagged(&frame).map_or(0, HeaderDst::get);
-                let walked = hint ^ (1 << 80);
-                let routed = fwd.tagged_port(port).and_then(|tp| {
-                    let dst = HeaderDst::assumed(walked);
-                    tp.route_now_v6(rt.v6(), &mut buf, dst, walk_to(rt, walked))
-                });
-                assert_eq!(routed, None, "a lane walked for {walked:x} routed {hint:x}");
-                routed
+            // Mostly the one pass as the poller takes it; now and then a lane for another
+            // destination than the header's (another route, a link-local, multicast or
+            // loopback one): the one pass does not read the header's again, so the frame is
+            // checked and sent as the general path checks and sends one whose header names
+            // the lane's (`seen`), the header's own left as it was.
+            let hint = v6_destination_hint_tagged(&frame);
+            let mut seen = frame.clone();
+            let routed = match hint {
+                Some((dst, tags)) if rng.gen_bool(0.1) => {
+                    let other = [
+                        "2001:2:0:3::9",
+                        "fe80::1",
+                        "ff02::1",
+                        "::1",
+                        "2001:2:0:1::9",
+                    ];
+                    let walked = match rng.gen_range(0..3) {
+                        0 => dst.get() ^ (1 << 80),
+                        _ => u128::from(
+                            other[rng.gen_range(0..other.len())]
+                                .parse::<std::net::Ipv6Addr>()
+                                .unwrap(),
+                        ),
+                    };
+                    let at = 14 + 4 * usize::from(tags) + 24;
+                    seen[at..at + 16].copy_from_slice(&walked.to_be_bytes());
+                    fwd.tagged_port(port).and_then(|tp| {
+                        let lane = (HeaderDst::assumed(walked), tags);
+                        tp.route_now_v6(rt.v6(), &mut buf, lane, walk_to(rt, walked))
+                    })
+                }
+                _ => one_pass_tagged(&fwd, rt, port, &mut buf),
             };
             let Some((out, start)) = routed else {
                 assert_eq!(buf, before, "a frame the one pass leaves is unchanged");
@@ -180,10 +206,12 @@ mod tests {
             };
             let ingress =
                 subif_named(port, &stack).expect("the one pass forwards known stacks only");
-            let mut general = frame.clone();
+            let mut general = seen.clone();
             let at = pop_tags(&mut general, &stack).expect("pops");
             let mut general = general[at..].to_vec();
             let interface = fwd.process(rt, ingress, &mut general);
+            // The header's destination, which the one pass neither reads nor writes.
+            general[14 + 24..14 + 40].copy_from_slice(&plain[14 + 24..14 + 40]);
             let (port_out, tags) = subif_egress(interface.unwrap_or(u16::MAX));
             assert_eq!(interface.map(|_| port_out), Ok(out), "same egress port");
             let mut pushed = vec![0u8; tags.bytes()];

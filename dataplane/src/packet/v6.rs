@@ -57,11 +57,11 @@ pub(crate) fn v6_destination_hint(h: &[u8; V6_HINT_LEN]) -> Option<HeaderDst> {
 
 /// [`v6_destination_hint`] of a frame with up to two tags before its ethertype (802.1Q or
 /// 802.1ad TPIDs, whichever stack): the destination of the IPv6 packet it seems to carry,
-/// unchecked (the stack is not looked up here: the tagged one pass compares the header's
-/// destination past the tags it knows with this one). None where the frame is not IPv6
-/// past its tags or is shorter than its header.
+/// unchecked, and how many tags it was read past (the stack is not looked up here: the
+/// tagged one pass looks up a stack of that many tags and reads the header past them).
+/// None where the frame is not IPv6 past its tags or is shorter than its header.
 #[inline(always)]
-pub(crate) fn v6_destination_hint_tagged(frame: &[u8]) -> Option<HeaderDst> {
+pub(crate) fn v6_destination_hint_tagged(frame: &[u8]) -> Option<(HeaderDst, u8)> {
     const TAG: usize = super::vlan::TAG_LEN;
     let v6 = ETH_P_IPV6.to_be_bytes();
     let h = frame
@@ -69,7 +69,7 @@ pub(crate) fn v6_destination_hint_tagged(frame: &[u8]) -> Option<HeaderDst> {
         .first_chunk::<10>()?;
     let [a0, a1, _, _, c0, c1, _, _, e0, e1] = *h;
     let tpid = super::vlan::is_tpid;
-    let tags = if [a0, a1] == v6 {
+    let tags: u8 = if [a0, a1] == v6 {
         0
     } else if tpid([a0, a1]) && [c0, c1] == v6 {
         1
@@ -78,11 +78,9 @@ pub(crate) fn v6_destination_hint_tagged(frame: &[u8]) -> Option<HeaderDst> {
     } else {
         return None;
     };
-    let dst = ETH_HLEN + tags * TAG + ipv6::DST;
-    frame
-        .get(dst..dst + 16)?
-        .first_chunk::<16>()
-        .map(HeaderDst::read)
+    let dst = ETH_HLEN + usize::from(tags) * TAG + ipv6::DST;
+    let key = frame.get(dst..dst + 16)?.first_chunk::<16>()?;
+    Some((HeaderDst::read(key), tags))
 }
 
 /// Whether a frame is IPv6 by its ethertype and holds at least [`V6_HINT_LEN`] bytes: one

@@ -85,6 +85,9 @@ pub(super) struct Lane<'r> {
     pub(super) walk: Walk<'r>,
     pub(super) off: usize,
     len: u32,
+    /// Its frame's index in the burst (below MAX_BATCH, in the low 16 bits), and the tags
+    /// its destination was read past (0 to 2, in the bits above; 0 where the one pass is
+    /// untagged, so the word is the index alone).
     frame: u32,
 }
 
@@ -98,13 +101,23 @@ impl Lane<'_> {
     /// The index of its frame in the burst.
     #[inline(always)]
     pub(super) fn frame(&self) -> usize {
-        self.frame as usize
+        (self.frame & 0xffff) as usize
     }
 
     /// Its frame's length (its descriptor's).
     #[inline(always)]
     pub(super) fn len(&self) -> u32 {
         self.len
+    }
+
+    /// How many tags lie before the ethertype of the header its destination was read from
+    /// (`packet::v6_destination_hint_tagged`): its frame's headers are at the offsets of
+    /// that many tags.
+    #[inline(always)]
+    pub(super) fn tags(&self) -> u8 {
+        #[allow(clippy::cast_possible_truncation)] // the bits above the index: 0 to 2
+        let tags = (self.frame >> 16) as u8;
+        tags
     }
 
     /// Its frame's descriptor: the received one's address (the area's offset is the
@@ -141,23 +154,24 @@ impl<'r> dir::Lane<'r, u128> for Lane<'r> {
 /// the bytes read are this frame's), at least its hint's length, IPv6 by its ethertype (so a
 /// frame of `route_rest` without a lane is not IPv6 by its hint). Its offset
 /// ([`Area::check`]'s) and its destination, read for the walk and, untagged, the frame's
-/// forwarding. `TAGGED`: past up to two tags ([`packet::v6_destination_hint_tagged`]).
+/// forwarding, and the tags it was read past. `TAGGED`: past up to two tags
+/// ([`packet::v6_destination_hint_tagged`]); else none.
 #[inline(always)]
 pub(super) fn v6_lane_key<const TAGGED: bool>(
     area: &Area,
     d: &XdpDesc,
-) -> Option<(usize, HeaderDst)> {
+) -> Option<(usize, HeaderDst, u8)> {
     let off = area.check(d.addr, d.len)?;
     // SAFETY: the descriptor's frame, inside one frame of the area (`Area::check` just
     // above), received in this burst and not yet handed on: the one pass begins its lanes
     // before it stages or frees any frame they are for, and writes none while this view lives.
     let frame = unsafe { area.frame(off, d.len) };
-    let key = if TAGGED {
-        packet::v6_destination_hint_tagged(frame)
+    let (key, tags) = if TAGGED {
+        packet::v6_destination_hint_tagged(frame)?
     } else {
-        packet::v6_destination_hint(frame.first_chunk()?)
+        (packet::v6_destination_hint(frame.first_chunk()?)?, 0)
     };
-    Some((off, key?))
+    Some((off, key, tags))
 }
 
 impl<'r> V6Lanes<'r> {
@@ -181,7 +195,7 @@ impl<'r> V6Lanes<'r> {
     ) {
         let (v6, v4) = (rt.v6_levels(), rt.v4());
         for (k, d) in descs.iter().enumerate() {
-            let Some((off, key)) = v6_lane_key::<TAGGED>(area, d) else {
+            let Some((off, key, tags)) = v6_lane_key::<TAGGED>(area, d) else {
                 // Forwarded after the lanes' frames: its IPv4 route entry (if it is IPv4 by
                 // its hint) loads while they are.
                 prefetch_route(area, v4, d);
@@ -190,7 +204,7 @@ impl<'r> V6Lanes<'r> {
             Routes::prefetch_v6_in(v6, key.get());
             // Never full: one lane per descriptor of a burst, at most MAX_BATCH.
             #[allow(clippy::cast_possible_truncation)] // an index in a burst of MAX_BATCH
-            let frame = (first + k) as u32;
+            let frame = (first + k) as u32 | u32::from(tags) << 16;
             let _ = self.lanes.try_push(Lane {
                 key,
                 walk: rt.walk(),

@@ -17,7 +17,7 @@ pub(super) fn stage(stages: &mut [Stage], at: usize, addr: u64, len: u32) -> boo
 }
 
 /// Stages a frame forwarded out of socket `out`; where that stage is full, drops it (counted)
-/// and frees its buffer.
+/// and frees its buffer (its base: `addr` masked with `frame_mask`, read only then).
 #[inline(always)]
 pub(super) fn stage_or_drop(
     stages: &mut [Stage],
@@ -25,13 +25,22 @@ pub(super) fn stage_or_drop(
     addr: u64,
     len: u32,
     free: &mut FreeList,
-    frame_mask: u64,
+    frame_mask: &u64,
     t: &mut Tally,
 ) {
     if !stage(stages, usize::from(out), addr, len) {
-        t.drop(DropReason::TxRingFull);
-        free.push(addr & frame_mask);
+        unstaged(free, addr & *frame_mask, t);
     }
+}
+
+/// A forwarded frame its full stage did not take: dropped, counted, its buffer `base` back
+/// on the free list. Out of line and cold: the one-pass loops load nothing for it and keep
+/// their registers across it.
+#[cold]
+#[inline(never)]
+fn unstaged(free: &mut FreeList, base: u64, t: &mut Tally) {
+    t.drop(DropReason::TxRingFull);
+    free.push(base);
 }
 
 /// How many frames ahead of the one the l3fwd pass decides it starts loading a route entry

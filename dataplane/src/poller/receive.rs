@@ -295,10 +295,9 @@ impl<Q: RingIo> Poller<Q> {
             }
             if TAGGED {
                 if let Some(tp) = &tagged {
-                    if let Some((out, addr, len)) =
-                        vlan::route_now_tagged(area, tp, v4, *frame_mask, d)
+                    if let Some((out, addr, len)) = vlan::route_now_tagged(area, bounds, tp, v4, d)
                     {
-                        stage_or_drop(stages, out, addr, len, free, *frame_mask, t);
+                        stage_or_drop(stages, out, addr, len, free, frame_mask, t);
                         continue;
                     }
                 }
@@ -317,7 +316,7 @@ impl<Q: RingIo> Poller<Q> {
             // `Bounds::check` of this area's bounds passed for this (addr, len) just above.
             let frame = unsafe { area.checked_frame_mut(off, d.len) };
             match Forwarder::route_now(v4, ingress, port_macs, frame) {
-                Some(out) => stage_or_drop(stages, out, d.addr, d.len, free, *frame_mask, t),
+                Some(out) => stage_or_drop(stages, out, d.addr, d.len, free, frame_mask, t),
                 None if packet::is_v6_frame(frame) => {
                     v6_from = k;
                     break;

@@ -97,20 +97,37 @@ unsafe fn forward_lanes<'r, const TAGGED: bool>(
     let ingress = fwd.ingress(in_port);
     let port_macs = fwd.port_macs();
     let v6 = rt.v6();
+    let bounds = area.bounds();
     let mut bytes = 0u64;
     for lane in lanes.lanes() {
         let len = lane.len();
         bytes += u64::from(len);
         if TAGGED {
-            let d = lane.desc();
+            // The lane's destination and tags are the ones `begin` read from this frame,
+            // unwritten since: the frame goes on toward them.
+            debug_assert_eq!(
+                area.check(lane.off as u64, len)
+                    // SAFETY: as below; a read-only view, gone before the frame is written.
+                    .and_then(|off| packet::v6_destination_hint_tagged(unsafe {
+                        area.frame(off, len)
+                    })),
+                Some((lane.dst(), lane.tags()))
+            );
             let routed = tagged.and_then(|tp| {
-                vlan::route_now_tagged_v6(area, tp, v6, frame_mask, &d, (lane.dst(), lane.walk))
+                let lane_frame = (lane.off, len);
+                // SAFETY: a lane's offset and length passed `Area::check` in
+                // `V6Lanes::begin` on this area, and its frame is not yet handed on (as the
+                // caller guarantees; each lane's frame is forwarded here once).
+                unsafe {
+                    let lane_key = (lane.dst(), lane.tags(), lane.walk);
+                    vlan::route_now_tagged_v6(area, bounds, tp, v6, lane_frame, lane_key)
+                }
             });
             match routed {
                 Some((out, addr, len)) => {
-                    stage_or_drop(stages, out, addr, len, free, frame_mask, t);
+                    stage_or_drop(stages, out, addr, len, free, &frame_mask, t);
                 }
-                None => vlan::leave(area, (fwd, rt, in_port), tagged, &d, later),
+                None => vlan::leave(area, (fwd, rt, in_port), tagged, &lane.desc(), later),
             }
             continue;
         }
@@ -129,7 +146,7 @@ unsafe fn forward_lanes<'r, const TAGGED: bool>(
             Some(lane.dst())
         );
         match Forwarder::route_now_v6(v6, ingress, port_macs, frame, lane.dst(), lane.walk) {
-            Some(out) => stage_or_drop(stages, out, lane.off as u64, len, free, frame_mask, t),
+            Some(out) => stage_or_drop(stages, out, lane.off as u64, len, free, &frame_mask, t),
             None => later.push(lane.desc(), fwd.prepare_routed(rt, ingress, frame)),
         }
     }
@@ -171,9 +188,9 @@ fn forward_others<'r, const TAGGED: bool>(
         }
         bytes += u64::from(d.len);
         if TAGGED {
-            match tagged.and_then(|tp| vlan::route_now_tagged(area, tp, v4, frame_mask, d)) {
+            match tagged.and_then(|tp| vlan::route_now_tagged(area, bounds, tp, v4, d)) {
                 Some((out, addr, len)) => {
-                    stage_or_drop(stages, out, addr, len, free, frame_mask, t);
+                    stage_or_drop(stages, out, addr, len, free, &frame_mask, t);
                 }
                 None => vlan::leave(area, (fwd, rt, in_port), tagged, d, later),
             }
@@ -190,7 +207,7 @@ fn forward_others<'r, const TAGGED: bool>(
         // A frame without a lane is not IPv6 (or too short to be): the IPv4 path, which
         // leaves anything else unchanged.
         match Forwarder::route_now(v4, ingress, port_macs, frame) {
-            Some(out) => stage_or_drop(stages, out, d.addr, d.len, free, frame_mask, t),
+            Some(out) => stage_or_drop(stages, out, d.addr, d.len, free, &frame_mask, t),
             None => later.push(*d, fwd.prepare_routed(rt, ingress, frame)),
         }
     }

@@ -14,63 +14,85 @@ use crate::fib::{Routes, V4Routes, V6Routes};
 use crate::forward::{subif, Forwarder, Ingress, Parsed, TaggedPort};
 use crate::packet::vlan::{self, TagStack};
 use crate::packet::{self, DropReason, HeaderDst};
-use crate::port::umem::{Area, FreeList};
+use crate::port::umem::{Area, Bounds, FreeList};
 use crate::types::PortId;
 
 /// The one-pass path of a port with sub-interfaces ([`TaggedPort::route_now`]) for the
 /// frame of `d`, with the room before it that its egress tags may take: the egress port and
 /// the frame's new descriptor (addr, len), or None with the frame unchanged (also for a
-/// frame with less room before it than that: the general path's). `frame_mask`: an address
-/// masked with it is its frame's base.
+/// frame with less room before it than that: the general path's). `bounds`: the area's
+/// ([`Area::bounds`]).
 #[inline(always)]
 pub(super) fn route_now_tagged(
     area: &mut Area,
+    bounds: Bounds,
     port: &TaggedPort<'_>,
     v4: V4Routes<'_>,
-    frame_mask: u64,
     d: &XdpDesc,
 ) -> Option<(PortId, u64, u32)> {
-    let (addr, len, buf) = in_room(area, frame_mask, d)?;
+    let (addr, len, buf) = in_room(area, bounds, d)?;
     let (out, start) = port.route_now(v4, buf)?;
     Some(moved(out, addr, len, start))
 }
 
-/// [`route_now_tagged`] for IPv6 ([`TaggedPort::route_now_v6`]), routed by the lane `lane`
-/// (its destination and its walk, [`super::later::V6Lanes`]).
+/// [`route_now_tagged`] for IPv6 ([`TaggedPort::route_now_v6`]) of a lane's frame, `(off,
+/// len)`, routed by the lane's destination, the tags it was read past, and its walk
+/// ([`super::later::V6Lanes`]). `bounds`: the area's.
+///
+/// # Safety
+///
+/// `Area::check` of this area passed for `(off, len)` (as for each lane's frame, in
+/// `V6Lanes::begin`), and the frame is the caller's: received in this burst, not yet staged
+/// or freed.
 #[inline(always)]
-pub(super) fn route_now_tagged_v6<'r>(
+#[allow(unsafe_code)]
+pub(super) unsafe fn route_now_tagged_v6<'r>(
     area: &mut Area,
+    bounds: Bounds,
     port: &TaggedPort<'_>,
     rt: V6Routes<'r>,
-    frame_mask: u64,
-    d: &XdpDesc,
-    (walked, walk): (HeaderDst, Walk<'r>),
+    (off, len): (usize, u32),
+    (walked, tags, walk): (HeaderDst, u8, Walk<'r>),
 ) -> Option<(PortId, u64, u32)> {
-    let (addr, len, buf) = in_room(area, frame_mask, d)?;
-    let (out, start) = port.route_now_v6(rt, buf, walked, walk)?;
-    Some(moved(out, addr, len, start))
+    const ROOM: usize = subif::ROOM;
+    #[allow(clippy::cast_possible_truncation)] // ROOM is 8
+    const ROOM_LEN: u32 = subif::ROOM as u32;
+    if bounds.room_before(off) < ROOM as u64 {
+        return None;
+    }
+    // No wrap: the frame's offset has ROOM bytes before it in its frame, and its length is
+    // at most a frame's.
+    let (at, len) = (off - ROOM, len + ROOM_LEN);
+    // SAFETY: the frame is the caller's and `Area::check` passed for it (the caller's
+    // contract); the ROOM bytes before it lie in its own UMEM frame (its room checked just
+    // above), so the whole view is inside the area and the caller's.
+    let buf = unsafe { area.checked_frame_mut(at, len) };
+    let (out, start) = port.route_now_v6(rt, buf, (walked, tags), walk)?;
+    Some(moved(out, at as u64, len, start))
 }
 
 /// The frame of `d` with [`subif::ROOM`] bytes before it: that view's address, length and
-/// bytes. None for a frame with less room before it in its UMEM frame.
+/// bytes. None for a frame with less room before it in its UMEM frame (or a descriptor
+/// outside the area). `bounds`: the area's.
 #[inline(always)]
 #[allow(unsafe_code)]
 fn in_room<'a>(
     area: &'a mut Area,
-    frame_mask: u64,
+    bounds: Bounds,
     d: &XdpDesc,
 ) -> Option<(u64, u32, &'a mut [u8])> {
     const ROOM: u64 = subif::ROOM as u64;
     #[allow(clippy::cast_possible_truncation)] // ROOM is 8
     const ROOM_LEN: u32 = subif::ROOM as u32;
-    if d.addr & !frame_mask < ROOM {
-        return None;
-    }
-    let (addr, len) = (d.addr - ROOM, d.len.wrapping_add(ROOM_LEN));
-    let off = area.check(addr, len)?;
+    // Wrapping: a descriptor less than ROOM into the area, or one whose length then wraps,
+    // gives a range that ends past the area's end (or wraps), which the check refuses.
+    let (addr, len) = (d.addr.wrapping_sub(ROOM), d.len.wrapping_add(ROOM_LEN));
+    // The view with the room before the frame lies in one UMEM frame (its own: the frame
+    // ends at the same byte) inside the area, or the check fails.
+    let off = bounds.check(addr, len)?;
     // SAFETY: a frame received in this burst, not yet staged or freed, and the bytes before
-    // it in its own UMEM frame (at least ROOM of them, checked above); `Area::check` passed
-    // for the whole just above.
+    // it in its own UMEM frame; `Bounds::check` of this area's bounds passed for the whole
+    // just above.
     let buf = unsafe { area.checked_frame_mut(off, len) };
     Some((addr, len, buf))
 }

@@ -179,6 +179,13 @@ impl Bounds {
         #[allow(clippy::cast_possible_truncation)] // addr < end <= map.len(), a usize
         (in_frame && end <= self.len).then_some(addr as usize)
     }
+
+    /// The bytes before offset `off` in its frame (a frame's headroom, where `off` is its
+    /// start).
+    #[inline(always)]
+    pub(crate) fn room_before(self, off: usize) -> u64 {
+        off as u64 & (self.frame_size - 1)
+    }
 }
 
 /// The UMEM area: `frames` frames of `frame_size` bytes.

@@ -58,7 +58,7 @@ pub fn one_pass_tagged(
     let port = fwd.tagged_port(in_port)?;
     let frame = buf.get(crate::forward::subif::ROOM..)?;
     match crate::packet::v6_destination_hint_tagged(frame) {
-        Some(key) => port.route_now_v6(rt.v6(), buf, key, walked(rt, key.get())),
+        Some((key, tags)) => port.route_now_v6(rt.v6(), buf, (key, tags), walked(rt, key.get())),
         None => port.route_now(rt.v4(), buf),
     }
 }

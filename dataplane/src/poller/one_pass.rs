@@ -33,6 +33,25 @@ pub(super) fn stage_or_drop(
     }
 }
 
+/// [`stage_or_drop`] with the drop written inline: the loop of `rest.rs`'s
+/// `forward_others` keeps its registers so (callgrind, the IPv4+IPv6 cells: 1.4 instructions
+/// per packet fewer than with the drop out of line, which the other loops count fewer with).
+#[inline(always)]
+pub(super) fn stage_or_drop_inline(
+    stages: &mut [Stage],
+    out: u16,
+    addr: u64,
+    len: u32,
+    free: &mut FreeList,
+    frame_mask: u64,
+    t: &mut Tally,
+) {
+    if !stage(stages, usize::from(out), addr, len) {
+        t.drop(DropReason::TxRingFull);
+        free.push(addr & frame_mask);
+    }
+}
+
 /// A forwarded frame its full stage did not take: dropped, counted, its buffer `base` back
 /// on the free list. Out of line and cold: the one-pass loops load nothing for it and keep
 /// their registers across it.

@@ -5,7 +5,7 @@
 use xdpilone::xdp::XdpDesc;
 
 use super::later::{Lane, Later, V6Lanes};
-use super::one_pass::stage_or_drop;
+use super::one_pass::{stage_or_drop, stage_or_drop_inline};
 use super::tally::Tally;
 use super::{vlan, Stage};
 use crate::fib::Routes;
@@ -207,7 +207,7 @@ fn forward_others<'r, const TAGGED: bool>(
         // A frame without a lane is not IPv6 (or too short to be): the IPv4 path, which
         // leaves anything else unchanged.
         match Forwarder::route_now(v4, ingress, port_macs, frame) {
-            Some(out) => stage_or_drop(stages, out, d.addr, d.len, free, &frame_mask, t),
+            Some(out) => stage_or_drop_inline(stages, out, d.addr, d.len, free, frame_mask, t),
             None => later.push(*d, fwd.prepare_routed(rt, ingress, frame)),
         }
     }

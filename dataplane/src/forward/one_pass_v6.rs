@@ -62,6 +62,20 @@ pub(super) mod tests {
     use crate::packet::field::eth;
     use crate::types::Mode;
 
+    /// A destination of another route or class than the testbed's frames carry (another
+    /// route, link-local, multicast, loopback): a lane's that is not its header's.
+    pub(in crate::forward) fn another_destination(rng: &mut impl Rng) -> u128 {
+        let other = [
+            "2001:2:0:3::9",
+            "fe80::1",
+            "ff02::1",
+            "::1",
+            "2001:2:0:1::9",
+        ];
+        let at = rng.gen_range(0..other.len());
+        u128::from(other[at].parse::<std::net::Ipv6Addr>().unwrap())
+    }
+
     /// A frame near the one pass's case: addresses at the edges of the ranges a router
     /// refuses (zero, ::1, v4-mapped, multicast, link-local) or routed, extension headers or
     /// not, hop limits 0 to 2, payload lengths around the frame's, MACs right or not, frames
@@ -129,20 +143,9 @@ pub(super) mod tests {
                 // address, or one of another route or class: link-local, multicast, ::1):
                 // the one pass sends the frame on toward the lane's, checked as the general
                 // path checks and sends a frame whose header names it (`seen`).
-                let other = [
-                    "2001:2:0:3::9",
-                    "fe80::1",
-                    "ff02::1",
-                    "::1",
-                    "2001:2:0:1::9",
-                ];
                 let walked = match rng.gen_range(0..40) {
                     0 => dst ^ 1,
-                    1 => u128::from(
-                        other[rng.gen_range(0..other.len())]
-                            .parse::<std::net::Ipv6Addr>()
-                            .unwrap(),
-                    ),
+                    1 => another_destination(&mut rng),
                     _ => dst,
                 };
                 let at = eth::HLEN + 24..eth::HLEN + 40;

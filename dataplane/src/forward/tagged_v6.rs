@@ -107,7 +107,7 @@ impl TaggedPort<'_> {
 mod tests {
     use rand::{Rng, SeedableRng};
 
-    use super::super::one_pass_v6::tests::near_plain;
+    use super::super::one_pass_v6::tests::{another_destination, near_plain};
     use crate::packet::build::{udp_v6, FrameSpec};
     use crate::packet::vlan::{pop_tags, push_tags, Tag, TagStack};
     use crate::packet::{v6_destination_hint_tagged, HeaderDst};
@@ -176,20 +176,9 @@ mod tests {
             let mut seen = frame.clone();
             let routed = match hint {
                 Some((dst, tags)) if rng.gen_bool(0.1) => {
-                    let other = [
-                        "2001:2:0:3::9",
-                        "fe80::1",
-                        "ff02::1",
-                        "::1",
-                        "2001:2:0:1::9",
-                    ];
                     let walked = match rng.gen_range(0..3) {
                         0 => dst.get() ^ (1 << 80),
-                        _ => u128::from(
-                            other[rng.gen_range(0..other.len())]
-                                .parse::<std::net::Ipv6Addr>()
-                                .unwrap(),
-                        ),
+                        _ => another_destination(&mut rng),
                     };
                     let at = 14 + 4 * usize::from(tags) + 24;
                     seen[at..at + 16].copy_from_slice(&walked.to_be_bytes());

@@ -110,7 +110,7 @@ fn plain_prefix(a: u128) -> bool {
 /// payload inside the frame, no extension header, a hop limit above 1, no martian or
 /// link-local address. Returns the packet's length; None for anything else, which
 /// [`super::parse_l3`] then decides (the same verdict where it forwards:
-/// `forward::one_pass_v6`'s test).
+/// `forward::one_pass_v6`'s and `forward::tagged_v6`'s tests).
 #[inline(always)]
 pub(crate) fn parse_v6_plain_to(
     hdr: &[u8; ipv6::HLEN],

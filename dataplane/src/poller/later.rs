@@ -76,7 +76,8 @@ pub(super) struct V6Lanes<'r> {
 }
 
 /// A lane of [`V6Lanes`]: its frame (the index in the burst, and its descriptor's length and
-/// the offset [`Area::check`] gave it), the destination read from the frame, and its lookup.
+/// the offset [`Area::check`] gave it), the destination read from the frame with the tags it
+/// was read past, and its lookup.
 #[derive(Clone, Copy)]
 pub(super) struct Lane<'r> {
     /// The destination read from the frame's header, as little-endian bytes: the walk reads
@@ -153,8 +154,8 @@ impl<'r> dir::Lane<'r, u128> for Lane<'r> {
 /// Whether a frame is one [`V6Lanes::begin`] gives a lane: inside the area (`Area::check`, so
 /// the bytes read are this frame's), at least its hint's length, IPv6 by its ethertype (so a
 /// frame of `route_rest` without a lane is not IPv6 by its hint). Its offset
-/// ([`Area::check`]'s) and its destination, read for the walk and, untagged, the frame's
-/// forwarding, and the tags it was read past. `TAGGED`: past up to two tags
+/// ([`Area::check`]'s), its destination, read for the walk and the frame's forwarding, and
+/// the tags it was read past. `TAGGED`: past up to two tags
 /// ([`packet::v6_destination_hint_tagged`]); else none.
 #[inline(always)]
 pub(super) fn v6_lane_key<const TAGGED: bool>(

@@ -295,8 +295,10 @@ impl<Q: RingIo> Poller<Q> {
             }
             if TAGGED {
                 if let Some(tp) = &tagged {
-                    if let Some((out, addr, len)) = vlan::route_now_tagged(area, bounds, tp, v4, d)
-                    {
+                    // SAFETY: `bounds` are this area's (taken above), and the frame of `d`,
+                    // received in this burst, is staged or freed only after this call.
+                    let routed = unsafe { vlan::route_now_tagged(area, bounds, tp, v4, d) };
+                    if let Some((out, addr, len)) = routed {
                         stage_or_drop(stages, out, addr, len, free, frame_mask, t);
                         continue;
                     }

@@ -116,8 +116,9 @@ unsafe fn forward_lanes<'r, const TAGGED: bool>(
             let routed = tagged.and_then(|tp| {
                 let lane_frame = (lane.off, len);
                 // SAFETY: a lane's offset and length passed `Area::check` in
-                // `V6Lanes::begin` on this area, and its frame is not yet handed on (as the
-                // caller guarantees; each lane's frame is forwarded here once).
+                // `V6Lanes::begin` on this area, its frame is not yet handed on (as the
+                // caller guarantees; each lane's frame is forwarded here once), and `bounds`
+                // are this area's (taken above).
                 unsafe {
                     let lane_key = (lane.dst(), lane.tags(), lane.walk);
                     vlan::route_now_tagged_v6(area, bounds, tp, v6, lane_frame, lane_key)
@@ -188,7 +189,11 @@ fn forward_others<'r, const TAGGED: bool>(
         }
         bytes += u64::from(d.len);
         if TAGGED {
-            match tagged.and_then(|tp| vlan::route_now_tagged(area, bounds, tp, v4, d)) {
+            // SAFETY: `bounds` are this area's (taken above), and the frame of `d`, of this
+            // burst and without a lane (not forwarded by one), is staged or freed only after.
+            let routed =
+                tagged.and_then(|tp| unsafe { vlan::route_now_tagged(area, bounds, tp, v4, d) });
+            match routed {
                 Some((out, addr, len)) => {
                     stage_or_drop(stages, out, addr, len, free, &frame_mask, t);
                 }

@@ -20,17 +20,23 @@ use crate::types::PortId;
 /// The one-pass path of a port with sub-interfaces ([`TaggedPort::route_now`]) for the
 /// frame of `d`, with the room before it that its egress tags may take: the egress port and
 /// the frame's new descriptor (addr, len), or None with the frame unchanged (also for a
-/// frame with less room before it than that: the general path's). `bounds`: the area's
-/// ([`Area::bounds`]).
+/// frame with less room before it than that: the general path's).
+///
+/// # Safety
+///
+/// `bounds` are this area's ([`Area::bounds`]), and the frame of `d` is the caller's:
+/// received in this burst, not yet staged or freed.
 #[inline(always)]
-pub(super) fn route_now_tagged(
+#[allow(unsafe_code)]
+pub(super) unsafe fn route_now_tagged(
     area: &mut Area,
     bounds: Bounds,
     port: &TaggedPort<'_>,
     v4: V4Routes<'_>,
     d: &XdpDesc,
 ) -> Option<(PortId, u64, u32)> {
-    let (addr, len, buf) = in_room(area, bounds, d)?;
+    // SAFETY: the caller's contract is `in_room`'s.
+    let (addr, len, buf) = unsafe { in_room(area, bounds, d)? };
     let (out, start) = port.route_now(v4, buf)?;
     Some(moved(out, addr, len, start))
 }
@@ -42,8 +48,8 @@ pub(super) fn route_now_tagged(
 /// # Safety
 ///
 /// `Area::check` of this area passed for `(off, len)` (as for each lane's frame, in
-/// `V6Lanes::begin`), and the frame is the caller's: received in this burst, not yet staged
-/// or freed.
+/// `V6Lanes::begin`), the frame is the caller's: received in this burst, not yet staged or
+/// freed; and `bounds` are this area's ([`Area::bounds`]).
 #[inline(always)]
 #[allow(unsafe_code)]
 pub(super) unsafe fn route_now_tagged_v6<'r>(
@@ -57,7 +63,7 @@ pub(super) unsafe fn route_now_tagged_v6<'r>(
     const ROOM: usize = subif::ROOM;
     #[allow(clippy::cast_possible_truncation)] // ROOM is 8
     const ROOM_LEN: u32 = subif::ROOM as u32;
-    if bounds.room_before(off) < ROOM as u64 {
+    if bounds.room_before(off as u64) < ROOM as u64 {
         return None;
     }
     // No wrap: the frame's offset has ROOM bytes before it in its frame, and its length is
@@ -65,18 +71,24 @@ pub(super) unsafe fn route_now_tagged_v6<'r>(
     let (at, len) = (off - ROOM, len + ROOM_LEN);
     // SAFETY: the frame is the caller's and `Area::check` passed for it (the caller's
     // contract); the ROOM bytes before it lie in its own UMEM frame (its room checked just
-    // above), so the whole view is inside the area and the caller's.
+    // above against this area's frame size, the caller's bounds), so the whole view is
+    // inside the area and the caller's.
     let buf = unsafe { area.checked_frame_mut(at, len) };
     let (out, start) = port.route_now_v6(rt, buf, (walked, tags), walk)?;
     Some(moved(out, at as u64, len, start))
 }
 
 /// The frame of `d` with [`subif::ROOM`] bytes before it: that view's address, length and
-/// bytes. None for a frame with less room before it in its UMEM frame (or a descriptor
-/// outside the area). `bounds`: the area's.
+/// bytes. None for a frame with less room before it in its UMEM frame, or a descriptor not
+/// inside one frame of the area.
+///
+/// # Safety
+///
+/// `bounds` are this area's ([`Area::bounds`]), and the frame of `d` is the caller's:
+/// received in this burst, not yet staged or freed.
 #[inline(always)]
 #[allow(unsafe_code)]
-fn in_room<'a>(
+unsafe fn in_room<'a>(
     area: &'a mut Area,
     bounds: Bounds,
     d: &XdpDesc,
@@ -84,17 +96,18 @@ fn in_room<'a>(
     const ROOM: u64 = subif::ROOM as u64;
     #[allow(clippy::cast_possible_truncation)] // ROOM is 8
     const ROOM_LEN: u32 = subif::ROOM as u32;
-    // Wrapping: a descriptor less than ROOM into the area, or one whose length then wraps,
-    // gives a range that ends past the area's end (or wraps), which the check refuses.
-    let (addr, len) = (d.addr.wrapping_sub(ROOM), d.len.wrapping_add(ROOM_LEN));
-    // The view with the room before the frame lies in one UMEM frame (its own: the frame
-    // ends at the same byte) inside the area, or the check fails.
-    let off = bounds.check(addr, len)?;
-    // SAFETY: a frame received in this burst, not yet staged or freed, and the bytes before
-    // it in its own UMEM frame; `Bounds::check` of this area's bounds passed for the whole
-    // just above.
-    let buf = unsafe { area.checked_frame_mut(off, len) };
-    Some((addr, len, buf))
+    // The descriptor inside one UMEM frame of the area (so no longer than a frame), with
+    // ROOM bytes before it in that frame: the view from there to its end is in that frame.
+    if bounds.room_before(d.addr) < ROOM {
+        return None;
+    }
+    let off = bounds.check(d.addr, d.len)?;
+    let (at, len) = (off - subif::ROOM, d.len + ROOM_LEN);
+    // SAFETY: the frame is the caller's (its contract), and so are the bytes before it in
+    // its own UMEM frame; `Bounds::check` of this area's bounds (the caller's) passed for
+    // the frame, and its room for the bytes before it, just above.
+    let buf = unsafe { area.checked_frame_mut(at, len) };
+    Some((d.addr - ROOM, len, buf))
 }
 
 /// The descriptor of a frame routed in the view [`in_room`] gave (`addr`, `len`), now
@@ -386,5 +399,51 @@ pub(super) fn not_staged(
     if !stage_tagged(area, stages, fwd, out, (addr, len)) {
         t.drop(DropReason::TxRingFull);
         free.push(addr & frame_mask);
+    }
+}
+
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tagged_view_holds_its_frame_and_the_room_before_it_in_that_frame_only() {
+        const FS: u32 = 2048;
+        let mut area = Area::new(4, FS, None, false).expect("area");
+        let bounds = area.bounds();
+        let fs = u64::from(FS);
+        // (addr, len, a view?): an empty descriptor at a frame's start, one less than ROOM
+        // into its frame, one that ends past its frame or the area, a length that would
+        // wrap, and the descriptors whose view lies in their own frame.
+        for (addr, len, ok) in [
+            (fs, 0, false),
+            (fs + 7, 60, false),
+            (fs + 1, 0, false),
+            (0, 60, false),
+            (fs + 8, 60, true),
+            (fs + 8, 0, true),
+            (fs + 256, FS - 256, true),
+            (fs + 256, FS - 255, false),
+            (4 * fs - 60, 60, true),
+            (4 * fs, 60, false),
+            (fs + 8, u32::MAX, false),
+            (u64::MAX - 3, 60, false),
+        ] {
+            let d = XdpDesc {
+                addr,
+                len,
+                options: 0,
+            };
+            // SAFETY: the area's own bounds; no frame of it is anyone else's here.
+            let view = unsafe { in_room(&mut area, bounds, &d) }.map(|(a, l, b)| (a, l, b.len()));
+            let room = subif::ROOM as u64;
+            let want = ok.then(|| (addr - room, len + 8, len as usize + 8));
+            assert_eq!(view, want, "{addr:#x} {len}");
+            if let Some((a, l, _)) = view {
+                assert_eq!(a / fs, (a + u64::from(l) - 1) / fs, "one frame");
+                assert_eq!(a / fs, addr / fs, "the descriptor's own");
+            }
+        }
     }
 }

@@ -183,8 +183,8 @@ impl Bounds {
     /// The bytes before offset `off` in its frame (a frame's headroom, where `off` is its
     /// start).
     #[inline(always)]
-    pub(crate) fn room_before(self, off: usize) -> u64 {
-        off as u64 & (self.frame_size - 1)
+    pub(crate) fn room_before(self, off: u64) -> u64 {
+        off & (self.frame_size - 1)
     }
 }
 

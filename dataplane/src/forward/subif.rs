@@ -290,7 +290,7 @@ fn wire(t: &Tag) -> [u8; vlan::TAG_LEN] {
 /// The two bytes of `h` at `at` as one word, in the frame's byte order (compared with a
 /// constant's `to_be_bytes` read the same way).
 #[inline(always)]
-fn wire_word(h: &[u8], at: usize) -> Option<u16> {
+pub(super) fn wire_word(h: &[u8], at: usize) -> Option<u16> {
     h.get(at..at + 2)?
         .first_chunk::<2>()
         .map(|w| u16::from_ne_bytes(*w))
@@ -469,6 +469,29 @@ impl TaggedPort<'_> {
         } else {
             let stack = h.get(12..20).and_then(|s| s.first_chunk::<8>());
             stack.is_some_and(|s| self.qinq.get(u64::from_le_bytes(*s)).is_some())
+        }
+    }
+
+    /// The interface that the `K` tags (1 or 2) after the MACs in `h` (a frame's first bytes)
+    /// name, as its id + 1: one 802.1Q tag of one of the port's VIDs (VID 0, a priority
+    /// tag: the port itself), two tags of one of its stacks. 0 for any other stack. The
+    /// ethertype after them is the caller's to check.
+    #[inline(always)]
+    pub(super) fn interface_after<const K: usize>(
+        &self,
+        h: &[u8; ETH_HLEN + 2 * vlan::TAG_LEN],
+    ) -> u16 {
+        if K == 1 {
+            if wire_word(h, 12) != Some(u16::from_ne_bytes(ETH_P_8021Q.to_be_bytes())) {
+                return 0;
+            }
+            let vid = wire_word(h, 14).map_or(0, |w| usize::from(u16::from_be(w) & 0x0fff));
+            self.dot1q.get(vid).copied().unwrap_or(0)
+        } else {
+            let stack = h.get(12..20).and_then(|s| s.first_chunk::<8>());
+            stack
+                .and_then(|s| self.qinq.get(u64::from_le_bytes(*s)))
+                .map_or(0, |id| id.wrapping_add(1))
         }
     }
 

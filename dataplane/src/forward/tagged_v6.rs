@@ -1,81 +1,87 @@
-//! The one-pass IPv6 path of a port with sub-interfaces: [`TaggedPort::route_now_v6`], the
-//! IPv6 twin of [`TaggedPort::route_now`], routed by a lookup walked beforehand with the
-//! burst's others.
+//! The one-pass IPv6 path of a port with sub-interfaces: a frame's lane
+//! ([`TaggedPort::v6_lane`]: its destination, and the interface its tags name) and, once its
+//! tags are popped, [`TaggedPort::route_now_v6`], the IPv6 twin of [`TaggedPort::route_now`],
+//! routed by a lookup walked beforehand with the burst's others.
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
-use super::subif::{TaggedPort, ROOM};
+use super::subif::{wire_word, TaggedPort, ROOM};
 use crate::fib::dir::Walk;
 use crate::fib::V6Routes;
 use crate::packet::field::ipv6;
 use crate::packet::vlan::TAG_LEN;
-use crate::packet::{self, HeaderDst, ETH_HLEN};
+use crate::packet::{self, HeaderDst, ETH_HLEN, ETH_P_IPV6};
 use crate::types::PortId;
 
 impl TaggedPort<'_> {
-    /// An IPv6 frame with no tag, one or two forwarded whole, its route lookup begun with
-    /// [`Routes::walk`] for destination `walked` and taken to its end with the burst's others
-    /// ([`Routes::walk_all_v6`]). `walked` and `tags` are what
-    /// [`packet::v6_destination_hint_tagged`] read from this frame: the header's destination
-    /// and the tags before its ethertype, which must name an interface of the port
-    /// ([`TaggedPort::names_interface`]); the header is not read for its destination again.
-    /// `buf` is the frame with [`ROOM`] bytes before it. The
-    /// fixed header is checked as `Forwarder::route_now_v6` checks it, the hop limit
-    /// decremented in place, and the Ethernet header written anew in front of the IPv6
-    /// header with the egress interface's tags. Returns the egress port and where the frame
-    /// now starts in `buf`; None leaves `buf` unchanged, for the general path.
+    /// What the one pass's lane of a `frame` received on the port holds: the destination
+    /// of the IPv6 header past its tags, how many tags there are and the interface they
+    /// name ([`TaggedPort::v6_stack`]). None for a frame [`TaggedPort::v6_stack`] refuses, or
+    /// shorter than its header's destination. Its tags and destination are those
+    /// [`packet::v6_destination_hint_tagged`] reads.
     #[inline(always)]
-    pub(crate) fn route_now_v6<'r>(
-        &self,
-        rt: V6Routes<'r>,
-        buf: &mut [u8],
-        (walked, tags): (HeaderDst, u8),
-        walk: Walk<'r>,
-    ) -> Option<(PortId, usize)> {
-        const HEAD: usize = ROOM + ETH_HLEN + 2 * TAG_LEN;
-        let head = buf.first_chunk::<HEAD>()?;
-        match tags {
-            0 => self.route_tags_v6::<0>(rt, buf, walked, walk),
-            1 if self.names_interface::<1, HEAD>(head) => {
-                self.route_tags_v6::<1>(rt, buf, walked, walk)
-            }
-            2 if self.names_interface::<2, HEAD>(head) => {
-                self.route_tags_v6::<2>(rt, buf, walked, walk)
-            }
-            _ => None,
-        }
+    pub(crate) fn v6_lane(&self, frame: &[u8]) -> Option<(HeaderDst, u8, u16)> {
+        let (tags, interface) = self.v6_stack(frame.first_chunk()?)?;
+        let dst = packet::v6_destination_past(frame, tags)?;
+        debug_assert_eq!(packet::v6_destination_hint_tagged(frame), Some((dst, tags)));
+        Some((dst, tags, interface))
     }
 
-    /// [`TaggedPort::route_now_v6`] of a frame with `K` tags that came in on one of the
-    /// port's interfaces: every offset a constant.
+    /// How many tags (0 to 2) lie before the IPv6 ethertype in `h` (a frame's first bytes),
+    /// and the interface they name as its id + 1 (0: none, the port's own frame). None for
+    /// a frame that is not IPv6 past no tag, one 802.1Q tag of the port's or two tags of one
+    /// of its stacks ([`TaggedPort::interface_after`]).
     #[inline(always)]
-    fn route_tags_v6<'r, const K: usize>(
+    pub(crate) fn v6_stack(&self, h: &[u8; ETH_HLEN + 2 * TAG_LEN]) -> Option<(u8, u16)> {
+        // Each word compared as it lies in the frame.
+        let v6 = u16::from_ne_bytes(ETH_P_IPV6.to_be_bytes());
+        let (tags, interface) = if wire_word(h, 12)? == v6 {
+            return Some((0, 0));
+        } else if wire_word(h, 16)? == v6 {
+            (1, self.interface_after::<1>(h))
+        } else if wire_word(h, 20)? == v6 {
+            (2, self.interface_after::<2>(h))
+        } else {
+            return None;
+        };
+        (interface != 0).then_some((tags, interface))
+    }
+
+    /// An untagged IPv6 frame (a lane's, its tags popped if it came with any) forwarded
+    /// whole, its route lookup begun with [`Routes::walk`] for destination `walked` and taken
+    /// to its end with the burst's others ([`Routes::walk_all_v6`]). `walked` is the
+    /// destination [`TaggedPort::v6_lane`] read from this frame's header, which is not read
+    /// again. `buf` is the frame with [`ROOM`] bytes before it. The fixed header is checked
+    /// as `Forwarder::route_now_v6` checks it, the hop limit decremented in place, and the
+    /// Ethernet header written anew in front of the IPv6 header with the egress interface's
+    /// tags. Returns the egress port and where the frame now starts in `buf`; None leaves
+    /// `buf` unchanged, for the general path.
+    #[inline(always)]
+    pub(crate) fn route_now_v6<'r>(
         &self,
         rt: V6Routes<'r>,
         buf: &mut [u8],
         walked: HeaderDst,
         walk: Walk<'r>,
     ) -> Option<(PortId, usize)> {
-        // From `at` the frame is read as an untagged one: its last ethertype and IPv6 header
-        // where an untagged frame has them. Everything read or written lies in the VIEW
-        // bytes from `K` tags in: the MACs (ROOM - K tags into it), the egress tags' room
-        // before the ethertype, the IPv6 header at its end.
+        // Everything read or written lies in the VIEW bytes: the room, the MACs, the egress
+        // tags' room before the ethertype, the IPv6 header at its end.
         const VIEW: usize = ROOM + ETH_HLEN + ipv6::HLEN;
-        let at = ROOM + K * TAG_LEN;
-        let macs_at = ROOM - K * TAG_LEN;
-        let view = buf.get(K * TAG_LEN..)?.first_chunk::<VIEW>()?;
-        // At least `at` + VIEW - ROOM bytes: no wrap.
-        let ip_wire = buf.len().wrapping_sub(at + ETH_HLEN);
-        let macs = view.get(macs_at..macs_at + 8)?.first_chunk::<8>()?;
-        if !self.ingress.accepts(macs) {
+        let view = buf.first_chunk::<VIEW>()?;
+        // At least VIEW bytes: no wrap.
+        let ip_wire = buf.len().wrapping_sub(ROOM + ETH_HLEN);
+        let macs = view.get(ROOM..ROOM + 8)?.first_chunk::<8>()?;
+        if wire_word(view, ROOM + 12)? != u16::from_ne_bytes(ETH_P_IPV6.to_be_bytes())
+            || !self.ingress.accepts(macs)
+        {
             return None;
         }
         let hdr = view.last_chunk::<{ ipv6::HLEN }>()?;
-        // The lane's destination is the one its hint read from this header, past these `K`
-        // tags (the hint's pair): the frame goes on toward it.
+        // The lane's destination is the one its hint read from this header: the frame goes
+        // on toward it.
         let len = packet::parse_v6_plain_to(hdr, ip_wire, walked)?;
-        // The flow hash reads the ports past the header: the whole frame from `at`.
+        // The flow hash reads the ports past the header: the whole frame.
         let hop = rt
             .route_ended(walk, || {
-                packet::flow_hash(buf.get(at..).unwrap_or_default())
+                packet::flow_hash(buf.get(ROOM..).unwrap_or_default())
             })
             .ok()?;
         if len > hop.mtu {
@@ -85,7 +91,7 @@ impl TaggedPort<'_> {
         if usize::from(e.len) > ROOM {
             return None;
         }
-        let view = buf.get_mut(K * TAG_LEN..)?.first_chunk_mut::<VIEW>()?;
+        let view = buf.first_chunk_mut::<VIEW>()?;
         if let Some(limit) = view.get_mut(ROOM + ETH_HLEN + ipv6::HOP_LIMIT) {
             *limit = limit.wrapping_sub(1); // above 1: checked by the parse
         }
@@ -98,7 +104,7 @@ impl TaggedPort<'_> {
         let start = ROOM - usize::from(e.len);
         let macs = view.get_mut(start..start + 12)?.first_chunk_mut::<12>()?;
         packet::set_macs(macs, hop.mac, e.src);
-        Some((e.port, K * TAG_LEN + start))
+        Some((e.port, start))
     }
 }
 
@@ -110,12 +116,12 @@ mod tests {
     use super::super::one_pass_v6::tests::{another_destination, near_plain};
     use crate::packet::build::{udp_v6, FrameSpec};
     use crate::packet::vlan::{pop_tags, push_tags, Tag, TagStack};
-    use crate::packet::{v6_destination_hint_tagged, HeaderDst};
+    use crate::packet::HeaderDst;
     use crate::testkit::corpus::{
         subif_egress, subif_named, subif_qinq, subif_vlan100, testbed_forwarder_with_subifs,
         PORT0_MAC,
     };
-    use crate::testkit::{one_pass_tagged, walked as walk_to};
+    use crate::testkit::{one_pass_tagged, tagged_lane_v6};
 
     #[test]
     fn the_tagged_one_pass_forwards_ipv6_as_the_general_path_does_and_leaves_the_rest() {
@@ -172,10 +178,10 @@ mod tests {
             // loopback one): the one pass does not read the header's again, so the frame is
             // checked and sent as the general path checks and sends one whose header names
             // the lane's (`seen`), the header's own left as it was.
-            let hint = v6_destination_hint_tagged(&frame);
+            let hint = fwd.tagged_port(port).and_then(|tp| tp.v6_lane(&frame));
             let mut seen = frame.clone();
             let routed = match hint {
-                Some((dst, tags)) if rng.gen_bool(0.1) => {
+                Some((dst, tags, _)) if rng.gen_bool(0.1) => {
                     let walked = match rng.gen_range(0..3) {
                         0 => dst.get() ^ (1 << 80),
                         _ => another_destination(&mut rng),
@@ -184,7 +190,7 @@ mod tests {
                     seen[at..at + 16].copy_from_slice(&walked.to_be_bytes());
                     fwd.tagged_port(port).and_then(|tp| {
                         let lane = (HeaderDst::assumed(walked), tags);
-                        tp.route_now_v6(rt.v6(), &mut buf, lane, walk_to(rt, walked))
+                        tagged_lane_v6(&tp, rt, &mut buf, lane)
                     })
                 }
                 _ => one_pass_tagged(&fwd, rt, port, &mut buf),

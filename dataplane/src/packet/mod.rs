@@ -22,7 +22,8 @@ use v4::parse_v4;
 use v4::parse_v4_general;
 pub(crate) use v4::parse_v4_plain;
 pub(crate) use v6::{
-    is_v6_frame, parse_v6_plain_to, v6_destination_hint, v6_destination_hint_tagged, HeaderDst,
+    is_v6_frame, parse_v6_plain_to, v6_destination_hint, v6_destination_hint_tagged,
+    v6_destination_past, HeaderDst, V6_HINT_LEN,
 };
 
 /// Ethernet header length (no VLAN tag).

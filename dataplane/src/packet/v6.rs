@@ -55,6 +55,17 @@ pub(crate) fn v6_destination_hint(h: &[u8; V6_HINT_LEN]) -> Option<HeaderDst> {
     ip.last_chunk::<16>().map(HeaderDst::read)
 }
 
+/// The destination in the IPv6 header of a frame past its first `tags` tags, unchecked: for
+/// a frame whose ethertype past them is IPv6 (the caller's to check, as
+/// `TaggedPort::v6_lane` does while it looks up the stack). What
+/// [`v6_destination_hint_tagged`] reads for that many tags; None for a frame shorter.
+#[inline(always)]
+pub(crate) fn v6_destination_past(frame: &[u8], tags: u8) -> Option<HeaderDst> {
+    let dst = ETH_HLEN + usize::from(tags) * super::vlan::TAG_LEN + ipv6::DST;
+    let key = frame.get(dst..dst + 16)?.first_chunk::<16>()?;
+    Some(HeaderDst::read(key))
+}
+
 /// [`v6_destination_hint`] of a frame with up to two tags before its ethertype (802.1Q or
 /// 802.1ad TPIDs, whichever stack): the destination of the IPv6 packet it seems to carry,
 /// unchecked, and how many tags it was read past (the stack is not looked up here: the

@@ -156,6 +156,18 @@ pub fn pop_tags(frame: &mut [u8], stack: &TagStack) -> Option<usize> {
     Some(n)
 }
 
+/// Pops the first `tags` tags of a frame whose stack was read by their count alone (the one
+/// pass's, `TaggedPort::v6_lane`): the MACs move forward over them, so the frame from the
+/// offset returned on is the untagged frame. None (nothing moved) when the frame is shorter
+/// than its MACs and tags.
+#[inline(always)]
+pub(crate) fn pop_counted(frame: &mut [u8], tags: u8) -> Option<usize> {
+    let n = usize::from(tags) * TAG_LEN;
+    let macs = *frame.first_chunk::<MACS>()?;
+    frame.get_mut(n..n + MACS)?.copy_from_slice(&macs);
+    Some(n)
+}
+
 /// Pushes `stack` in front of an untagged frame that starts `stack.bytes()` into `buf` (the
 /// bytes before it: headroom): the MACs move to the front and the tags follow them. None
 /// (nothing moved) when `buf` is shorter than that room and the MACs.

@@ -10,9 +10,9 @@ use super::one_pass::prefetch_route;
 use super::MAX_BATCH;
 use crate::fib::dir::{self, Walk};
 use crate::fib::Routes;
-use crate::forward::Parsed;
-use crate::packet::{self, DropReason, HeaderDst};
-use crate::port::umem::Area;
+use crate::forward::{subif, Parsed, TaggedPort};
+use crate::packet::{self, vlan, DropReason, HeaderDst};
+use crate::port::umem::{Area, Bounds};
 use crate::types::PortId;
 
 /// The frames of a burst left to be decided after the rest (those the one pass left in
@@ -76,8 +76,11 @@ pub(super) struct V6Lanes<'r> {
 }
 
 /// A lane of [`V6Lanes`]: its frame (the index in the burst, and its descriptor's length and
-/// the offset [`Area::check`] gave it), the destination read from the frame with the tags it
-/// was read past, and its lookup.
+/// the offset [`Area::check`] gave it), the destination read from the frame's header, and
+/// its lookup. A lane of a port with sub-interfaces (`TAGGED`) is only for a frame with
+/// [`subif::ROOM`] bytes before it in its UMEM frame, whose tags (if any) name an interface
+/// of the port ([`popped_lane`]); `begin` popped them, and the lane's frame is the untagged
+/// one after them.
 #[derive(Clone, Copy)]
 pub(super) struct Lane<'r> {
     /// The destination read from the frame's header, as little-endian bytes: the walk reads
@@ -86,13 +89,17 @@ pub(super) struct Lane<'r> {
     pub(super) walk: Walk<'r>,
     pub(super) off: usize,
     len: u32,
-    /// Its frame's index in the burst (below MAX_BATCH, in the low 16 bits), and the tags
-    /// its destination was read past (0 to 2, in the bits above; 0 where the one pass is
-    /// untagged, so the word is the index alone).
+    /// Its frame's index in the burst (below MAX_BATCH, in the low 16 bits); where the one
+    /// pass is tagged, the interface the tags named as its id + 1 in the bits above (0: the
+    /// port's own frame; ids are below MAX_PORTS, 2^12). Untagged, the word is the index
+    /// alone.
     frame: u32,
 }
 
 impl Lane<'_> {
+    /// Where [`Lane::frame`]'s interface begins, above the index.
+    const INTERFACE: u32 = 16;
+
     /// The destination, as read from the frame's header.
     #[inline(always)]
     pub(super) fn dst(&self) -> HeaderDst {
@@ -105,20 +112,19 @@ impl Lane<'_> {
         (self.frame & 0xffff) as usize
     }
 
-    /// Its frame's length (its descriptor's).
+    /// Its frame's length (its descriptor's, less the tags popped).
     #[inline(always)]
     pub(super) fn len(&self) -> u32 {
         self.len
     }
 
-    /// How many tags lie before the ethertype of the header its destination was read from
-    /// (`packet::v6_destination_hint_tagged`): its frame's headers are at the offsets of
-    /// that many tags.
+    /// The interface its frame came in on, received on `port`: the one its tags named, or
+    /// the port.
     #[inline(always)]
-    pub(super) fn tags(&self) -> u8 {
-        #[allow(clippy::cast_possible_truncation)] // the bits above the index: 0 to 2
-        let tags = (self.frame >> 16) as u8;
-        tags
+    pub(super) fn ingress(&self, port: PortId) -> PortId {
+        #[allow(clippy::cast_possible_truncation)] // at most MAX_PORTS
+        let id = (self.frame >> Self::INTERFACE) as u16;
+        id.checked_sub(1).unwrap_or(port)
     }
 
     /// Its frame's descriptor: the received one's address (the area's offset is the
@@ -151,12 +157,13 @@ impl<'r> dir::Lane<'r, u128> for Lane<'r> {
     }
 }
 
-/// Whether a frame is one [`V6Lanes::begin`] gives a lane: inside the area (`Area::check`, so
-/// the bytes read are this frame's), at least its hint's length, IPv6 by its ethertype (so a
-/// frame of `route_rest` without a lane is not IPv6 by its hint). Its offset
-/// ([`Area::check`]'s), its destination, read for the walk and the frame's forwarding, and
-/// the tags it was read past. `TAGGED`: past up to two tags
-/// ([`packet::v6_destination_hint_tagged`]); else none.
+/// Whether a frame is IPv6 by its hint, the one pass's sign that `route_rest` takes over
+/// from it: inside the area (`Area::check`, so the bytes read are this frame's), at least
+/// its hint's length, IPv6 by its ethertype. Its offset ([`Area::check`]'s), its
+/// destination, read for the walk and the frame's forwarding, and the tags it was read
+/// past. `TAGGED`: past up to two tags ([`packet::v6_destination_hint_tagged`]; whether
+/// they name an interface of the port is [`V6Lanes::begin`]'s to look up); else past none,
+/// and exactly the frames `begin` gives a lane.
 #[inline(always)]
 pub(super) fn v6_lane_key<const TAGGED: bool>(
     area: &Area,
@@ -175,6 +182,51 @@ pub(super) fn v6_lane_key<const TAGGED: bool>(
     Some((off, key, tags))
 }
 
+/// The lane [`V6Lanes::begin`] gives the frame of `d` where the port has sub-interfaces
+/// (`tp`, its tables), if any: inside the area, with [`subif::ROOM`] bytes before it in its
+/// UMEM frame (the room its egress tags may take, `vlan::route_now_tagged_v6`), IPv6 past
+/// no tag or past tags that name an interface of the port ([`TaggedPort::v6_stack`]), at
+/// least its header's destination long. Its tags popped ([`vlan::pop_counted`]): the
+/// untagged frame's offset and length, its destination, and [`Lane::frame`]'s bits above
+/// the index (the interface). None, the frame unchanged, for any other frame.
+///
+/// # Safety
+///
+/// `bounds` are this area's ([`Area::bounds`]), and the frame of `d` is the caller's:
+/// received in this burst, not yet staged or freed, with no other view of it alive.
+#[inline(always)]
+unsafe fn popped_lane(
+    area: &mut Area,
+    bounds: Bounds,
+    tp: &TaggedPort<'_>,
+    d: &XdpDesc,
+) -> Option<(usize, u32, HeaderDst, u32)> {
+    let off = bounds.check(d.addr, d.len)?;
+    if bounds.room_before(d.addr) < subif::ROOM as u64 {
+        return None;
+    }
+    // SAFETY: the caller's frame (its contract), inside one frame of this area (`Bounds::check`
+    // of this area's bounds, the caller's, just above).
+    let frame = unsafe { area.checked_frame_mut(off, d.len) };
+    // An IPv6 frame's least length, checked once: its stack's bytes lie within.
+    let head = frame.first_chunk::<{ packet::V6_HINT_LEN }>()?;
+    let (tags, interface) = tp.v6_stack(head.first_chunk()?)?;
+    let bits = u32::from(interface) << Lane::INTERFACE;
+    let (key, n) = match tags {
+        0 => (packet::v6_destination_past(frame, 0)?, 0),
+        1 => {
+            let key = packet::v6_destination_past(frame, 1)?;
+            (key, vlan::pop_counted(frame, 1)?)
+        }
+        _ => {
+            let key = packet::v6_destination_past(frame, 2)?;
+            (key, vlan::pop_counted(frame, 2)?)
+        }
+    };
+    #[allow(clippy::cast_possible_truncation)] // at most two tags' bytes
+    Some((off + n, d.len - n as u32, key, bits))
+}
+
 impl<'r> V6Lanes<'r> {
     #[inline(always)]
     pub(super) fn new() -> Self {
@@ -185,18 +237,24 @@ impl<'r> V6Lanes<'r> {
 
     /// Begins a lookup for each IPv6 frame of `descs` (the rest of the burst, from its frame
     /// `first`), each lane kept with its frame ([`Lane::frame`]), and walks them all to
-    /// their last level. `TAGGED`: IPv6 past its tags too.
+    /// their last level. `TAGGED`: IPv6 past the tags of an interface of the port too
+    /// (`tagged`, [`popped_lane`]), those tags popped: the lane's frame is the untagged one.
     #[inline(never)]
     pub(super) fn begin<const TAGGED: bool>(
         &mut self,
-        area: &Area,
-        rt: Routes<'r>,
+        area: &mut Area,
+        (rt, tagged): (Routes<'r>, Option<&TaggedPort<'_>>),
         descs: &[XdpDesc],
         first: usize,
     ) {
+        if TAGGED {
+            self.begin_tagged(area, (rt, tagged), descs, first);
+            rt.walk_all_v6(&mut self.lanes);
+            return;
+        }
         let (v6, v4) = (rt.v6_levels(), rt.v4());
         for (k, d) in descs.iter().enumerate() {
-            let Some((off, key, tags)) = v6_lane_key::<TAGGED>(area, d) else {
+            let Some((off, key, _)) = v6_lane_key::<false>(area, d) else {
                 // Forwarded after the lanes' frames: its IPv4 route entry (if it is IPv4 by
                 // its hint) loads while they are.
                 prefetch_route(area, v4, d);
@@ -205,7 +263,7 @@ impl<'r> V6Lanes<'r> {
             Routes::prefetch_v6_in(v6, key.get());
             // Never full: one lane per descriptor of a burst, at most MAX_BATCH.
             #[allow(clippy::cast_possible_truncation)] // an index in a burst of MAX_BATCH
-            let frame = (first + k) as u32 | u32::from(tags) << 16;
+            let frame = (first + k) as u32;
             let _ = self.lanes.try_push(Lane {
                 key,
                 walk: rt.walk(),
@@ -215,6 +273,47 @@ impl<'r> V6Lanes<'r> {
             });
         }
         rt.walk_all_v6(&mut self.lanes);
+    }
+
+    /// [`V6Lanes::begin`]'s lanes where the port has sub-interfaces (`tagged`): a lane for
+    /// each frame [`popped_lane`] gives one, its tags popped.
+    #[inline(always)]
+    fn begin_tagged(
+        &mut self,
+        area: &mut Area,
+        (rt, tagged): (Routes<'r>, Option<&TaggedPort<'_>>),
+        descs: &[XdpDesc],
+        first: usize,
+    ) {
+        let (v6, v4) = (rt.v6_levels(), rt.v4());
+        let Some(tp) = tagged else {
+            // No lane without the port's tables.
+            for d in descs {
+                prefetch_route(area, v4, d);
+            }
+            return;
+        };
+        let bounds = area.bounds();
+        for (k, d) in descs.iter().enumerate() {
+            // SAFETY: `bounds` are this area's, and the frame of `d` is the caller's: received
+            // in this burst, not yet handed on (the one pass begins its lanes first).
+            let Some((off, len, key, ingress)) = (unsafe { popped_lane(area, bounds, tp, d) })
+            else {
+                prefetch_route(area, v4, d);
+                continue;
+            };
+            Routes::prefetch_v6_in(v6, key.get());
+            // Never full: one lane per descriptor of a burst, at most MAX_BATCH.
+            #[allow(clippy::cast_possible_truncation)] // an index in a burst of MAX_BATCH
+            let frame = (first + k) as u32 | ingress;
+            let _ = self.lanes.try_push(Lane {
+                key,
+                walk: rt.walk(),
+                off,
+                len,
+                frame,
+            });
+        }
     }
 
     /// The lanes [`V6Lanes::begin`] gave, in their frames' order.

@@ -39,16 +39,23 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
 ) -> u64 {
     let rest = descs.get(first..).unwrap_or_default();
     let mut lanes = V6Lanes::new();
-    lanes.begin::<TAGGED>(area, rt, rest, first);
+    lanes.begin::<TAGGED>(area, (rt, tagged), rest, first);
     let ctx = (&mut *area, &mut *free, &mut *stages, frame_mask);
-    // SAFETY: `lanes` were begun just above on `area` over frames of this burst, and no
-    // frame has been handed on since.
-    let mut bytes =
+    // SAFETY: `lanes` were begun just above on `area`, as `TAGGED` with `tagged`, over frames
+    // of this burst, and no frame has been handed on since.
+    let laned =
         unsafe { forward_lanes::<TAGGED>(ctx, (fwd, rt, in_port), tagged, &lanes, later, t) };
-    // The caller counted the first frame's bytes.
+    // The caller counted the first frame's bytes. Tagged, the loops count none (a lane's
+    // frame is its tags shorter than received): the descriptors' lengths are added here.
+    let mut bytes = if TAGGED {
+        let after = descs.get(first + 1..).unwrap_or_default();
+        after.iter().map(|d| u64::from(d.len)).sum()
+    } else {
+        laned
+    };
     let first_lane = lanes.lanes().first().filter(|l| l.frame() == first);
     let first_laned = first_lane.is_some();
-    if let Some(l) = first_lane {
+    if let Some(l) = first_lane.filter(|_| !TAGGED) {
         bytes -= u64::from(l.len());
     }
     if lanes.lanes().len() == rest.len() {
@@ -62,29 +69,33 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
     }
     let ctx = (area, free, stages, frame_mask);
     let others = descs.get(first + 1..).unwrap_or_default();
-    bytes
-        + forward_others::<TAGGED>(
-            ctx,
-            (fwd, rt, in_port),
-            tagged,
-            (others, first + 1),
-            &lanes,
-            later,
-            t,
-        )
+    let unlaned = forward_others::<TAGGED>(
+        ctx,
+        (fwd, rt, in_port),
+        tagged,
+        (others, first + 1),
+        &lanes,
+        later,
+        t,
+    );
+    if TAGGED {
+        bytes
+    } else {
+        bytes + unlaned
+    }
 }
 
 /// Each lane's frame forwarded whole by its lane ([`route_rest`]'s first loop), or left for
-/// pass 2. Returns their bytes. Each frame's descriptor is its lane's ([`Lane::desc`]), read
+/// pass 2. Returns their bytes (0 where `TAGGED`: `route_rest` counts them). Each frame's descriptor is its lane's ([`Lane::desc`]), read
 /// with the lane rather than from the burst. Out of line, as is the second loop: each keeps
 /// its own registers.
 ///
 /// # Safety
 ///
-/// `lanes` were begun ([`V6Lanes::begin`]) on this `area` over frames received in this burst,
-/// and none of their frames has been handed on (staged or freed) since: each lane's offset
-/// is then the one `Area::check` passed for its frame's descriptor, and the frame is this
-/// poller's.
+/// `lanes` were begun ([`V6Lanes::begin`]) on this `area`, as `TAGGED` with `tagged`, over
+/// frames received in this burst, and none of their frames has been handed on (staged or
+/// freed) since: each lane's offset is then the one `Area::check` passed for its frame's
+/// descriptor, and the frame is this poller's.
 #[inline(never)]
 unsafe fn forward_lanes<'r, const TAGGED: bool>(
     (area, free, stages, frame_mask): (&mut Area, &mut FreeList, &mut [Stage], u64),
@@ -94,44 +105,27 @@ unsafe fn forward_lanes<'r, const TAGGED: bool>(
     later: &mut Later<'r>,
     t: &mut Tally,
 ) -> u64 {
+    if TAGGED {
+        // SAFETY: the caller's contract.
+        unsafe {
+            forward_tagged_lanes(
+                (area, free, stages, frame_mask),
+                (fwd, rt, in_port),
+                tagged,
+                lanes,
+                later,
+                t,
+            );
+        }
+        return 0;
+    }
     let ingress = fwd.ingress(in_port);
     let port_macs = fwd.port_macs();
     let v6 = rt.v6();
-    let bounds = area.bounds();
     let mut bytes = 0u64;
     for lane in lanes.lanes() {
         let len = lane.len();
         bytes += u64::from(len);
-        if TAGGED {
-            // The lane's destination and tags are the ones `begin` read from this frame,
-            // unwritten since: the frame goes on toward them.
-            debug_assert_eq!(
-                area.check(lane.off as u64, len)
-                    // SAFETY: as below; a read-only view, gone before the frame is written.
-                    .and_then(|off| packet::v6_destination_hint_tagged(unsafe {
-                        area.frame(off, len)
-                    })),
-                Some((lane.dst(), lane.tags()))
-            );
-            let routed = tagged.and_then(|tp| {
-                let lane_frame = (lane.off, len);
-                // SAFETY: a lane's offset and length passed `Area::check` in
-                // `V6Lanes::begin` on this area, its frame is not yet handed on (as the
-                // caller guarantees; each lane's frame is forwarded here once), and `bounds`
-                // are this area's (taken above).
-                unsafe {
-                    let lane_key = (lane.dst(), lane.tags(), lane.walk);
-                    vlan::route_now_tagged_v6(area, bounds, tp, v6, lane_frame, lane_key)
-                }
-            });
-            match routed {
-                Some((out, addr, len)) => {
-                    stage_or_drop(stages, out, addr, len, free, &frame_mask, t);
-                }
-                None => vlan::leave(area, (fwd, rt, in_port), tagged, &lane.desc(), later),
-            }
-            continue;
-        }
         // A lane's offset is the one `Area::check` gave its descriptor (as the caller
         // guarantees).
         debug_assert_eq!(area.check(lane.off as u64, len), Some(lane.off));
@@ -154,9 +148,88 @@ unsafe fn forward_lanes<'r, const TAGGED: bool>(
     bytes
 }
 
+/// [`forward_lanes`] of a port with sub-interfaces (`tagged`): each lane's frame, its tags
+/// popped, forwarded whole with the egress interface's tags or none
+/// ([`vlan::route_now_tagged_v6`]), or left for pass 2 as a frame of the interface it came
+/// in on.
+///
+/// # Safety
+///
+/// As for [`forward_lanes`], whose lanes were begun as `TAGGED` with `tagged`: so each
+/// lane's frame has [`crate::forward::subif::ROOM`] bytes before it in its UMEM frame.
+#[inline(always)]
+unsafe fn forward_tagged_lanes<'r>(
+    (area, free, stages, frame_mask): (&mut Area, &mut FreeList, &mut [Stage], u64),
+    (fwd, rt, in_port): (&Forwarder, Routes<'r>, PortId),
+    tagged: Option<&TaggedPort<'_>>,
+    lanes: &V6Lanes<'r>,
+    later: &mut Later<'r>,
+    t: &mut Tally,
+) {
+    let Some(tp) = tagged else {
+        // `begin` gives no lane without the port's tables; were there one, it is left.
+        for lane in lanes.lanes() {
+            // SAFETY: the caller's contract, as below.
+            unsafe { leave_lane(area, (fwd, rt, in_port), lane, later) };
+        }
+        return;
+    };
+    let v6 = rt.v6();
+    for lane in lanes.lanes() {
+        // The lane's destination is the one `begin` read from this frame's header (its tags
+        // popped since, the header unwritten): the frame goes on toward it.
+        debug_assert_eq!(
+            area.check(lane.off as u64, lane.len())
+                // SAFETY: as below; a read-only view, gone before the frame is written.
+                .map(|off| unsafe { area.frame(off, lane.len()) })
+                .and_then(|f| f.first_chunk().and_then(packet::v6_destination_hint)),
+            Some(lane.dst())
+        );
+        // SAFETY: a lane's offset and length passed `Area::check` in `V6Lanes::begin` on this
+        // area, with ROOM bytes before it in its UMEM frame, and its frame is not yet handed
+        // on (as the caller guarantees; each lane's frame is forwarded here once).
+        let routed = unsafe {
+            vlan::route_now_tagged_v6(
+                area,
+                tp,
+                v6,
+                (lane.off, lane.len()),
+                (lane.dst(), lane.walk),
+            )
+        };
+        match routed {
+            Some((out, addr, len)) => stage_or_drop(stages, out, addr, len, free, &frame_mask, t),
+            // SAFETY: as above; the frame is unchanged (`route_now_tagged_v6` left it).
+            None => unsafe { leave_lane(area, (fwd, rt, in_port), lane, later) },
+        }
+    }
+}
+
+/// A tagged lane's frame that the one pass left (its tags popped by `begin`), parsed into
+/// `later` as a frame of the interface it came in on.
+///
+/// # Safety
+///
+/// The lane was begun on this `area` as `TAGGED` ([`V6Lanes::begin`]), and its frame is
+/// not yet handed on (staged or freed).
+#[cold]
+#[inline(never)]
+unsafe fn leave_lane<'r>(
+    area: &mut Area,
+    (fwd, rt, in_port): (&Forwarder, Routes<'r>, PortId),
+    lane: &Lane<'r>,
+    later: &mut Later<'r>,
+) {
+    // SAFETY: the lane's offset and length passed `Area::check` in `begin` (the caller's
+    // contract), and its frame is this poller's.
+    let frame = unsafe { area.checked_frame_mut(lane.off, lane.len()) };
+    let parsed = fwd.prepare_routed(rt, fwd.ingress(in_port), frame);
+    later.push_from(lane.desc(), parsed, lane.ingress(in_port));
+}
+
 /// The frames of `others` (the burst's from its index `at` on) without a lane forwarded
 /// whole (IPv4), or left for pass 2; the lanes' frames passed over (`forward_lanes` forwards
-/// them). Returns their bytes.
+/// them). Returns their bytes (0 where `TAGGED`: `route_rest` counts them).
 #[inline(never)]
 #[allow(clippy::too_many_arguments)] // the one pass's state, borrowed apart
 fn forward_others<'r, const TAGGED: bool>(
@@ -187,7 +260,9 @@ fn forward_others<'r, const TAGGED: bool>(
             next_laned = laned.next().unwrap_or(usize::MAX);
             continue;
         }
-        bytes += u64::from(d.len);
+        if !TAGGED {
+            bytes += u64::from(d.len);
+        }
         if TAGGED {
             // SAFETY: `bounds` are this area's (taken above), and the frame of `d`, of this
             // burst and without a lane (not forwarded by one), is staged or freed only after.

@@ -42,39 +42,34 @@ pub(super) unsafe fn route_now_tagged(
 }
 
 /// [`route_now_tagged`] for IPv6 ([`TaggedPort::route_now_v6`]) of a lane's frame, `(off,
-/// len)`, routed by the lane's destination, the tags it was read past, and its walk
-/// ([`super::later::V6Lanes`]). `bounds`: the area's.
+/// len)`, its tags popped, routed by the lane's destination and its walk
+/// ([`super::later::V6Lanes`]).
 ///
 /// # Safety
 ///
-/// `Area::check` of this area passed for `(off, len)` (as for each lane's frame, in
-/// `V6Lanes::begin`), the frame is the caller's: received in this burst, not yet staged or
-/// freed; and `bounds` are this area's ([`Area::bounds`]).
+/// `Area::check` of this area passed for `(off, len)` and the [`subif::ROOM`] bytes before
+/// `off` lie in its UMEM frame (as for each lane's frame of a port with sub-interfaces, in
+/// `V6Lanes::begin`), and the frame is the caller's: received in this burst, not yet staged
+/// or freed.
 #[inline(always)]
 #[allow(unsafe_code)]
 pub(super) unsafe fn route_now_tagged_v6<'r>(
     area: &mut Area,
-    bounds: Bounds,
     port: &TaggedPort<'_>,
     rt: V6Routes<'r>,
     (off, len): (usize, u32),
-    (walked, tags, walk): (HeaderDst, u8, Walk<'r>),
+    (walked, walk): (HeaderDst, Walk<'r>),
 ) -> Option<(PortId, u64, u32)> {
-    const ROOM: usize = subif::ROOM;
     #[allow(clippy::cast_possible_truncation)] // ROOM is 8
     const ROOM_LEN: u32 = subif::ROOM as u32;
-    if bounds.room_before(off as u64) < ROOM as u64 {
-        return None;
-    }
     // No wrap: the frame's offset has ROOM bytes before it in its frame, and its length is
     // at most a frame's.
-    let (at, len) = (off - ROOM, len + ROOM_LEN);
-    // SAFETY: the frame is the caller's and `Area::check` passed for it (the caller's
-    // contract); the ROOM bytes before it lie in its own UMEM frame (its room checked just
-    // above against this area's frame size, the caller's bounds), so the whole view is
+    let (at, len) = (off - subif::ROOM, len + ROOM_LEN);
+    // SAFETY: the frame is the caller's and `Area::check` passed for it, and the ROOM bytes
+    // before it lie in its own UMEM frame (the caller's contract), so the whole view is
     // inside the area and the caller's.
     let buf = unsafe { area.checked_frame_mut(at, len) };
-    let (out, start) = port.route_now_v6(rt, buf, (walked, tags), walk)?;
+    let (out, start) = port.route_now_v6(rt, buf, walked, walk)?;
     Some(moved(out, at as u64, len, start))
 }
 

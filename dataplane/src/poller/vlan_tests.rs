@@ -177,10 +177,13 @@ fn every_mix_of_untagged_and_tagged_interfaces_is_routed_with_its_tags() {
         tagged(&prio, &to_qinq),
         tagged(&vlan100(), &back),
     ];
+    let received: usize = traffic.iter().map(Vec::len).sum();
     let (s, out, whole) = run(forwarder(1500), traffic, 700);
     assert!(whole, "every UMEM frame accounted for");
     assert_eq!(s.total_drops(), 0, "{s:?}");
     assert_eq!(s.get(Counter::TxPackets), 700);
+    // Each frame's bytes as received, tags and all, once (100 rounds of the 7).
+    assert_eq!(s.get(Counter::RxBytes), 100 * received as u64);
     // Port 1: 100 untagged, 400 under QinQ; port 0: 200 under VLAN 100 (routed back out of
     // the port they came in on, a sub-interface of it: router on a stick).
     let stacks = |frames: &[Vec<u8>]| {
@@ -323,8 +326,10 @@ fn ipv6_under_a_qinq_stack_is_routed_and_answered_from_the_interface_the_stack_n
         tagged(&port0_qinq(), &v6(1)),
         tagged(&TagStack::two(Tag::dot1ad(31), Tag::dot1q(40)), &v6(64)),
     ];
+    let received: usize = traffic.iter().map(Vec::len).sum();
     let (s, out, whole) = run(forwarder(1500), traffic, 300);
     assert!(whole, "every UMEM frame accounted for");
+    assert_eq!(s.get(Counter::RxBytes), 100 * received as u64);
     assert_eq!(s.drop_count(DropReason::VlanTagged), 100, "{s:?}");
     assert_eq!(s.drop_count(DropReason::TtlExceeded), 100, "{s:?}");
     assert_eq!(s.get(Counter::IcmpSent), 100, "{s:?}");
@@ -419,10 +424,13 @@ fn tagged_ipv6_and_ipv4_each_leave_in_the_order_they_came_forwarded_in_one_pass(
     };
     let cycle = [v6("9"), v4_to("198.19.0.9"), v6("10"), v4_to("198.19.0.10")];
     let traffic: Vec<Vec<u8>> = cycle.iter().map(|f| tagged(&vlan100(), f)).collect();
+    let received: usize = traffic.iter().map(Vec::len).sum();
     let (s, out, whole) = run(forwarder(1500), traffic, 800);
     assert!(whole, "every UMEM frame accounted for");
     assert_eq!(s.total_drops(), 0, "{s:?}");
     assert_eq!(s.get(Counter::TxPackets), 800);
+    // Each frame's bytes as received, tags and all, once.
+    assert_eq!(s.get(Counter::RxBytes), 200 * received as u64);
     // Each frame out by what it carries: its kind and last address byte.
     let kind = |f: &Vec<u8>| {
         let tags = tag_stack(f).unwrap();

@@ -13,6 +13,7 @@ pub mod corpus;
 use crate::fib::dir::Walk;
 use crate::fib::Routes;
 use crate::forward::Forwarder;
+use crate::packet::HeaderDst;
 use crate::types::PortId;
 
 /// The one pass of a port without sub-interfaces on one frame, as the poller takes it: IPv4
@@ -44,11 +45,12 @@ pub fn one_pass(
 }
 
 /// The one pass of a port of a forwarder with sub-interfaces on one frame (`buf`: the frame
-/// after `forward::subif::ROOM` bytes of headroom), as the poller takes it: a frame IPv6 by
-/// its hint (past its tags) by `TaggedPort::route_now_v6` with its lookup walked as a
-/// burst's are, any other by `TaggedPort::route_now`. The egress port and where the frame
-/// now starts in `buf`; None: the frame is left to the general path, unchanged. None too
-/// for a forwarder without sub-interfaces.
+/// after `forward::subif::ROOM` bytes of headroom), as the poller takes it: a frame with a
+/// lane (`TaggedPort::v6_lane`: IPv6 past no tag or past tags naming an interface of the
+/// port) as [`tagged_lane_v6`] forwards it, with its lookup walked as a burst's are; any
+/// other by `TaggedPort::route_now`. The egress port and where the frame now starts in
+/// `buf`; None: the frame is left to the general path, unchanged. None too for a forwarder
+/// without sub-interfaces.
 pub fn one_pass_tagged(
     fwd: &Forwarder,
     rt: Routes<'_>,
@@ -57,9 +59,34 @@ pub fn one_pass_tagged(
 ) -> Option<(PortId, usize)> {
     let port = fwd.tagged_port(in_port)?;
     let frame = buf.get(crate::forward::subif::ROOM..)?;
-    match crate::packet::v6_destination_hint_tagged(frame) {
-        Some((key, tags)) => port.route_now_v6(rt.v6(), buf, (key, tags), walked(rt, key.get())),
+    match port.v6_lane(frame) {
+        Some((key, tags, _)) => tagged_lane_v6(&port, rt, buf, (key, tags)),
         None => port.route_now(rt.v4(), buf),
+    }
+}
+
+/// A tagged one pass's IPv6 lane on one frame (`buf`, after `forward::subif::ROOM` bytes of
+/// headroom), routed toward `dst`, its lookup walked as a burst's are: the frame's `tags`
+/// popped as `V6Lanes::begin` pops them, then `TaggedPort::route_now_v6`. The egress port and
+/// where the frame now starts in `buf`; None: `route_now_v6` left the popped frame unchanged
+/// (asserted), and `buf` is as it was (its tags put back; the poller leaves the popped frame
+/// to pass 2 as one of the interface they named).
+pub(crate) fn tagged_lane_v6(
+    port: &crate::forward::TaggedPort<'_>,
+    rt: Routes<'_>,
+    buf: &mut [u8],
+    (dst, tags): (HeaderDst, u8),
+) -> Option<(PortId, usize)> {
+    let before = buf.to_vec();
+    let n = crate::packet::vlan::pop_counted(buf.get_mut(crate::forward::subif::ROOM..)?, tags)?;
+    let popped = buf.to_vec();
+    match port.route_now_v6(rt.v6(), buf.get_mut(n..)?, dst, walked(rt, dst.get())) {
+        Some((out, start)) => Some((out, start + n)),
+        None => {
+            assert_eq!(buf, &popped[..], "route_now_v6 leaves a frame unchanged");
+            buf.copy_from_slice(&before);
+            None
+        }
     }
 }
 

@@ -452,6 +452,9 @@ impl TaggedPort<'_> {
     /// Whether the `K` tags (1 or 2) after the MACs in `head` (a frame's first bytes after
     /// [`ROOM`] bytes) name an interface of the port: one 802.1Q tag of one of its VIDs,
     /// two tags of one of its stacks. The ethertype after them is the caller's to check.
+    /// [`TaggedPort::interface_after`]'s hit or miss, written apart: as `interface_after(..)
+    /// != 0` the tagged IPv4 loop counted 7 more instructions a frame (callgrind, ring-bench
+    /// cell 2 with one tag).
     #[inline(always)]
     pub(super) fn names_interface<const K: usize, const N: usize>(&self, head: &[u8; N]) -> bool {
         let Some(h) = head

@@ -1,5 +1,5 @@
-//! The one-pass IPv6 path of a port with sub-interfaces: a frame's lane
-//! ([`TaggedPort::v6_lane`]: its destination, and the interface its tags name) and, once its
+//! The one-pass IPv6 path of a port with sub-interfaces: a frame's stack and the interface
+//! it names ([`TaggedPort::v6_stack`], which the poller's lanes are begun by) and, once its
 //! tags are popped, [`TaggedPort::route_now_v6`], the IPv6 twin of [`TaggedPort::route_now`],
 //! routed by a lookup walked beforehand with the burst's others.
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
@@ -16,7 +16,9 @@ impl TaggedPort<'_> {
     /// of the IPv6 header past its tags, how many tags there are and the interface they
     /// name ([`TaggedPort::v6_stack`]). None for a frame [`TaggedPort::v6_stack`] refuses, or
     /// shorter than its header's destination. Its tags and destination are those
-    /// [`packet::v6_destination_hint_tagged`] reads.
+    /// [`packet::v6_destination_hint_tagged`] reads. What the poller's lanes read (in their
+    /// own loop, each stack's destination at its own offset), for the tests and the fuzzer.
+    #[cfg(any(test, feature = "testkit"))]
     #[inline(always)]
     pub(crate) fn v6_lane(&self, frame: &[u8]) -> Option<(HeaderDst, u8, u16)> {
         let (tags, interface) = self.v6_stack(frame.first_chunk()?)?;
@@ -48,7 +50,7 @@ impl TaggedPort<'_> {
     /// An untagged IPv6 frame (a lane's, its tags popped if it came with any) forwarded
     /// whole, its route lookup begun with [`Routes::walk`] for destination `walked` and taken
     /// to its end with the burst's others ([`Routes::walk_all_v6`]). `walked` is the
-    /// destination [`TaggedPort::v6_lane`] read from this frame's header, which is not read
+    /// destination its lane read from this frame's header (`V6Lanes::begin`), not read
     /// again. `buf` is the frame with [`ROOM`] bytes before it. The fixed header is checked
     /// as `Forwarder::route_now_v6` checks it, the hop limit decremented in place, and the
     /// Ethernet header written anew in front of the IPv6 header with the egress interface's
@@ -179,6 +181,14 @@ mod tests {
             // checked and sent as the general path checks and sends one whose header names
             // the lane's (`seen`), the header's own left as it was.
             let hint = fwd.tagged_port(port).and_then(|tp| tp.v6_lane(&frame));
+            // A lane names the interface its stack names (id + 1; 0: the port's own frame),
+            // the one its frame is decided as where the one pass leaves it.
+            if let Some((_, tags, interface)) = hint {
+                let named = subif_named(port, &stack).expect("a lane's stack is known");
+                let lane_ingress = interface.checked_sub(1).unwrap_or(port);
+                assert_eq!(lane_ingress, named, "{stack:?} on port {port}");
+                assert_eq!(usize::from(tags), stack.tags().len());
+            }
             let mut seen = frame.clone();
             let routed = match hint {
                 Some((dst, tags, _)) if rng.gen_bool(0.1) => {

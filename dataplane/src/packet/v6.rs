@@ -57,7 +57,7 @@ pub(crate) fn v6_destination_hint(h: &[u8; V6_HINT_LEN]) -> Option<HeaderDst> {
 
 /// The destination in the IPv6 header of a frame past its first `tags` tags, unchecked: for
 /// a frame whose ethertype past them is IPv6 (the caller's to check, as
-/// `TaggedPort::v6_lane` does while it looks up the stack). What
+/// `TaggedPort::v6_stack` does while it looks up the stack). What
 /// [`v6_destination_hint_tagged`] reads for that many tags; None for a frame shorter.
 #[inline(always)]
 pub(crate) fn v6_destination_past(frame: &[u8], tags: u8) -> Option<HeaderDst> {

@@ -156,8 +156,8 @@ pub fn pop_tags(frame: &mut [u8], stack: &TagStack) -> Option<usize> {
     Some(n)
 }
 
-/// Pops the first `tags` tags of a frame whose stack was read by their count alone (the one
-/// pass's, `TaggedPort::v6_lane`): the MACs move forward over them, so the frame from the
+/// Pops the first `tags` tags of a frame whose stack was read by their count alone (a tagged
+/// IPv6 lane's, `TaggedPort::v6_stack`): the MACs move forward over them, so the frame from the
 /// offset returned on is the untagged frame. None (nothing moved) when the frame is shorter
 /// than its MACs and tags.
 #[inline(always)]

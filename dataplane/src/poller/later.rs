@@ -2,7 +2,7 @@
 //! for pass 2 with their parse results ([`Later`]), and the burst's IPv6 route lookups,
 //! walked together before the one pass forwards their frames ([`V6Lanes`]).
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
-#![allow(unsafe_code)] // the frames' first bytes read for the lanes' keys
+#![allow(unsafe_code)] // the frames' first bytes read for the lanes' keys, a tagged lane's tags popped
 use arrayvec::ArrayVec;
 use xdpilone::xdp::XdpDesc;
 
@@ -75,12 +75,12 @@ pub(super) struct V6Lanes<'r> {
     lanes: ArrayVec<Lane<'r>, MAX_BATCH>,
 }
 
-/// A lane of [`V6Lanes`]: its frame (the index in the burst, and its descriptor's length and
-/// the offset [`Area::check`] gave it), the destination read from the frame's header, and
-/// its lookup. A lane of a port with sub-interfaces (`TAGGED`) is only for a frame with
-/// [`subif::ROOM`] bytes before it in its UMEM frame, whose tags (if any) name an interface
-/// of the port ([`popped_lane`]); `begin` popped them, and the lane's frame is the untagged
-/// one after them.
+/// A lane of [`V6Lanes`]: its frame (the index in the burst, and its offset and length: its
+/// descriptor's, which [`Area::check`] passed), the destination read from the frame's
+/// header, and its lookup. A lane of a port with sub-interfaces (`TAGGED`) is only for a
+/// frame with [`subif::ROOM`] bytes before its descriptor in its UMEM frame, whose tags (if
+/// any) name an interface of the port ([`popped_lane`]); `begin` popped them, and the lane's
+/// offset and length are the untagged frame's after them, the end of the descriptor's.
 #[derive(Clone, Copy)]
 pub(super) struct Lane<'r> {
     /// The destination read from the frame's header, as little-endian bytes: the walk reads
@@ -98,7 +98,7 @@ pub(super) struct Lane<'r> {
 
 impl Lane<'_> {
     /// Where [`Lane::frame`]'s interface begins, above the index.
-    const INTERFACE: u32 = 16;
+    const INTERFACE_SHIFT: u32 = 16;
 
     /// The destination, as read from the frame's header.
     #[inline(always)]
@@ -123,12 +123,12 @@ impl Lane<'_> {
     #[inline(always)]
     pub(super) fn ingress(&self, port: PortId) -> PortId {
         #[allow(clippy::cast_possible_truncation)] // at most MAX_PORTS
-        let id = (self.frame >> Self::INTERFACE) as u16;
+        let id = (self.frame >> Self::INTERFACE_SHIFT) as u16;
         id.checked_sub(1).unwrap_or(port)
     }
 
     /// Its frame's descriptor: the received one's address (the area's offset is the
-    /// address, [`Area::check`]) and length. No options: a burst with lanes has no chain
+    /// address, [`Area::check`]) and length, past the tags popped for a tagged lane. No options: a burst with lanes has no chain
     /// (`XDP_PKT_CONTD` is the only receive option), as staged descriptors have none.
     #[inline(always)]
     pub(super) fn desc(&self) -> XdpDesc {
@@ -211,7 +211,7 @@ unsafe fn popped_lane(
     // An IPv6 frame's least length, checked once: its stack's bytes lie within.
     let head = frame.first_chunk::<{ packet::V6_HINT_LEN }>()?;
     let (tags, interface) = tp.v6_stack(head.first_chunk()?)?;
-    let bits = u32::from(interface) << Lane::INTERFACE;
+    let bits = u32::from(interface) << Lane::INTERFACE_SHIFT;
     let (key, n) = match tags {
         0 => (packet::v6_destination_past(frame, 0)?, 0),
         1 => {
@@ -239,16 +239,24 @@ impl<'r> V6Lanes<'r> {
     /// `first`), each lane kept with its frame ([`Lane::frame`]), and walks them all to
     /// their last level. `TAGGED`: IPv6 past the tags of an interface of the port too
     /// (`tagged`, [`popped_lane`]), those tags popped: the lane's frame is the untagged one.
+    ///
+    /// # Safety
+    ///
+    /// The frames of `descs` are the caller's: received on `area` in this burst, none staged
+    /// or freed yet; and there are at most MAX_BATCH of them (a burst's), so each frame that
+    /// has its tags popped is kept in a lane.
     #[inline(never)]
-    pub(super) fn begin<const TAGGED: bool>(
+    pub(super) unsafe fn begin<const TAGGED: bool>(
         &mut self,
         area: &mut Area,
         (rt, tagged): (Routes<'r>, Option<&TaggedPort<'_>>),
         descs: &[XdpDesc],
         first: usize,
     ) {
+        debug_assert!(descs.len() <= MAX_BATCH);
         if TAGGED {
-            self.begin_tagged(area, (rt, tagged), descs, first);
+            // SAFETY: the caller's contract, this fn's own.
+            unsafe { self.begin_tagged(area, (rt, tagged), descs, first) };
             rt.walk_all_v6(&mut self.lanes);
             return;
         }
@@ -277,8 +285,12 @@ impl<'r> V6Lanes<'r> {
 
     /// [`V6Lanes::begin`]'s lanes where the port has sub-interfaces (`tagged`): a lane for
     /// each frame [`popped_lane`] gives one, its tags popped.
+    ///
+    /// # Safety
+    ///
+    /// As for [`V6Lanes::begin`].
     #[inline(always)]
-    fn begin_tagged(
+    unsafe fn begin_tagged(
         &mut self,
         area: &mut Area,
         (rt, tagged): (Routes<'r>, Option<&TaggedPort<'_>>),
@@ -295,17 +307,19 @@ impl<'r> V6Lanes<'r> {
         };
         let bounds = area.bounds();
         for (k, d) in descs.iter().enumerate() {
-            // SAFETY: `bounds` are this area's, and the frame of `d` is the caller's: received
-            // in this burst, not yet handed on (the one pass begins its lanes first).
-            let Some((off, len, key, ingress)) = (unsafe { popped_lane(area, bounds, tp, d) })
+            // SAFETY: `bounds` are this area's, and the frame of `d` is the caller's (this fn's
+            // contract); no view of it is alive.
+            let Some((off, len, key, interface_bits)) =
+                (unsafe { popped_lane(area, bounds, tp, d) })
             else {
                 prefetch_route(area, v4, d);
                 continue;
             };
             Routes::prefetch_v6_in(v6, key.get());
-            // Never full: one lane per descriptor of a burst, at most MAX_BATCH.
+            // Never full: one lane per descriptor, at most MAX_BATCH (the contract), so the
+            // frame just popped is kept.
             #[allow(clippy::cast_possible_truncation)] // an index in a burst of MAX_BATCH
-            let frame = (first + k) as u32 | ingress;
+            let frame = (first + k) as u32 | interface_bits;
             let _ = self.lanes.try_push(Lane {
                 key,
                 walk: rt.walk(),

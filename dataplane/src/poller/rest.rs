@@ -39,7 +39,9 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
 ) -> u64 {
     let rest = descs.get(first..).unwrap_or_default();
     let mut lanes = V6Lanes::new();
-    lanes.begin::<TAGGED>(area, (rt, tagged), rest, first);
+    // SAFETY: the burst's frames from `first` on (at most MAX_BATCH, a burst's), received on
+    // `area` and none handed on yet: the one pass hands on none before `route_rest`'s loops.
+    unsafe { lanes.begin::<TAGGED>(area, (rt, tagged), rest, first) };
     let ctx = (&mut *area, &mut *free, &mut *stages, frame_mask);
     // SAFETY: `lanes` were begun just above on `area`, as `TAGGED` with `tagged`, over frames
     // of this burst, and no frame has been handed on since.
@@ -86,16 +88,17 @@ pub(super) fn route_rest<'r, const TAGGED: bool>(
 }
 
 /// Each lane's frame forwarded whole by its lane ([`route_rest`]'s first loop), or left for
-/// pass 2. Returns their bytes (0 where `TAGGED`: `route_rest` counts them). Each frame's descriptor is its lane's ([`Lane::desc`]), read
-/// with the lane rather than from the burst. Out of line, as is the second loop: each keeps
-/// its own registers.
+/// pass 2. Returns their bytes (0 where `TAGGED`: `route_rest` counts them). Each frame's
+/// descriptor is its lane's ([`Lane::desc`]), read with the lane rather than from the burst.
+/// Out of line, as is the second loop: each keeps its own registers.
 ///
 /// # Safety
 ///
 /// `lanes` were begun ([`V6Lanes::begin`]) on this `area`, as `TAGGED` with `tagged`, over
 /// frames received in this burst, and none of their frames has been handed on (staged or
-/// freed) since: each lane's offset is then the one `Area::check` passed for its frame's
-/// descriptor, and the frame is this poller's.
+/// freed) since: each lane's offset and length are then its descriptor's, which
+/// `Area::check` passed (where `TAGGED`, their end past the tags `begin` popped, with ROOM
+/// bytes before the descriptor in its UMEM frame), and the frame is this poller's.
 #[inline(never)]
 unsafe fn forward_lanes<'r, const TAGGED: bool>(
     (area, free, stages, frame_mask): (&mut Area, &mut FreeList, &mut [Stage], u64),
@@ -156,7 +159,8 @@ unsafe fn forward_lanes<'r, const TAGGED: bool>(
 /// # Safety
 ///
 /// As for [`forward_lanes`], whose lanes were begun as `TAGGED` with `tagged`: so each
-/// lane's frame has [`crate::forward::subif::ROOM`] bytes before it in its UMEM frame.
+/// lane's frame is the end of a descriptor `Area::check` passed, with
+/// [`crate::forward::subif::ROOM`] bytes before that descriptor in its UMEM frame.
 #[inline(always)]
 unsafe fn forward_tagged_lanes<'r>(
     (area, free, stages, frame_mask): (&mut Area, &mut FreeList, &mut [Stage], u64),
@@ -185,9 +189,10 @@ unsafe fn forward_tagged_lanes<'r>(
                 .and_then(|f| f.first_chunk().and_then(packet::v6_destination_hint)),
             Some(lane.dst())
         );
-        // SAFETY: a lane's offset and length passed `Area::check` in `V6Lanes::begin` on this
-        // area, with ROOM bytes before it in its UMEM frame, and its frame is not yet handed
-        // on (as the caller guarantees; each lane's frame is forwarded here once).
+        // SAFETY: a lane's frame is the end of a descriptor `Area::check` passed in
+        // `V6Lanes::begin` on this area, with ROOM bytes before that descriptor in its UMEM
+        // frame (so before the lane's too), and it is not yet handed on (as the caller
+        // guarantees; each lane's frame is forwarded here once).
         let routed = unsafe {
             vlan::route_now_tagged_v6(
                 area,
@@ -210,8 +215,9 @@ unsafe fn forward_tagged_lanes<'r>(
 ///
 /// # Safety
 ///
-/// The lane was begun on this `area` as `TAGGED` ([`V6Lanes::begin`]), and its frame is
-/// not yet handed on (staged or freed).
+/// The lane was begun on this `area` as `TAGGED` ([`V6Lanes::begin`]), so its frame is the
+/// end of a descriptor `Area::check` passed, and its frame is not yet handed on (staged or
+/// freed).
 #[cold]
 #[inline(never)]
 unsafe fn leave_lane<'r>(
@@ -220,8 +226,8 @@ unsafe fn leave_lane<'r>(
     lane: &Lane<'r>,
     later: &mut Later<'r>,
 ) {
-    // SAFETY: the lane's offset and length passed `Area::check` in `begin` (the caller's
-    // contract), and its frame is this poller's.
+    // SAFETY: the lane's frame lies in a range `Area::check` passed in `begin`, and it is
+    // this poller's (the caller's contract).
     let frame = unsafe { area.checked_frame_mut(lane.off, lane.len()) };
     let parsed = fwd.prepare_routed(rt, fwd.ingress(in_port), frame);
     later.push_from(lane.desc(), parsed, lane.ingress(in_port));
@@ -295,9 +301,11 @@ fn forward_others<'r, const TAGGED: bool>(
 }
 
 /// The frame `route_rest` begins at where it has no lane, left for pass 2 with its parse.
-/// Never taken while the callers begin at a frame with a lane (an IPv6 frame long enough
-/// for its hint, `packet::is_v6_frame`, or one `v6_lane_key` reads); there so that no frame
-/// is lost if one did not. Out of line and cold.
+/// Untagged, never taken (the route pass begins it at an IPv6 frame long enough for its
+/// hint, `packet::is_v6_frame`, which `begin` gives a lane); there so that no frame is lost
+/// if one did not. Tagged, taken where the route pass's hint (`v6_lane_key`) reads IPv6 past
+/// tags `begin` gives no lane: an unknown stack, a single 802.1ad tag, too little room
+/// before the frame. Out of line and cold.
 #[cold]
 #[inline(never)]
 fn leave_first<'r, const TAGGED: bool>(

@@ -47,10 +47,10 @@ pub(super) unsafe fn route_now_tagged(
 ///
 /// # Safety
 ///
-/// `Area::check` of this area passed for `(off, len)` and the [`subif::ROOM`] bytes before
-/// `off` lie in its UMEM frame (as for each lane's frame of a port with sub-interfaces, in
-/// `V6Lanes::begin`), and the frame is the caller's: received in this burst, not yet staged
-/// or freed.
+/// `(off, len)` lies in a range `Area::check` of this area passed, with at least
+/// [`subif::ROOM`] bytes before `off` in its UMEM frame (as a lane's frame of a port with
+/// sub-interfaces, `V6Lanes::begin`: the end of a checked descriptor with that room before
+/// it), and the frame is the caller's: received in this burst, not yet staged or freed.
 #[inline(always)]
 #[allow(unsafe_code)]
 pub(super) unsafe fn route_now_tagged_v6<'r>(
@@ -65,9 +65,9 @@ pub(super) unsafe fn route_now_tagged_v6<'r>(
     // No wrap: the frame's offset has ROOM bytes before it in its frame, and its length is
     // at most a frame's.
     let (at, len) = (off - subif::ROOM, len + ROOM_LEN);
-    // SAFETY: the frame is the caller's and `Area::check` passed for it, and the ROOM bytes
-    // before it lie in its own UMEM frame (the caller's contract), so the whole view is
-    // inside the area and the caller's.
+    // SAFETY: the frame is the caller's and lies in a range `Area::check` passed, and the
+    // ROOM bytes before it lie in its own UMEM frame (the caller's contract), so the whole
+    // view is inside the area and the caller's.
     let buf = unsafe { area.checked_frame_mut(at, len) };
     let (out, start) = port.route_now_v6(rt, buf, walked, walk)?;
     Some(moved(out, at as u64, len, start))

@@ -84,7 +84,10 @@ fn forwarder_with(mtu: u32, qinq_mtu: u32) -> Arc<Forwarder> {
         SubIf {
             parent: 0,
             tags: vlan100(),
-            addresses: vec![("198.21.0.2".parse().unwrap(), 16)],
+            addresses: vec![
+                ("198.21.0.2".parse().unwrap(), 16),
+                ("2001:2:0:21::2".parse().unwrap(), 64),
+            ],
         },
         SubIf {
             parent: 1,
@@ -349,6 +352,46 @@ fn ipv6_under_a_qinq_stack_is_routed_and_answered_from_the_interface_the_stack_n
         assert_eq!(ip[8..24], from.octets(), "from the sub-interface's address");
         assert_eq!(ip[40], 3, "time exceeded");
     }
+}
+
+#[test]
+fn ipv6_refused_under_one_tag_is_answered_from_the_interface_the_tag_names() {
+    // Hop limit 1 under VLAN 100 and under a priority tag (the port's own): each refused by
+    // its lane, its tags already popped, and answered from the interface its tag named.
+    let v6 = udp_v6(&FrameSpec {
+        dst6: "2001:2:0:3::9".parse().unwrap(),
+        ttl: 1,
+        ..FrameSpec::default()
+    });
+    let prio = TagStack::one(Tag {
+        tpid: packet::ETH_P_8021Q,
+        tci: 0xa000,
+    });
+    let traffic = vec![tagged(&vlan100(), &v6), tagged(&prio, &v6)];
+    let received: usize = traffic.iter().map(Vec::len).sum();
+    let (s, out, whole) = run(forwarder(1500), traffic, 200);
+    assert!(whole, "every UMEM frame accounted for");
+    assert_eq!(s.get(Counter::RxBytes), 100 * received as u64);
+    assert_eq!(s.drop_count(DropReason::TtlExceeded), 200, "{s:?}");
+    assert_eq!(s.get(Counter::IcmpSent), 200, "{s:?}");
+    assert_eq!((out[0].len(), out[1].len()), (200, 0));
+    let vlan: std::net::Ipv6Addr = "2001:2:0:21::2".parse().unwrap();
+    let port: std::net::Ipv6Addr = "2001:2::2".parse().unwrap();
+    let mut from = [0u32; 2];
+    for e in &out[0] {
+        let tags = tag_stack(e).unwrap();
+        let ip = &e[tags.bytes() + packet::ETH_HLEN..];
+        assert_eq!((ip[6], ip[40]), (58, 3), "ICMPv6 time exceeded");
+        if tags == vlan100() {
+            assert_eq!(ip[8..24], vlan.octets(), "from VLAN 100's address");
+            from[0] += 1;
+        } else {
+            assert!(tags.tags().is_empty(), "{e:?}");
+            assert_eq!(ip[8..24], port.octets(), "from port 0's address");
+            from[1] += 1;
+        }
+    }
+    assert_eq!(from, [100, 100]);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! for pass 2 with their parse results ([`Later`]), and the burst's IPv6 route lookups,
 //! walked together before the one pass forwards their frames ([`V6Lanes`]).
 #![warn(clippy::indexing_slicing, clippy::cast_possible_truncation)]
-#![allow(unsafe_code)] // the frames' first bytes read for the lanes' keys, a tagged lane's tags popped
+#![allow(unsafe_code)] // the frames' first bytes read for the lanes' keys; tagged, popped
 use arrayvec::ArrayVec;
 use xdpilone::xdp::XdpDesc;
 
@@ -128,8 +128,9 @@ impl Lane<'_> {
     }
 
     /// Its frame's descriptor: the received one's address (the area's offset is the
-    /// address, [`Area::check`]) and length, past the tags popped for a tagged lane. No options: a burst with lanes has no chain
-    /// (`XDP_PKT_CONTD` is the only receive option), as staged descriptors have none.
+    /// address, [`Area::check`]) and length, past the tags popped for a tagged lane. No
+    /// options: a burst with lanes has no chain (`XDP_PKT_CONTD` is the only receive
+    /// option), as staged descriptors have none.
     #[inline(always)]
     pub(super) fn desc(&self) -> XdpDesc {
         XdpDesc {

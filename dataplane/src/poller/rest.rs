@@ -109,16 +109,49 @@ unsafe fn forward_lanes<'r, const TAGGED: bool>(
     t: &mut Tally,
 ) -> u64 {
     if TAGGED {
-        // SAFETY: the caller's contract.
-        unsafe {
-            forward_tagged_lanes(
-                (area, free, stages, frame_mask),
-                (fwd, rt, in_port),
-                tagged,
-                lanes,
-                later,
-                t,
+        // Each lane's frame, its tags popped, forwarded whole with the egress interface's
+        // tags or none ([`vlan::route_now_tagged_v6`]), or left for pass 2 as a frame of the
+        // interface it came in on: the end of a descriptor `Area::check` passed, with ROOM
+        // bytes before that descriptor in its UMEM frame (the caller's contract).
+        let Some(tp) = tagged else {
+            // `begin` gives no lane without the port's tables; were there one, it is left.
+            for lane in lanes.lanes() {
+                // SAFETY: the caller's contract, as below.
+                unsafe { leave_lane(area, (fwd, rt, in_port), lane, later) };
+            }
+            return 0;
+        };
+        let v6 = rt.v6();
+        for lane in lanes.lanes() {
+            // The lane's destination is the one `begin` read from this frame's header (its tags
+            // popped since, the header unwritten): the frame goes on toward it.
+            debug_assert_eq!(
+                area.check(lane.off as u64, lane.len())
+                    // SAFETY: as below; a read-only view, gone before the frame is written.
+                    .map(|off| unsafe { area.frame(off, lane.len()) })
+                    .and_then(|f| f.first_chunk().and_then(packet::v6_destination_hint)),
+                Some(lane.dst())
             );
+            // SAFETY: a lane's frame is the end of a descriptor `Area::check` passed in
+            // `V6Lanes::begin` on this area, with ROOM bytes before that descriptor in its UMEM
+            // frame (so before the lane's too), and it is not yet handed on (as the caller
+            // guarantees; each lane's frame is forwarded here once).
+            let routed = unsafe {
+                vlan::route_now_tagged_v6(
+                    area,
+                    tp,
+                    v6,
+                    (lane.off, lane.len()),
+                    (lane.dst(), lane.walk),
+                )
+            };
+            match routed {
+                Some((out, addr, len)) => {
+                    stage_or_drop(stages, out, addr, len, free, &frame_mask, t)
+                }
+                // SAFETY: as above; the frame is unchanged (`route_now_tagged_v6` left it).
+                None => unsafe { leave_lane(area, (fwd, rt, in_port), lane, later) },
+            }
         }
         return 0;
     }
@@ -149,65 +182,6 @@ unsafe fn forward_lanes<'r, const TAGGED: bool>(
         }
     }
     bytes
-}
-
-/// [`forward_lanes`] of a port with sub-interfaces (`tagged`): each lane's frame, its tags
-/// popped, forwarded whole with the egress interface's tags or none
-/// ([`vlan::route_now_tagged_v6`]), or left for pass 2 as a frame of the interface it came
-/// in on.
-///
-/// # Safety
-///
-/// As for [`forward_lanes`], whose lanes were begun as `TAGGED` with `tagged`: so each
-/// lane's frame is the end of a descriptor `Area::check` passed, with
-/// [`crate::forward::subif::ROOM`] bytes before that descriptor in its UMEM frame.
-#[inline(always)]
-unsafe fn forward_tagged_lanes<'r>(
-    (area, free, stages, frame_mask): (&mut Area, &mut FreeList, &mut [Stage], u64),
-    (fwd, rt, in_port): (&Forwarder, Routes<'r>, PortId),
-    tagged: Option<&TaggedPort<'_>>,
-    lanes: &V6Lanes<'r>,
-    later: &mut Later<'r>,
-    t: &mut Tally,
-) {
-    let Some(tp) = tagged else {
-        // `begin` gives no lane without the port's tables; were there one, it is left.
-        for lane in lanes.lanes() {
-            // SAFETY: the caller's contract, as below.
-            unsafe { leave_lane(area, (fwd, rt, in_port), lane, later) };
-        }
-        return;
-    };
-    let v6 = rt.v6();
-    for lane in lanes.lanes() {
-        // The lane's destination is the one `begin` read from this frame's header (its tags
-        // popped since, the header unwritten): the frame goes on toward it.
-        debug_assert_eq!(
-            area.check(lane.off as u64, lane.len())
-                // SAFETY: as below; a read-only view, gone before the frame is written.
-                .map(|off| unsafe { area.frame(off, lane.len()) })
-                .and_then(|f| f.first_chunk().and_then(packet::v6_destination_hint)),
-            Some(lane.dst())
-        );
-        // SAFETY: a lane's frame is the end of a descriptor `Area::check` passed in
-        // `V6Lanes::begin` on this area, with ROOM bytes before that descriptor in its UMEM
-        // frame (so before the lane's too), and it is not yet handed on (as the caller
-        // guarantees; each lane's frame is forwarded here once).
-        let routed = unsafe {
-            vlan::route_now_tagged_v6(
-                area,
-                tp,
-                v6,
-                (lane.off, lane.len()),
-                (lane.dst(), lane.walk),
-            )
-        };
-        match routed {
-            Some((out, addr, len)) => stage_or_drop(stages, out, addr, len, free, &frame_mask, t),
-            // SAFETY: as above; the frame is unchanged (`route_now_tagged_v6` left it).
-            None => unsafe { leave_lane(area, (fwd, rt, in_port), lane, later) },
-        }
-    }
 }
 
 /// A tagged lane's frame that the one pass left (its tags popped by `begin`), parsed into

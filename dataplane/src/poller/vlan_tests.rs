@@ -131,6 +131,27 @@ fn run(
     run_traffic(fwd, Traffic::new(&traffic), frames)
 }
 
+/// [`run`] of `frames` frames, whole rounds of `traffic`, checked for what every run must
+/// hold: every UMEM frame accounted for, and each frame's bytes counted once as received
+/// (tags and all, whatever became of it).
+fn run_whole(
+    fwd: Arc<Forwarder>,
+    traffic: Vec<Vec<u8>>,
+    frames: u64,
+) -> (crate::poller::stats::Snapshot, [Vec<Vec<u8>>; 2]) {
+    let round: usize = traffic.iter().map(Vec::len).sum();
+    let rounds = frames / traffic.len() as u64;
+    assert_eq!(rounds * traffic.len() as u64, frames, "whole rounds");
+    let (s, out, whole) = run(fwd, traffic, frames);
+    assert!(whole, "every UMEM frame accounted for");
+    assert_eq!(
+        s.get(Counter::RxBytes),
+        rounds * round as u64,
+        "bytes as received"
+    );
+    (s, out)
+}
+
 /// [`run`] of `traffic` as it is (chained, for one).
 fn run_traffic(
     fwd: Arc<Forwarder>,
@@ -180,13 +201,9 @@ fn every_mix_of_untagged_and_tagged_interfaces_is_routed_with_its_tags() {
         tagged(&prio, &to_qinq),
         tagged(&vlan100(), &back),
     ];
-    let received: usize = traffic.iter().map(Vec::len).sum();
-    let (s, out, whole) = run(forwarder(1500), traffic, 700);
-    assert!(whole, "every UMEM frame accounted for");
+    let (s, out) = run_whole(forwarder(1500), traffic, 700);
     assert_eq!(s.total_drops(), 0, "{s:?}");
     assert_eq!(s.get(Counter::TxPackets), 700);
-    // Each frame's bytes as received, tags and all, once (100 rounds of the 7).
-    assert_eq!(s.get(Counter::RxBytes), 100 * received as u64);
     // Port 1: 100 untagged, 400 under QinQ; port 0: 200 under VLAN 100 (routed back out of
     // the port they came in on, a sub-interface of it: router on a stick).
     let stacks = |frames: &[Vec<u8>]| {
@@ -329,10 +346,7 @@ fn ipv6_under_a_qinq_stack_is_routed_and_answered_from_the_interface_the_stack_n
         tagged(&port0_qinq(), &v6(1)),
         tagged(&TagStack::two(Tag::dot1ad(31), Tag::dot1q(40)), &v6(64)),
     ];
-    let received: usize = traffic.iter().map(Vec::len).sum();
-    let (s, out, whole) = run(forwarder(1500), traffic, 300);
-    assert!(whole, "every UMEM frame accounted for");
-    assert_eq!(s.get(Counter::RxBytes), 100 * received as u64);
+    let (s, out) = run_whole(forwarder(1500), traffic, 300);
     assert_eq!(s.drop_count(DropReason::VlanTagged), 100, "{s:?}");
     assert_eq!(s.drop_count(DropReason::TtlExceeded), 100, "{s:?}");
     assert_eq!(s.get(Counter::IcmpSent), 100, "{s:?}");
@@ -368,10 +382,7 @@ fn ipv6_refused_under_one_tag_is_answered_from_the_interface_the_tag_names() {
         tci: 0xa000,
     });
     let traffic = vec![tagged(&vlan100(), &v6), tagged(&prio, &v6)];
-    let received: usize = traffic.iter().map(Vec::len).sum();
-    let (s, out, whole) = run(forwarder(1500), traffic, 200);
-    assert!(whole, "every UMEM frame accounted for");
-    assert_eq!(s.get(Counter::RxBytes), 100 * received as u64);
+    let (s, out) = run_whole(forwarder(1500), traffic, 200);
     assert_eq!(s.drop_count(DropReason::TtlExceeded), 200, "{s:?}");
     assert_eq!(s.get(Counter::IcmpSent), 200, "{s:?}");
     assert_eq!((out[0].len(), out[1].len()), (200, 0));
@@ -467,13 +478,9 @@ fn tagged_ipv6_and_ipv4_each_leave_in_the_order_they_came_forwarded_in_one_pass(
     };
     let cycle = [v6("9"), v4_to("198.19.0.9"), v6("10"), v4_to("198.19.0.10")];
     let traffic: Vec<Vec<u8>> = cycle.iter().map(|f| tagged(&vlan100(), f)).collect();
-    let received: usize = traffic.iter().map(Vec::len).sum();
-    let (s, out, whole) = run(forwarder(1500), traffic, 800);
-    assert!(whole, "every UMEM frame accounted for");
+    let (s, out) = run_whole(forwarder(1500), traffic, 800);
     assert_eq!(s.total_drops(), 0, "{s:?}");
     assert_eq!(s.get(Counter::TxPackets), 800);
-    // Each frame's bytes as received, tags and all, once.
-    assert_eq!(s.get(Counter::RxBytes), 200 * received as u64);
     // Each frame out by what it carries: its kind and last address byte.
     let kind = |f: &Vec<u8>| {
         let tags = tag_stack(f).unwrap();

@@ -502,7 +502,9 @@ impl TaggedPort<'_> {
     /// for the stacks whose tags the one pass reads at fixed offsets: one 802.1Q tag (a VID
     /// of the port's, or a priority tag: the port itself) or two tags of one of the port's
     /// stacks, before an ethertype that is not a tag's. None for any other frame, for
-    /// [`Forwarder::untag`] to tell why.
+    /// [`Forwarder::untag`] to tell why. Its lookups are [`TaggedPort::interface_after`]'s,
+    /// written apart: through it (the same frames answered), the untagged IPv4 cells counted
+    /// 2.2 more instructions a packet, their loop laid out anew (callgrind, ring-bench cell 2).
     #[inline(always)]
     pub fn tagged_ingress(&self, frame: &[u8]) -> Option<(usize, PortId)> {
         let h = frame.get(12..22)?.first_chunk::<10>()?;
